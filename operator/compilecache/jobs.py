@@ -1,0 +1,259 @@
+"""Manifests the operator creates: warm-up Jobs and cache claims (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from compilecache import api
+from compilecache.api import CacheSpec, Workload
+from compilecache.cacheenv import jax_cache_env
+from compilecache.pools import Pool
+
+LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
+LABEL_POOL = "compilecache.dev/pool"
+LABEL_WARMUP_OF = "compilecache.dev/warmup-of"  # on warm-up pods instead of LABEL_CACHE
+ANNOTATION_SPEC_HASH = "compilecache.dev/spec-hash"
+ANNOTATION_REWARM = "compilecache.dev/rewarm"  # any new value re-runs the warm-up of every pool
+
+RUN_AS_USER = 65532  # the distroless "nonroot" uid: any non-zero uid the image does not need to know
+TMP_DIR = "/tmp"
+REPORT_PATH = f"{TMP_DIR}/compilecache-report.json"
+HASH_LENGTH = 8
+NAME_MAX = 63  # the Job controller copies the Job name into a pod label, which is at most 63 characters
+
+
+def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
+    """A short hash of everything in the cache's spec that changes what gets compiled.
+
+    Lifecycle, schedule, consumers, Job limits and pool placement are left out: changing
+    them starts no warm-up. ``compilecache.dev/rewarm`` is in: it asks for a fresh run.
+    """
+    warmup = spec.warmup
+    material = {
+        "cacheDir": spec.cache_dir,
+        "mountPath": spec.mount_path,
+        "image": warmup.image,
+        "workloads": [_workload_material(workload) for workload in warmup.workloads],
+        "jax": [warmup.jax.min_compile_time_secs, warmup.jax.min_entry_size_bytes, warmup.jax.xla_flags],
+        "rewarm": (cache.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_REWARM),
+    }
+    return _digest(material)
+
+
+def pool_hash(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> str:
+    """The hash of one pool's warm-up: the cache's hash, the pool's device count and its workloads."""
+    material = {
+        "cache": cache_hash(cache, spec),
+        "name": cache.get("metadata", {}).get("name"),
+        "pool": pool.name,
+        "gpus": [pool.gpu_resource, pool.gpus_per_pod],
+        "workloads": [workload.name for workload in pool.workloads],
+    }
+    return _digest(material)
+
+
+def job_name(cache_name: str, pool_name: str, digest: str) -> str:
+    """A deterministic Job name: the same cache, pool and hash always give the same name."""
+    stem = f"{cache_name}-{pool_name}"[: NAME_MAX - HASH_LENGTH - 1].rstrip("-.")
+    return f"{stem}-{digest}"
+
+
+def common_labels(cache_name: str, component: str) -> dict[str, str]:
+    """The ``app.kubernetes.io`` labels of everything the operator creates for a cache."""
+    return {
+        "app.kubernetes.io/name": "compilecache",
+        "app.kubernetes.io/instance": cache_name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "compilecache-operator",
+        "app.kubernetes.io/managed-by": "compilecache-operator",
+    }
+
+
+def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
+    """An ownerReference to the cache, so Kubernetes deletes what it owns with it."""
+    meta = cache["metadata"]
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> dict[str, Any]:
+    """The warm-up Job of one pool: runs ``compilecache warm`` on the pool's nodes with its GPUs."""
+    meta = cache["metadata"]
+    name = meta["name"]
+    digest = pool_hash(cache, spec, pool)
+    warmup = spec.warmup
+    env = _container_env(spec, pool)
+
+    cache_mounts = []
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    if spec.pvc is not None:
+        volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": spec.pvc.claim_name}})
+        cache_mounts.append({"name": "cache", "mountPath": spec.mount_path})
+    mounts = [{"name": "tmp", "mountPath": TMP_DIR}, *cache_mounts]
+
+    resources: dict[str, dict[str, Any]] = {
+        kind: dict(warmup.resources.get(kind) or {}) for kind in ("requests", "limits")
+    }
+    if pool.gpus_per_pod > 0:
+        resources["limits"][pool.gpu_resource] = pool.gpus_per_pod
+    resources = {kind: values for kind, values in resources.items() if values}
+
+    def container(container_name: str, command: list[str]) -> dict[str, Any]:
+        spec_: dict[str, Any] = {
+            "name": container_name,
+            "image": warmup.image,
+            "command": command,
+            "env": env,
+            "volumeMounts": mounts,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+        }
+        if warmup.image_pull_policy:
+            spec_["imagePullPolicy"] = warmup.image_pull_policy
+        if resources:
+            spec_["resources"] = resources
+        return spec_
+
+    # Scripts each run as their own `compilecache warm --script` invocation, one after
+    # the other (init containers run in order); entrypoints share one invocation.
+    scripts = [w for w in pool.workloads if w.script is not None]
+    entrypoints = [w for w in pool.workloads if w.entrypoint is not None]
+    commands = [_warm_command(spec, [w]) for w in scripts]
+    if entrypoints:
+        commands.append(_warm_command(spec, entrypoints))
+    *init_commands, main_command = commands
+    init_containers = [container(f"warm-{index}", command) for index, command in enumerate(init_commands)]
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "nodeSelector": dict(pool.node_selector),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container("warm", main_command)],
+        "volumes": volumes,
+    }
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
+    if pool.tolerations:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in pool.tolerations]
+    if warmup.service_account_name:
+        pod_spec["serviceAccountName"] = warmup.service_account_name
+    if warmup.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in warmup.image_pull_secrets]
+
+    job_labels = {**common_labels(name, "warmup"), LABEL_CACHE: name, LABEL_POOL: pool.name}
+    # Warm-up pods must not carry the training opt-in label: the admission webhook would
+    # gate them on the very cache they are filling.
+    pod_labels = {**common_labels(name, "warmup"), LABEL_WARMUP_OF: name, LABEL_POOL: pool.name}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(name, pool.name, digest),
+            "namespace": meta.get("namespace"),
+            "labels": job_labels,
+            "annotations": {ANNOTATION_SPEC_HASH: digest},
+            "ownerReferences": [owner_reference(cache)],
+        },
+        "spec": {
+            "backoffLimit": warmup.backoff_limit,
+            "activeDeadlineSeconds": warmup.active_deadline_seconds,
+            "ttlSecondsAfterFinished": warmup.ttl_seconds_after_finished,
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }
+
+
+def claim(cache: Mapping[str, Any], spec: CacheSpec) -> dict[str, Any] | None:
+    """The PersistentVolumeClaim to create for the cache, or ``None`` if the user brings their own."""
+    if spec.pvc is None or spec.pvc.create is None:
+        return None
+    name = cache["metadata"]["name"]
+    metadata: dict[str, Any] = {
+        "name": spec.pvc.claim_name,
+        "namespace": cache["metadata"].get("namespace"),
+        "labels": {**common_labels(name, "cache"), LABEL_CACHE: name},
+    }
+    # Owned (and so deleted with the cache) only when the user asked: compiled code is
+    # expensive to rebuild, and a cache may outlive the resource that first filled it.
+    if spec.pvc.delete_with_cache:
+        metadata["ownerReferences"] = [owner_reference(cache)]
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": {
+            "accessModes": list(spec.pvc.create.access_modes),
+            "resources": {"requests": {"storage": spec.pvc.create.size}},
+        },
+    }
+    if spec.pvc.create.storage_class_name:
+        body["spec"]["storageClassName"] = spec.pvc.create.storage_class_name
+    return body
+
+
+def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
+    command = ["compilecache", "warm", "--cache-dir", spec.cache_dir]
+    command += ["--jobs", str(spec.warmup.jobs), "--verify" if spec.warmup.verify else "--no-verify"]
+    command += ["--report", REPORT_PATH]
+    for workload in workloads:
+        if workload.script is not None:
+            command += ["--script", workload.script, "--", *workload.args]
+        else:
+            command += ["--workload", str(workload.entrypoint)]
+    return command
+
+
+def _container_env(spec: CacheSpec, pool: Pool) -> list[dict[str, Any]]:
+    jax = spec.warmup.jax
+    cache_env = jax_cache_env(
+        spec.cache_dir,
+        min_compile_time_secs=jax.min_compile_time_secs,
+        min_entry_size_bytes=jax.min_entry_size_bytes,
+        xla_flags=jax.xla_flags,
+    )
+    # The read-only root filesystem leaves /tmp as the only writable place besides the cache.
+    base = {**cache_env, "TMPDIR": TMP_DIR, "HOME": TMP_DIR}
+    env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(base.items())]
+    seen = set(base)
+    for workload in pool.workloads:
+        for item in workload.env:
+            if item["name"] not in seen:  # the cache settings win: they must equal the trainers'
+                seen.add(item["name"])
+                env.append(dict(item))
+    return env
+
+
+def _workload_material(workload: Workload) -> dict[str, Any]:
+    return {
+        "name": workload.name,
+        "entrypoint": workload.entrypoint,
+        "script": workload.script,
+        "args": list(workload.args),
+        "env": [dict(item) for item in workload.env],
+    }
+
+
+def _digest(material: Mapping[str, Any]) -> str:
+    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]

@@ -1,0 +1,204 @@
+"""The operator's own Kubernetes API calls, as plain JSON dicts.
+
+kopf watches and patches the CompileCache itself; the handlers read Nodes and Jobs
+and write Jobs, claims, Events and the status through this module. It uses the
+``kubernetes`` client's configuration, authentication and transport, but not its
+typed models: the operator builds manifests as dicts (pure functions in
+``jobs.py``) and must not lose fields a model does not know.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+
+logger = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read: a hung API call must not hang a handler forever
+REPORTING_COMPONENT = "compilecache-operator"
+
+
+class ApiError(Exception):
+    """A failed API call, with the HTTP status and the server's message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A resource kind as the API addresses it."""
+
+    api_version: str  # "v1" or "group/version"
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The URL path of the collection, of one object, or of its sub-resource."""
+        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [root]
+        if self.namespaced and namespace is not None:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+            if subresource is not None:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+COMPILECACHES = Resource("compilecache.dev/v1alpha1", "compilecaches")
+JOBS = Resource("batch/v1", "jobs")
+NODES = Resource("v1", "nodes", namespaced=False)
+PVCS = Resource("v1", "persistentvolumeclaims")
+EVENTS = Resource("v1", "events")
+PODS = Resource("v1", "pods")
+
+
+class Client:
+    """A configured API client; build it once at start-up (the first build is slow)."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self._api = api_client
+
+    @classmethod
+    def from_environment(cls) -> Client:
+        """In a pod: the service account; elsewhere: ``KUBECONFIG`` or ``~/.kube/config``."""
+        configuration = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=configuration)
+        return cls(kubernetes.client.ApiClient(configuration))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """Make one API call and return the decoded JSON; raise :class:`ApiError` on a non-2xx answer."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method_, url, headers_, body_, post = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query) or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(method_, url, headers_, body_, post, _request_timeout=REQUEST_TIMEOUT)
+            response.read()
+        except kubernetes.client.ApiException as exc:
+            raise _api_error(exc.status or 0, exc.reason or "", exc.body) from None
+        data = response.data or b""
+        if not 200 <= response.status < 300:
+            raise _api_error(response.status, response.reason or "", data)
+        return json.loads(data) if data else None
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """Read one object; ``None`` when it does not exist."""
+        try:
+            obj: dict[str, Any] = self.request("GET", resource.path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    def list(
+        self, resource: Resource, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """List objects, optionally only those carrying all of ``labels``."""
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
+        answer = self.request("GET", resource.path(namespace), query=query)
+        items: list[dict[str, Any]] = answer.get("items") or []
+        return items
+
+    def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """Create an object; :class:`ApiError` 409 when it exists already."""
+        created: dict[str, Any] = self.request("POST", resource.path(namespace), body=dict(body))
+        return created
+
+    def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge-patch an object or its sub-resource (e.g. ``status``)."""
+        path = resource.path(namespace, name, subresource)
+        patched: dict[str, Any] = self.request("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
+        return patched
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
+        """Delete an object and (in the background) what it owns; ``False`` if it was gone already."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        try:
+            self.request("DELETE", resource.path(namespace, name), body=body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event about ``obj``; a failure is logged, not raised: Events are best-effort."""
+        meta = obj.get("metadata", {})
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                "namespace": meta.get("namespace"),
+            },
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": REPORTING_COMPONENT},
+            "reportingComponent": REPORTING_COMPONENT,
+            "reportingInstance": REPORTING_COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.create(EVENTS, event, namespace=meta.get("namespace"))
+        except ApiError as exc:
+            logger.warning("Could not post the event %s/%s: %s", reason, message, exc)
+
+
+def _api_error(status: int, reason: str, data: Any) -> ApiError:
+    message = ""
+    try:
+        message = json.loads(data).get("message", "")
+    except (TypeError, ValueError, AttributeError):
+        message = data.decode(errors="replace")[:500] if isinstance(data, bytes) else str(data or "")[:500]
+    return ApiError(status, reason, message)

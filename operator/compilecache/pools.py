@@ -1,0 +1,118 @@
+"""GPU node pools: explicit ones and those discovered from Node labels, with their GPU counts."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compilecache.api import CacheSpec, Discover, SpecError, Workload
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_POOL_NAME_MAX = 40  # leaves room for the cache name and a hash in a 63-character Job name
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A resolved pool: where its warm-up pod runs and how many GPUs it sees."""
+
+    name: str
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+    gpu_resource: str
+    nodes: int
+    gpus_per_node: int
+    gpus_per_pod: int
+    workloads: tuple[Workload, ...]
+
+
+def resolve_pools(spec: CacheSpec, nodes: Sequence[Mapping[str, Any]]) -> list[Pool]:
+    """Resolve the spec's explicit and discovered pools against the cluster's Nodes.
+
+    Explicit pools come first, in spec order; discovered pools follow, sorted by
+    name; a discovered pool named like an explicit one is the explicit one. Pools
+    without a workload to compile are left out. Raises :class:`SpecError` when a
+    workload names a pool that is neither declared nor discovered.
+    """
+    schedulable = [node for node in nodes if not node.get("spec", {}).get("unschedulable")]
+    candidates: list[tuple[str, dict[str, str], tuple[Mapping[str, Any], ...], str, int | None]] = [
+        (pool.name, dict(pool.node_selector), pool.tolerations, pool.gpu_resource, pool.gpus_per_pod)
+        for pool in spec.warmup.pools
+    ]
+    if spec.warmup.discover is not None:
+        explicit = {pool.name for pool in spec.warmup.pools}
+        for name, selector in discover_groups(spec.warmup.discover, schedulable):
+            if name not in explicit:
+                discover = spec.warmup.discover
+                candidates.append((name, selector, discover.tolerations, discover.gpu_resource, None))
+
+    known = {name for name, *_ in candidates}
+    for index, workload in enumerate(spec.warmup.workloads):
+        for pindex, pool_name in enumerate(workload.pools):
+            if pool_name not in known:
+                raise SpecError(
+                    f"spec.warmup.workloads[{index}].pools[{pindex}]",
+                    f"unknown pool {pool_name!r}; pools are: {', '.join(sorted(known)) or 'none'}",
+                )
+
+    pools: list[Pool] = []
+    for name, selector, tolerations, gpu_resource, gpus_per_pod in candidates:
+        workloads = tuple(w for w in spec.warmup.workloads if not w.pools or name in w.pools)
+        if not workloads:
+            continue
+        members = [node for node in schedulable if _matches(node, selector)]
+        gpus_per_node = min((_allocatable(node, gpu_resource) for node in members), default=0)
+        pools.append(
+            Pool(
+                name=name,
+                node_selector=selector,
+                tolerations=tolerations,
+                gpu_resource=gpu_resource,
+                nodes=len(members),
+                gpus_per_node=gpus_per_node,
+                gpus_per_pod=gpus_per_node if gpus_per_pod is None else gpus_per_pod,
+                workloads=workloads,
+            )
+        )
+    return pools
+
+
+def discover_groups(discover: Discover, nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """Group the nodes ``discover`` selects by its ``groupBy`` label into (pool name, node selector) pairs."""
+    values = sorted(
+        {
+            labels[discover.group_by]
+            for node in nodes
+            if _matches(node, discover.node_selector)
+            for labels in [node.get("metadata", {}).get("labels") or {}]
+            if discover.group_by in labels
+        }
+    )
+    return [(pool_name(value), {**discover.node_selector, discover.group_by: value}) for value in values]
+
+
+def pool_name(label_value: str) -> str:
+    """A DNS-label pool name for a label value, e.g. ``NVIDIA-H100-80GB-HBM3`` → ``nvidia-h100-80gb-hbm3``.
+
+    Names that had to be shortened get a hash suffix, so two long values never collide.
+    """
+    name = _NOT_DNS.sub("-", label_value.lower()).strip("-") or "pool"
+    if len(name) <= _POOL_NAME_MAX and name == label_value.lower():
+        return name
+    digest = hashlib.sha256(label_value.encode()).hexdigest()[:6]
+    return f"{name[: _POOL_NAME_MAX - 7].rstrip('-')}-{digest}"
+
+
+def _matches(node: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+    labels = node.get("metadata", {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _allocatable(node: Mapping[str, Any], resource: str) -> int:
+    raw = (node.get("status", {}).get("allocatable") or {}).get(resource, 0)
+    try:
+        return int(str(raw))
+    except ValueError:
+        return 0

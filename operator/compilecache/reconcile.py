@@ -1,0 +1,182 @@
+"""One reconciliation of a CompileCache: observe, act, and record a truthful status.
+
+Every trigger (the cache changed, one of its Jobs changed, the periodic resync)
+runs the same idempotent pass, so an operator restart or a repeated event never
+duplicates work: Job names are deterministic and creation tolerates "exists".
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from compilecache import jobs, status
+from compilecache.api import CacheSpec, SpecError, parse_spec
+from compilecache.kube import COMPILECACHES, JOBS, NODES, PVCS, ApiError, Client
+from compilecache.pools import resolve_pools
+
+logger = logging.getLogger(__name__)
+
+
+def reconcile(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    """Reconcile the named cache and return its new status (``None`` if it is gone or going)."""
+    cache = client.get(COMPILECACHES, name, namespace)
+    if cache is None or cache["metadata"].get("deletionTimestamp"):
+        return None
+    old = cache.get("status") or {}
+    new = observe_and_act(client, cache, old, now=utcnow())
+    write_status(client, cache, old, new)
+    return new
+
+
+def observe_and_act(client: Client, cache: Mapping[str, Any], old: Mapping[str, Any], *, now: str) -> dict[str, Any]:
+    """Validate, ensure storage, resolve pools, create and remove Jobs; return the status to record."""
+    generation = cache["metadata"].get("generation")
+    conditions = old.get("conditions") or []
+
+    def cond(type_: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        return status.condition(type_, ok, reason, message, now=now, generation=generation, previous=conditions)
+
+    try:
+        spec = parse_spec(cache.get("spec"))
+        storage_ok, storage_reason, storage_message = ensure_storage(client, cache, spec)
+        pools = resolve_pools(spec, client.list(NODES)) if storage_ok else []
+    except SpecError as exc:
+        return _base(old, generation) | {
+            "phase": status.FAILED,
+            "message": f"invalid spec: {exc}",
+            "conditions": [cond(status.READY_CONDITION, False, "InvalidSpec", str(exc))],
+        }
+
+    storage_condition = cond(status.STORAGE_READY, storage_ok, storage_reason, storage_message)
+    if not storage_ok:
+        return _base(old, generation) | {
+            "phase": status.PENDING,
+            "message": storage_message,
+            "specHash": jobs.cache_hash(cache, spec),
+            "conditions": [
+                cond(status.READY_CONDITION, False, storage_reason, storage_message),
+                storage_condition,
+            ],
+        }
+
+    pool_entries = sync_jobs(client, cache, spec, pools, old.get("pools") or [])
+    phase, message = status.phase_of(pool_entries)
+    warmed = phase in (status.READY, status.DEGRADED)
+    if phase == status.READY:
+        phase, message = after_warm(client, cache, spec, old)
+    ready = phase == status.READY
+    return _base(old, generation) | {
+        "phase": phase,
+        "message": message,
+        "specHash": jobs.cache_hash(cache, spec),
+        "poolsReady": status.pools_ready(pool_entries),
+        "pools": pool_entries,
+        "conditions": [
+            cond(status.READY_CONDITION, ready, phase, message),
+            storage_condition,
+            cond(status.POOLS_WARMED, warmed and phase != status.FAILED, phase, message),
+        ],
+    }
+
+
+def ensure_storage(client: Client, cache: Mapping[str, Any], spec: CacheSpec) -> tuple[bool, str, str]:
+    """Create the claim when asked, or check that it exists: (ready, reason, message)."""
+    if spec.gcs is not None:
+        # The operator holds no GCS credentials; the warm-up Job's access is its check.
+        return True, "GCS", f"cache at {spec.gcs.url}"
+    assert spec.pvc is not None
+    namespace = cache["metadata"].get("namespace")
+    existing = client.get(PVCS, spec.pvc.claim_name, namespace)
+    if existing is None:
+        manifest = jobs.claim(cache, spec)
+        if manifest is None:
+            return False, "ClaimNotFound", f"PersistentVolumeClaim {spec.pvc.claim_name} does not exist"
+        _create(client, PVCS, manifest, namespace)
+        return True, "ClaimCreated", f"created PersistentVolumeClaim {spec.pvc.claim_name}"
+    phase = (existing.get("status") or {}).get("phase", "Pending")
+    if phase == "Lost":
+        return False, "ClaimLost", f"PersistentVolumeClaim {spec.pvc.claim_name} lost its volume"
+    return True, "ClaimFound", f"PersistentVolumeClaim {spec.pvc.claim_name} is {phase}"
+
+
+def sync_jobs(
+    client: Client,
+    cache: Mapping[str, Any],
+    spec: CacheSpec,
+    pools: list[Any],
+    old_pools: list[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Create the Jobs the pools need, delete those of other spec hashes; return ``status.pools``."""
+    meta = cache["metadata"]
+    namespace, name = meta.get("namespace"), meta["name"]
+    observed = {job["metadata"]["name"]: job for job in client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name})}
+    previous = {pool.get("name"): pool for pool in old_pools}
+
+    entries: list[dict[str, Any]] = []
+    wanted: set[str] = set()
+    for pool in pools:
+        manifest = jobs.warmup_job(cache, spec, pool)
+        job_name = manifest["metadata"]["name"]
+        job = observed.get(job_name)
+        entry = status.pool_status(pool, job_name, job, previous.get(pool.name))
+        if entry.get("job") == job_name:
+            wanted.add(job_name)
+            # A finished record whose Job was cleaned up by its TTL is not re-run.
+            if job is None and entry.get("reason") == "JobCreated":
+                job = _create(client, JOBS, manifest, namespace)
+                entry = status.pool_status(pool, job_name, job, previous.get(pool.name))
+        entries.append(entry)
+
+    for job_name, job in observed.items():
+        owners = {ref.get("uid") for ref in job["metadata"].get("ownerReferences") or []}
+        if job_name not in wanted and meta.get("uid") in owners:
+            logger.info("Deleting the warm-up Job %s/%s of an older spec.", namespace, job_name)
+            client.delete(JOBS, job_name, namespace)
+    return entries
+
+
+def after_warm(client: Client, cache: Mapping[str, Any], spec: CacheSpec, old: Mapping[str, Any]) -> tuple[str, str]:
+    """The step between "every pool warmed" and Ready: the lifecycle expiry (a later issue).
+
+    Returns the phase and message to record; today the cache is Ready as soon as it is warmed.
+    """
+    return status.READY, "all pools warmed"
+
+
+def write_status(client: Client, cache: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Patch the status if it changed, and post an Event for each transition."""
+    keys = set(old) | set(new)
+    patch = {key: new.get(key) for key in keys if old.get(key) != new.get(key)}
+    if not patch:
+        return
+    meta = cache["metadata"]
+    client.patch(COMPILECACHES, meta["name"], {"status": patch}, meta.get("namespace"), subresource="status")
+    for event in status.transitions(old, new):
+        client.post_event(cache, event.type, event.reason, event.message)
+
+
+def utcnow() -> str:
+    """Now, as Kubernetes writes times."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _base(old: Mapping[str, Any], generation: int | None) -> dict[str, Any]:
+    # What a pass keeps from the last status: the pools it cannot see (on bad input)
+    # and the cache's contents, which only warm-up and expiry reports change.
+    base: dict[str, Any] = {"observedGeneration": generation}
+    for key in ("pools", "poolsReady", "cache"):
+        if key in old:
+            base[key] = old[key]
+    return base
+
+
+def _create(client: Client, resource: Any, manifest: Mapping[str, Any], namespace: str | None) -> dict[str, Any] | None:
+    try:
+        return client.create(resource, manifest, namespace)
+    except ApiError as exc:
+        if exc.status != 409:  # another pass (or a restarted operator) created it first
+            raise
+        return client.get(resource, manifest["metadata"]["name"], namespace)

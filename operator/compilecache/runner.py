@@ -1,0 +1,43 @@
+"""``compilecache operator``: kopf's own runner with the operator's handlers loaded.
+
+Every ``kopf run`` option keeps working (``--standalone``, ``-n NS``, ``-A``,
+``--liveness``, ``--peering``, ``--verbose``, ...): they are handed to kopf as given.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+PASSES_UNKNOWN_ARGS = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Document the pass-through: the options are kopf's, not ours."""
+    parser.epilog = (
+        "Any other option is passed to `kopf run` as given, e.g. "
+        "`compilecache operator --standalone -A --liveness=http://0.0.0.0:8080/healthz`."
+    )
+
+
+def kopf_argv(passthrough: list[str]) -> list[str]:
+    """The ``kopf`` command line: ``run`` and the user's options (the handlers come as a registry)."""
+    return ["run", *passthrough]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the operator until it is stopped; return kopf's exit status."""
+    import kopf.cli  # here, not at the top: `compilecache warm` must not pay for kopf
+
+    from compilecache import handlers
+
+    controls = kopf.cli.CLIControls(registry=handlers.registry)
+    try:
+        kopf.cli.main.main(
+            args=kopf_argv(args.passthrough),
+            obj=controls,
+            prog_name="compilecache operator",
+            standalone_mode=True,
+        )
+    except SystemExit as exc:  # click exits on --help, on usage errors and at the end of the run
+        return int(exc.code or 0)
+    return 0

@@ -1,0 +1,187 @@
+"""The CompileCache status, computed from what is observed (pure functions, no I/O).
+
+The status is the operator's record: a Job may be gone (``ttlSecondsAfterFinished``)
+while its outcome still stands, so a finished pool's state is kept as long as its
+Job name (and so its spec hash) is the current one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compilecache.pools import Pool
+
+# Phases of a cache.
+PENDING = "Pending"
+WARMING = "Warming"
+EXPIRING = "Expiring"
+READY = "Ready"
+DEGRADED = "Degraded"
+FAILED = "Failed"
+
+# States of a pool.
+POOL_PENDING = "Pending"
+POOL_RUNNING = "Running"
+POOL_SUCCEEDED = "Succeeded"
+POOL_FAILED = "Failed"
+POOL_NO_NODES = "NoNodes"
+FINISHED = (POOL_SUCCEEDED, POOL_FAILED)
+
+# Condition types.
+READY_CONDITION = "Ready"
+STORAGE_READY = "StorageReady"
+POOLS_WARMED = "PoolsWarmed"
+
+WARNING_PHASES = (DEGRADED, FAILED)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post about the cache."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def job_state(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The pool fields (state, reason, message, startedAt, finishedAt) that a Job's status tells."""
+    status = job.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    fields: dict[str, Any] = {"startedAt": status.get("startTime")}
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        done = conditions.get("Complete") or conditions["SuccessCriteriaMet"]
+        fields |= {"state": POOL_SUCCEEDED, "reason": "JobSucceeded", "message": "the warm-up Job succeeded"}
+        fields["finishedAt"] = status.get("completionTime") or done.get("lastTransitionTime")
+    elif "Failed" in conditions or "FailureTarget" in conditions:
+        failed = conditions.get("Failed") or conditions["FailureTarget"]
+        reason = failed.get("reason") or "JobFailed"
+        fields |= {
+            "state": POOL_FAILED,
+            "reason": reason,
+            "message": failed.get("message") or "the warm-up Job failed",
+        }
+        fields["finishedAt"] = failed.get("lastTransitionTime")
+    elif (status.get("active") or 0) > 0:
+        fields |= {"state": POOL_RUNNING, "reason": "JobRunning", "message": "the warm-up pod is running"}
+    else:
+        fields |= {
+            "state": POOL_PENDING,
+            "reason": "JobPending",
+            "message": "the warm-up pod is not running yet",
+        }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def pool_status(
+    pool: Pool, job_name: str, job: Mapping[str, Any] | None, previous: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ``status.pools[]`` entry of one pool."""
+    entry: dict[str, Any] = {
+        "name": pool.name,
+        "nodes": pool.nodes,
+        "gpusPerNode": pool.gpus_per_node,
+        "gpusPerPod": pool.gpus_per_pod,
+    }
+    if pool.nodes == 0:
+        selector = ",".join(f"{key}={value}" for key, value in sorted(pool.node_selector.items()))
+        message = f"no schedulable node matches {selector or 'the pool'}"
+        return entry | {"state": POOL_NO_NODES, "reason": "NoMatchingNodes", "message": message}
+    if unschedulable_reason(pool):
+        return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable_reason(pool)}
+    entry["job"] = job_name
+    if job is not None:
+        return entry | job_state(job)
+    if previous is not None and previous.get("job") == job_name and previous.get("state") in FINISHED:
+        kept = ("state", "reason", "message", "startedAt", "finishedAt")
+        return entry | {key: previous[key] for key in kept if key in previous}
+    return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
+
+
+def unschedulable_reason(pool: Pool) -> str | None:
+    """Why no warm-up pod of the pool can ever be scheduled, or ``None``."""
+    if pool.gpus_per_pod > pool.gpus_per_node:
+        return (
+            f"gpusPerPod={pool.gpus_per_pod} but the pool's nodes have {pool.gpus_per_node} "
+            f"allocatable {pool.gpu_resource}"
+        )
+    return None
+
+
+def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """The cache's phase and message from its pools' states (before expiry)."""
+    active = [pool for pool in pools if pool.get("state") != POOL_NO_NODES]
+    if not active:
+        return PENDING, "no schedulable node matches any pool; waiting for nodes"
+    warming = [pool["name"] for pool in active if pool.get("state") not in FINISHED]
+    failed = [pool["name"] for pool in active if pool.get("state") == POOL_FAILED]
+    if warming:
+        done = len(active) - len(warming)
+        return (
+            WARMING,
+            f"warming {len(warming)} of {len(active)} pools ({done} finished): {', '.join(warming)}",
+        )
+    if not failed:
+        return READY, f"all {len(active)} pools warmed"
+    if len(failed) < len(active):
+        return DEGRADED, f"warm-up failed on {len(failed)} of {len(active)} pools: {', '.join(failed)}"
+    return FAILED, f"warm-up failed on every pool: {', '.join(failed)}"
+
+
+def pools_ready(pools: Sequence[Mapping[str, Any]]) -> str:
+    """``READY/TOTAL`` over the pools that have nodes, for the printer column."""
+    active = [pool for pool in pools if pool.get("state") != POOL_NO_NODES]
+    ready = [pool for pool in active if pool.get("state") == POOL_SUCCEEDED]
+    return f"{len(ready)}/{len(active)}"
+
+
+def condition(
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    *,
+    now: str,
+    generation: int | None,
+    previous: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """A condition; ``lastTransitionTime`` moves only when its status changes."""
+    value = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == type_), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == value and old.get("lastTransitionTime") else now
+    result: dict[str, Any] = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        result["observedGeneration"] = generation
+    return result
+
+
+def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
+    """The Events that moving from status ``old`` to ``new`` deserves: phase and pool state changes."""
+    events: list[Event] = []
+    old_pools = {pool.get("name"): pool for pool in old.get("pools") or []}
+    for pool in new.get("pools") or []:
+        before = old_pools.get(pool.get("name"), {})
+        if (before.get("state"), before.get("job")) != (pool.get("state"), pool.get("job")):
+            type_ = "Warning" if pool.get("state") == POOL_FAILED else "Normal"
+            message = f"pool {pool['name']}: {pool.get('state')} ({pool.get('message', '')})"
+            events.append(Event(type_, f"Pool{pool.get('state')}", message))
+    if (old.get("phase"), old.get("message")) != (new.get("phase"), new.get("message")) and (
+        old.get("phase") != new.get("phase") or new.get("phase") == FAILED
+    ):
+        type_ = "Warning" if new.get("phase") in WARNING_PHASES else "Normal"
+        reason = _failure_reason(new) if new.get("phase") == FAILED else str(new.get("phase"))
+        events.append(Event(type_, reason, str(new.get("message", ""))))
+    return events
+
+
+def _failure_reason(status: Mapping[str, Any]) -> str:
+    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == READY_CONDITION), {})
+    return str(ready.get("reason") or FAILED)

@@ -1,0 +1,116 @@
+"""Warm-up Job and claim manifests: placement, GPUs, cache volume, env, security, names."""
+
+from compilecache import jobs
+from compilecache.api import parse_spec
+from compilecache.cacheenv import jax_cache_env
+from compilecache.pools import resolve_pools
+from specs import GPU, cache, cache_spec, cluster
+
+
+def _jobs(obj):
+    spec = parse_spec(obj["spec"])
+    return [jobs.warmup_job(obj, spec, pool) for pool in resolve_pools(spec, cluster())]
+
+
+def test_job_runs_on_its_pool_with_its_gpus_and_the_cache():
+    obj = cache()
+    h100 = next(job for job in _jobs(obj) if "h100" in job["metadata"]["name"])
+    pod = h100["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert container["resources"]["limits"][GPU] == 8
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "jax-cache"}} in pod["volumes"]
+    assert {"name": "cache", "mountPath": "/var/cache/compilecache"} in container["volumeMounts"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    for key, value in jax_cache_env("/var/cache/compilecache").items():
+        assert env[key] == value
+    assert container["command"][:4] == ["compilecache", "warm", "--cache-dir", "/var/cache/compilecache"]
+    assert container["command"][-2:] == ["--workload", "examples.workloads.transformer:targets"]
+    assert "--verify" in container["command"]
+
+
+def test_job_is_owned_labelled_and_bounded():
+    obj = cache()
+    job = _jobs(obj)[0]
+    meta = job["metadata"]
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "compilecache.dev/v1alpha1", "kind": "CompileCache", "name": "llama", "uid": "uid-1",
+         "controller": True, "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    assert meta["labels"][jobs.LABEL_CACHE] == "llama"
+    assert meta["labels"][jobs.LABEL_POOL] == "nvidia-a100-sxm4-40gb"
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "compilecache-operator"
+    assert jobs.LABEL_CACHE not in job["spec"]["template"]["metadata"]["labels"]  # would gate itself
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (2, 7200)
+    assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+
+
+def test_pods_are_non_root_with_read_only_root():
+    pod = _jobs(cache())[0]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
+    assert pod["automountServiceAccountToken"] is False
+    for container in pod["containers"] + pod.get("initContainers", []):
+        sc = container["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_names_are_deterministic_and_change_only_with_compilation():
+    base = _jobs(cache())
+    assert [j["metadata"]["name"] for j in base] == [j["metadata"]["name"] for j in _jobs(cache())]
+    assert all(len(j["metadata"]["name"]) <= 63 for j in base)
+
+    lifecycle_changed = _jobs(cache(lifecycle={"maxAge": "3d"}, schedule="0 1 * * *"))
+    assert [j["metadata"]["name"] for j in lifecycle_changed] == [j["metadata"]["name"] for j in base]
+
+    warmup = cache_spec()["warmup"] | {"image": "registry.example/trainer:1.3"}
+    image_changed = _jobs(cache(warmup=warmup))
+    assert not {j["metadata"]["name"] for j in image_changed} & {j["metadata"]["name"] for j in base}
+
+    rewarm = cache()
+    rewarm["metadata"]["annotations"] = {jobs.ANNOTATION_REWARM: "2026-11-21"}
+    assert not {j["metadata"]["name"] for j in _jobs(rewarm)} & {j["metadata"]["name"] for j in base}
+
+
+def test_long_names_fit_63_characters():
+    obj = cache(name="a-very-long-cache-name-that-goes-on-and-on-for-ever-and-ever")
+    names = [job["metadata"]["name"] for job in _jobs(obj)]
+    assert all(len(name) <= 63 for name in names)
+    assert len(set(names)) == len(names)
+
+
+def test_scripts_run_in_order_before_entrypoints():
+    warmup = cache_spec()["warmup"]
+    warmup["workloads"] = [
+        {"name": "compile", "script": "/app/train_compile.py", "args": ["--steps", "1"]},
+        {"name": "step", "entrypoint": "m:f", "env": [{"name": "MODEL_LAYERS", "value": "24"}]},
+    ]
+    pod = _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]
+    init = pod["initContainers"][0]["command"]
+    assert init[-5:] == ["--script", "/app/train_compile.py", "--", "--steps", "1"]
+    assert pod["containers"][0]["command"][-2:] == ["--workload", "m:f"]
+    assert {"name": "MODEL_LAYERS", "value": "24"} in pod["containers"][0]["env"]
+
+
+def test_gcs_job_has_no_volume_but_the_url_and_service_account():
+    obj = cache(storage={"gcs": {"bucket": "my-caches", "prefix": "llama", "serviceAccountName": "writer"}})
+    pod = _jobs(obj)[0]["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["tmp"]
+    assert pod["serviceAccountName"] == "writer"
+    env = {item["name"]: item.get("value") for item in pod["containers"][0]["env"]}
+    assert env["JAX_COMPILATION_CACHE_DIR"] == "gs://my-caches/llama"
+
+
+def test_claim_is_owned_only_when_asked():
+    obj = cache()
+    claim = jobs.claim(obj, parse_spec(obj["spec"]))
+    assert claim is not None and "ownerReferences" not in claim["metadata"]
+    assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}}}
+
+    owned = cache(storage={"pvc": {"claimName": "c", "create": {"size": "1Gi"}, "deleteWithCache": True}})
+    claim = jobs.claim(owned, parse_spec(owned["spec"]))
+    assert claim is not None and claim["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+    brought = cache(storage={"pvc": {"claimName": "mine"}})
+    assert jobs.claim(brought, parse_spec(brought["spec"])) is None

@@ -1,0 +1,95 @@
+"""Status computation: pool states from Jobs, phases, conditions and transition Events."""
+
+import pytest
+
+from compilecache import status
+from compilecache.pools import Pool
+
+POOL = Pool("h100", {"p": "h100"}, (), "nvidia.com/gpu", nodes=3, gpus_per_node=8, gpus_per_pod=8, workloads=())
+
+
+def _job(*, active=0, condition=None, reason=None):
+    job_status = {"startTime": "2026-11-21T10:00:00Z", "active": active}
+    if condition:
+        job_status["conditions"] = [
+            {"type": condition, "status": "True", "reason": reason, "lastTransitionTime": "2026-11-21T10:05:00Z"}
+        ]
+    return {"metadata": {"name": "j"}, "status": job_status}
+
+
+@pytest.mark.parametrize(
+    ("job", "state", "reason"),
+    [
+        ({"metadata": {"name": "j"}}, "Pending", "JobPending"),
+        (_job(active=1), "Running", "JobRunning"),
+        (_job(condition="Complete"), "Succeeded", "JobSucceeded"),
+        (_job(condition="Failed", reason="BackoffLimitExceeded"), "Failed", "BackoffLimitExceeded"),
+        (_job(condition="Failed", reason="DeadlineExceeded"), "Failed", "DeadlineExceeded"),
+    ],
+)
+def test_pool_state_follows_the_job(job, state, reason):
+    entry = status.pool_status(POOL, "j", job, None)
+    assert (entry["state"], entry["reason"], entry["job"]) == (state, reason, "j")
+    if state in ("Succeeded", "Failed"):
+        assert entry["finishedAt"] == "2026-11-21T10:05:00Z"
+
+
+def test_finished_record_survives_job_ttl_but_not_a_new_hash():
+    done = status.pool_status(POOL, "j", _job(condition="Complete"), None)
+    assert status.pool_status(POOL, "j", None, done)["state"] == "Succeeded"
+    assert status.pool_status(POOL, "j2", None, done)["state"] == "Pending"
+
+
+def test_pool_without_nodes_or_with_too_many_gpus():
+    empty = Pool("b200", {"p": "b200"}, (), "nvidia.com/gpu", 0, 0, 0, ())
+    assert status.pool_status(empty, "j", None, None)["state"] == "NoNodes"
+    greedy = Pool("h100", {}, (), "nvidia.com/gpu", 2, 8, 16, ())
+    entry = status.pool_status(greedy, "j", None, None)
+    assert (entry["state"], entry["reason"]) == ("Failed", "TooManyGPUs")
+    assert "job" not in entry
+
+
+@pytest.mark.parametrize(
+    ("states", "phase"),
+    [
+        ([], "Pending"),
+        (["NoNodes"], "Pending"),
+        (["Pending", "Succeeded"], "Warming"),
+        (["Running", "Failed"], "Warming"),
+        (["Succeeded", "Succeeded", "NoNodes"], "Ready"),
+        (["Succeeded", "Failed"], "Degraded"),
+        (["Failed", "Failed", "NoNodes"], "Failed"),
+    ],
+)
+def test_phase_of_pools(states, phase):
+    pools = [{"name": f"p{i}", "state": state} for i, state in enumerate(states)]
+    assert status.phase_of(pools)[0] == phase
+
+
+def test_pools_ready_counts_pools_with_nodes():
+    pools = [{"name": "a", "state": "Succeeded"}, {"name": "b", "state": "Running"}, {"name": "c", "state": "NoNodes"}]
+    assert status.pools_ready(pools) == "1/2"
+
+
+def test_condition_transition_time_moves_only_on_change():
+    first = status.condition("Ready", False, "Warming", "m", now="t1", generation=1)
+    same = status.condition("Ready", False, "Warming", "m2", now="t2", generation=2, previous=[first])
+    flipped = status.condition("Ready", True, "Ready", "m3", now="t3", generation=2, previous=[same])
+    times = [first["lastTransitionTime"], same["lastTransitionTime"], flipped["lastTransitionTime"]]
+    assert times == ["t1", "t1", "t3"]
+    assert same["observedGeneration"] == 2
+
+
+def test_transitions_post_one_event_per_change():
+    old = {"phase": "Warming", "message": "m", "pools": [{"name": "a", "state": "Running", "job": "j"}]}
+    new = {"phase": "Degraded", "message": "n", "pools": [{"name": "a", "state": "Failed", "job": "j", "message": "x"}]}
+    events = status.transitions(old, new)
+    assert [(e.type, e.reason) for e in events] == [("Warning", "PoolFailed"), ("Warning", "Degraded")]
+    assert status.transitions(new, new) == []
+
+
+def test_invalid_spec_event_uses_the_condition_reason_and_repeats_on_new_errors():
+    bad = {"phase": "Failed", "message": "a", "conditions": [{"type": "Ready", "reason": "InvalidSpec"}]}
+    worse = bad | {"message": "b"}
+    assert [(e.type, e.reason) for e in status.transitions({}, bad)] == [("Warning", "InvalidSpec")]
+    assert [e.reason for e in status.transitions(bad, worse)] == ["InvalidSpec"]
