@@ -19,7 +19,8 @@ that fails once upstream kmock fills it, so that this module can shrink:
 7. status-subresource isolation: the main endpoint ignores ``status``, ``/status`` changes only
    ``status``;
 8. owner garbage collection (background policy, done synchronously so tests are deterministic;
-   ``propagationPolicy=Orphan`` keeps the dependents and drops their owner reference);
+   ``propagationPolicy=Orphan`` keeps the dependents and drops their owner reference; an object
+   created with owners that are all gone is collected at once, as the real collector does);
 9. a ``kind: Status`` success body when a DELETE removes the object at once;
 10. ``labelSelector`` and ``fieldSelector`` (``metadata.name``, ``metadata.namespace``) on list
     and watch; watch turns MODIFIED into ADDED/DELETED when an object starts/stops matching;
@@ -282,9 +283,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _not_found(self, request: rendering.Request) -> kmock.KubernetesError:
         assert request.resource is not None
         plural = request.resource.plural
-        return kube_error(
-            404, "NotFound", f'{plural} "{request.name}" not found', name=request.name, kind=plural
-        )
+        return kube_error(404, "NotFound", f'{plural} "{request.name}" not found', name=request.name, kind=plural)
 
     async def _write(self, resource: kmock.resource, type_: str, obj: Body, old: Body | None) -> Body:
         """Record a new version (or a deletion) with a fresh resourceVersion, and announce it."""
@@ -370,15 +369,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if meta.get("deletionTimestamp") and set(meta.get("finalizers") or ()) - set(
             old["metadata"].get("finalizers") or ()
         ):
-            raise kube_error(
-                422, "Invalid", "Forbidden: no new finalizers can be added if the object is being deleted"
-            )
+            raise kube_error(422, "Invalid", "Forbidden: no new finalizers can be added if the object is being deleted")
         if new == old:  # a no-op write changes nothing and notifies nobody, as in the API server
             return old
         ignored = ("metadata", "status") if "status" in info.subresources else ("metadata",)
-        if {k: v for k, v in new.items() if k not in ignored} != {
-            k: v for k, v in old.items() if k not in ignored
-        }:
+        if {k: v for k, v in new.items() if k not in ignored} != {k: v for k, v in old.items() if k not in ignored}:
             meta["generation"] = meta.get("generation", 0) + 1
         await self._write(request.resource, "MODIFIED", new, old)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -406,9 +401,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             meta.pop("namespace", None)
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise kube_error(
-                    422, "Invalid", "metadata.name: Required value: name or generateName is required"
-                )
+                raise kube_error(422, "Invalid", "metadata.name: Required value: name or generateName is required")
             while True:  # a real server retries a taken random name too
                 meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_ALPHABET, k=5))
                 if self._live((request.resource, meta.get("namespace"), meta["name"])) is None:
@@ -426,9 +419,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
         body["apiVersion"] = self._api_version(request.resource)
         body["kind"] = info.kind or request.resource.plural
-        if "status" in info.subresources:
+        if "status" in info.subresources and request.resource.plural != "nodes":  # kubelets create with status
             body.pop("status", None)
         obj = await self._write(request.resource, "ADDED", body, None)
+        refs = meta.get("ownerReferences") or []
+        live_uids = {o.raw["metadata"].get("uid") for o in self._objects.values() if not o.deleted}
+        if refs and not any(ref.get("uid") in live_uids for ref in refs):
+            # The garbage collector deletes a dependent whose owners are all gone, e.g. one
+            # created by a controller that had read its owner just before the owner's deletion.
+            await self._delete_obj(request.resource, copy.deepcopy(obj))
         return rendering.Response(status=201, payload=obj)
 
     async def _patch(self, request: rendering.Request, info: kmock.ResourceInfo) -> rendering.Payload:
@@ -448,9 +447,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 # A failed `test` op is how kopf's optimistic concurrency notices newer changes.
                 raise kube_error(422, "Invalid", f"the JSON patch cannot be applied: {e}") from e
         else:
-            raise kube_error(
-                415, "UnsupportedMediaType", f"the patch content type {content_type!r} is unsupported"
-            )
+            raise kube_error(415, "UnsupportedMediaType", f"the patch content type {content_type!r} is unsupported")
         return await self._update(request, info, old, new)
 
     async def _replace(self, request: rendering.Request, info: kmock.ResourceInfo) -> rendering.Payload:

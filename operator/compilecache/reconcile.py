@@ -153,7 +153,12 @@ def write_status(client: Client, cache: Mapping[str, Any], old: Mapping[str, Any
     if not patch:
         return
     meta = cache["metadata"]
-    client.patch(COMPILECACHES, meta["name"], {"status": patch}, meta.get("namespace"), subresource="status")
+    try:
+        client.patch(COMPILECACHES, meta["name"], {"status": patch}, meta.get("namespace"), subresource="status")
+    except ApiError as exc:
+        if exc.status == 404:  # deleted during this pass: nothing left to report on
+            return
+        raise
     for event in status.transitions(old, new):
         client.post_event(cache, event.type, event.reason, event.message)
 
@@ -163,14 +168,13 @@ def utcnow() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# The status fields every pass decides afresh; all others (pools it cannot see on bad
+# input, the cache's contents, what other handlers record) are carried over as they are.
+_DECIDED = ("phase", "message", "specHash", "conditions", "observedGeneration")
+
+
 def _base(old: Mapping[str, Any], generation: int | None) -> dict[str, Any]:
-    # What a pass keeps from the last status: the pools it cannot see (on bad input)
-    # and the cache's contents, which only warm-up and expiry reports change.
-    base: dict[str, Any] = {"observedGeneration": generation}
-    for key in ("pools", "poolsReady", "cache"):
-        if key in old:
-            base[key] = old[key]
-    return base
+    return {key: value for key, value in old.items() if key not in _DECIDED} | {"observedGeneration": generation}
 
 
 def _create(client: Client, resource: Any, manifest: Mapping[str, Any], namespace: str | None) -> dict[str, Any] | None:
