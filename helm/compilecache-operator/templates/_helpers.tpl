@@ -1,0 +1,121 @@
+{{/* Names, labels and the kopf command line, shared by every template. */}}
+
+{{- define "compilecache.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* RELEASE-NAME, or RELEASE alone when it already contains the chart name; at most 63 characters. */}}
+{{- define "compilecache.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "compilecache.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "compilecache.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "compilecache.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "compilecache.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: compilecache-operator
+{{- end }}
+
+{{- define "compilecache.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "compilecache.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "compilecache.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Peering (kopf --peering) is on with more than one replica; one replica runs --standalone. */}}
+{{- define "compilecache.peering" -}}
+{{- if gt (int .Values.replicas) 1 }}true{{ end }}
+{{- end }}
+
+{{- define "compilecache.peeringName" -}}
+{{- default (include "compilecache.fullname" .) .Values.peering.name }}
+{{- end }}
+
+{{- define "compilecache.webhookService" -}}
+{{- printf "%s-webhook" (include "compilecache.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "compilecache.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "compilecache.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The arguments after `compilecache operator`: kopf run's own options. */}}
+{{- define "compilecache.kopfArgs" -}}
+{{- if include "compilecache.peering" . }}
+- --peering={{ include "compilecache.peeringName" . }}
+{{- else }}
+- --standalone
+{{- end }}
+{{- if .Values.watchNamespaces }}
+{{- range .Values.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+{{- else }}
+- --all-namespaces
+{{- end }}
+- --liveness=http://0.0.0.0:{{ .Values.healthPort }}/healthz
+{{- with (get (dict "quiet" "--quiet" "verbose" "--verbose" "debug" "--debug") .Values.logLevel) }}
+- {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+RBAC rules on namespaced resources: in the ClusterRole when every namespace is watched, else in
+one Role per watched namespace. Each verb is one the operator (or kopf in it) was recorded making
+against the API emulator (tests/test_chart.py derives them), or is on the test's documented list.
+*/}}
+{{- define "compilecache.namespacedRules" -}}
+# kopf lists and watches the CompileCaches it serves; each reconciliation reads the cache again.
+- apiGroups: [compilecache.dev]
+  resources: [compilecaches]
+  verbs: [get, list, watch]
+# The reconciliation writes only the status sub-resource.
+- apiGroups: [compilecache.dev]
+  resources: [compilecaches/status]
+  verbs: [patch]
+# Warm-up Jobs: kopf watches them (label compilecache.dev/cache); the reconciliation lists,
+# creates and deletes (older spec hashes) them, and reads one back after a 409 on create.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+# The cache's claim: read, and created when spec.storage.pvc.create asks for it.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create]
+# Events about caches, posted by the operator and by kopf.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .Values.webhook.enabled }}
+# The pod webhook's scheduling gates: training pods are read, watched, and patched to lift the gate.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}

@@ -1,0 +1,71 @@
+"""Run a fresh Python process for the warmer and read back its JSON result.
+
+A fresh process is the point of ``--verify`` (nothing in memory) and the only
+way to give a ``--script`` its own interpreter; both talk to the parent
+through a JSON file under ``$TMPDIR`` (the one writable place besides the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from compilecache.compiler import TargetRun
+
+
+def run_child(
+    module: str, request: Mapping[str, Any], env: Mapping[str, str], extra: Sequence[str] = ()
+) -> tuple[int, dict[str, Any], str]:
+    """Run ``python -m module REQUEST RESULT [extra...]``; return (exit code, result, stderr tail)."""
+    with tempfile.TemporaryDirectory(prefix="compilecache-") as scratch:
+        request_path = Path(scratch) / "request.json"
+        result_path = Path(scratch) / "result.json"
+        request_path.write_text(json.dumps(request))
+        completed = subprocess.run(
+            [sys.executable, "-m", module, str(request_path), str(result_path), *extra],
+            env=dict(env),
+            stdout=None,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        result: dict[str, Any] = json.loads(result_path.read_text()) if result_path.exists() else {}
+    return completed.returncode, result, _tail(completed.stderr)
+
+
+def run_to_dict(run: TargetRun) -> dict[str, Any]:
+    """A :class:`TargetRun` as JSON-able data."""
+    return {
+        "workload": run.workload,
+        "name": run.name,
+        "compile_seconds": run.compile_seconds,
+        "requests": run.requests,
+        "hits": run.hits,
+        "keys_hit": run.keys_hit,
+        "keys_missed": run.keys_missed,
+        "keys_written": run.keys_written,
+        "key_components": run.key_components,
+        "miss_log": run.miss_log,
+    }
+
+
+def run_from_dict(data: Mapping[str, Any]) -> TargetRun:
+    """Inverse of :func:`run_to_dict`."""
+    return TargetRun(**{key: data[key] for key in run_to_dict(TargetRun("", "")) if key in data})
+
+
+def write_result(path: str, result: Mapping[str, Any]) -> None:
+    """Write a child's result atomically (the parent may read a killed child's dir)."""
+    temporary = f"{path}.tmp"
+    Path(temporary).write_text(json.dumps(result))
+    os.replace(temporary, path)
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])

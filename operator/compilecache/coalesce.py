@@ -1,0 +1,49 @@
+"""Coalesce triggers per key: at most one pass runs per key, and one more after the latest trigger.
+
+A burst of events for one cache (eight Jobs created, each announced) must cost one
+or two reconciliations, not eight queued ones, and must never park worker threads
+on a lock while other caches wait for a thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+
+
+class Coalescer:
+    """Runs ``fn(key)`` for triggers, never concurrently for one key, and never skipping the last trigger."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._running: set[Hashable] = set()
+        self._dirty: set[Hashable] = set()
+
+    def trigger(self, key: Hashable, fn: Callable[[Hashable], None]) -> bool:
+        """Run ``fn(key)`` now, or, if a pass for ``key`` is running, make it run once more.
+
+        Returns whether this call ran the pass(es). An exception from ``fn`` propagates to the
+        caller that ran it; a trigger that arrived meanwhile still gets its pass.
+        """
+        with self._guard:
+            if key in self._running:
+                self._dirty.add(key)
+                return False
+            self._running.add(key)
+        try:
+            while True:
+                with self._guard:
+                    self._dirty.discard(key)
+                fn(key)
+                with self._guard:
+                    if key not in self._dirty:
+                        self._running.discard(key)
+                        return True
+        except BaseException:
+            with self._guard:
+                self._running.discard(key)
+                rerun = key in self._dirty
+                self._dirty.discard(key)
+            if rerun:  # a trigger arrived during the failed pass: it is owed a pass of its own
+                self.trigger(key, fn)
+            raise

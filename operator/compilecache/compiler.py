@@ -1,0 +1,245 @@
+"""Compile targets in this process and attribute JAX's cache events to each.
+
+JAX reports cache activity globally (``jax.monitoring`` events and log lines);
+both fire in the thread that compiles, so a thread-local "current target"
+attributes them even when ``--jobs`` compiles several targets at once.
+JAX is imported inside functions: the caller sets the cache options first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from compilecache.errors import WarmError
+from compilecache.target import Target
+
+REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
+HITS_EVENT = "/jax/compilation_cache/cache_hits"
+SETUP_TARGET = "(setup)"
+
+# Loggers whose DEBUG lines name the cache key of each request, and (cache_key)
+# the hash of each key component, so a miss can say *what* differed.
+_KEY_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache", "jax._src.cache_key")
+_WITH_KEY = re.compile(r"with key '([^']+)'")
+_COMPONENT = re.compile(r"^get_cache_key hash of serialized (.+): ([0-9a-f]{64})$")
+
+
+@dataclass
+class TargetRun:
+    """What happened while one target (or a workload's setup) compiled."""
+
+    workload: str
+    name: str
+    compile_seconds: float = 0.0
+    requests: int = 0
+    hits: int = 0
+    keys_hit: list[str] = field(default_factory=list)
+    keys_missed: list[str] = field(default_factory=list)
+    keys_written: list[str] = field(default_factory=list)
+    key_components: dict[str, str] = field(default_factory=dict)
+    miss_log: list[str] = field(default_factory=list)
+
+    @property
+    def misses(self) -> int:
+        """Requests that did not hit (JAX's ``cache_misses`` event fires only on writes)."""
+        return self.requests - self.hits
+
+    @property
+    def hit(self) -> bool:
+        """Every cache request of this target hit (and there was at least one)."""
+        return self.requests > 0 and self.hits == self.requests
+
+
+class CacheEvents:
+    """Counts cache requests/hits and captures cache keys per target, per thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._handler = _CaptureHandler(self)
+        self._saved_levels: dict[str, int] = {}
+
+    def __enter__(self) -> CacheEvents:
+        import jax.monitoring
+
+        jax.monitoring.register_event_listener(self._on_event)
+        for name in _KEY_LOGGERS:
+            logger = logging.getLogger(name)
+            self._saved_levels[name] = logger.level
+            # DEBUG is where JAX logs the key of every hit, miss and write; our
+            # handler sees them, and the default last-resort handler still
+            # prints only warnings, so nothing new reaches the user's console.
+            logger.setLevel(logging.DEBUG)
+            logger.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import jax.monitoring
+
+        jax.monitoring.unregister_event_listener(self._on_event)
+        for name, level in self._saved_levels.items():
+            logger = logging.getLogger(name)
+            logger.removeHandler(self._handler)
+            logger.setLevel(level)
+
+    @contextmanager
+    def attribute_to(self, run: TargetRun) -> Iterator[TargetRun]:
+        """Attribute the cache activity of this thread to ``run`` inside the block."""
+        previous = getattr(self._local, "run", None)
+        self._local.run = run
+        try:
+            yield run
+        finally:
+            self._local.run = previous
+
+    def current(self) -> TargetRun | None:
+        """The run this thread's events go to, if any."""
+        run: TargetRun | None = getattr(self._local, "run", None)
+        return run
+
+    def _on_event(self, event: str, **_: object) -> None:
+        run = self.current()
+        if run is None:
+            return
+        with self._lock:
+            if event == REQUESTS_EVENT:
+                run.requests += 1
+            elif event == HITS_EVENT:
+                run.hits += 1
+
+    def on_log(self, record: logging.LogRecord) -> None:
+        """Route one JAX log record to the current target."""
+        run = self.current()
+        if run is None:
+            return
+        message = record.getMessage()
+        with self._lock:
+            component = _COMPONENT.match(message)
+            if component:
+                run.key_components[component[1]] = component[2]
+                return
+            key = _WITH_KEY.search(message)
+            if key is None:
+                return
+            if message.startswith("Writing "):
+                run.keys_written.append(key[1])
+            elif "CACHE MISS" in message:
+                run.keys_missed.append(key[1])
+                run.miss_log.append(message)
+            elif "cache hit" in message:
+                run.keys_hit.append(key[1])
+
+
+class _CaptureHandler(logging.Handler):
+    def __init__(self, events: CacheEvents) -> None:
+        super().__init__(level=logging.DEBUG)
+        self._events = events
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._events.on_log(record)
+
+
+def lower_and_compile(target: Target, args: Sequence[Any]) -> None:
+    """``fn.lower(*args, **kwargs).compile()``: what the warmer and verify both do."""
+    target.fn.lower(*args, **dict(target.kwargs)).compile()
+
+
+def target_args(target: Target, *, training: bool) -> Sequence[Any]:
+    """``args``, or with ``training`` the arrays ``training_args()`` builds (if given)."""
+    if training and target.training_args is not None:
+        return target.training_args()
+    return target.args
+
+
+def compile_targets(
+    items: Sequence[tuple[str, Target]],
+    events: CacheEvents,
+    *,
+    jobs: int = 1,
+    training: bool = False,
+) -> list[TargetRun]:
+    """Compile every target, ``jobs`` at a time, and return one run per target in order.
+
+    Threads, not processes: XLA compiles outside the GIL, and a process per
+    target would import JAX and re-run the workload each time (measured
+    slower; see bench/coldwarm.py). The first failure is raised as a
+    :class:`WarmError` naming the target.
+    """
+    runs = [TargetRun(workload, target.name) for workload, target in items]
+
+    def one(index: int) -> None:
+        workload, target = items[index]
+        run = runs[index]
+        try:
+            # Building training's real inputs may compile (an initialiser): not
+            # this target's program, so outside its attribution.
+            args = target_args(target, training=training)
+        except Exception as error:
+            raise WarmError(
+                f"target {target.name!r} of workload {workload}: training_args raised {one_line(error)}"
+            ) from error
+        with events.attribute_to(run):
+            start = time.perf_counter()
+            try:
+                lower_and_compile(target, args)
+            except Exception as error:
+                raise WarmError(
+                    f"target {target.name!r} of workload {workload} failed to compile: {one_line(error)}"
+                ) from error
+            run.compile_seconds = time.perf_counter() - start
+
+    _run_all(one, len(items), jobs)
+    return runs
+
+
+def effective_jobs(jobs: int, cpus: int | None = None) -> int:
+    """``--jobs`` capped at half the CPU cores.
+
+    XLA's CPU compiler already keeps ~1.5 cores busy per compile: measured on
+    2 cores, 2 compile threads were 0.78x of sequential, so on small machines
+    extra threads only add contention and we stay sequential.
+    """
+    return max(1, min(jobs, (cpus if cpus is not None else os.cpu_count() or 1) // 2))
+
+
+def _run_all(fn: Callable[[int], None], count: int, jobs: int) -> None:
+    jobs = effective_jobs(jobs)
+    if jobs <= 1 or count <= 1:
+        for index in range(count):
+            fn(index)
+        return
+    with ThreadPoolExecutor(max_workers=min(jobs, count), thread_name_prefix="compile") as pool:
+        for future in [pool.submit(fn, index) for index in range(count)]:
+            future.result()
+
+
+def environment_facts() -> dict[str, Any]:
+    """jax/jaxlib versions, backend, device kind and count: what the cache key depends on."""
+    import jax
+    import jaxlib
+
+    devices = jax.devices()
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind if devices else "",
+        "device_count": jax.device_count(),
+    }
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: message`` on one line, for errors shown to users."""
+    text = " ".join(str(error).split())
+    if len(text) > 400:
+        text = text[:400] + " …"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,46 @@
+"""``compilecache env``: print the JAX cache environment a training process needs.
+
+``compilecache env --cache-dir DIR`` prints ``KEY=VALUE`` lines from
+:func:`compilecache.cacheenv.jax_cache_env`, the same function the operator's
+Job and pod manifests use. ``compilecache env NAME -n NS`` (a CompileCache's
+environment, read from the cluster) comes in a later issue; the positional
+name is reserved for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from compilecache.cacheenv import format_env, jax_cache_env
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``compilecache env``."""
+    parser.add_argument("name", nargs="?", help="a CompileCache's name (not supported yet: use --cache-dir)")
+    parser.add_argument("-n", "--namespace", help="namespace of NAME (with NAME)")
+    parser.add_argument("--cache-dir", help="cache location as training mounts it (local path or gs://)")
+    parser.add_argument("--min-compile-time-secs", type=float, default=0.0, help="default 0: cache everything")
+    parser.add_argument("--min-entry-size-bytes", type=int, default=0, help="default 0")
+    parser.add_argument("--xla-flags", default=None, help="XLA_FLAGS, identical in warmers and trainers")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the environment, or a one-line error."""
+    if args.name is not None:
+        print("compilecache env: error: NAME lookup is not supported yet; use --cache-dir DIR", file=sys.stderr)
+        return 2
+    if not args.cache_dir:
+        print("compilecache env: error: --cache-dir is required", file=sys.stderr)
+        return 2
+    if args.min_compile_time_secs < 0 or args.min_entry_size_bytes < 0:
+        print("compilecache env: error: minimums must be >= 0", file=sys.stderr)
+        return 2
+    env = jax_cache_env(
+        args.cache_dir,
+        min_compile_time_secs=args.min_compile_time_secs,
+        min_entry_size_bytes=args.min_entry_size_bytes,
+        xla_flags=args.xla_flags,
+    )
+    sys.stdout.write(format_env(env))
+    return 0

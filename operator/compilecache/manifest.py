@@ -1,0 +1,149 @@
+"""Run manifests (stored in the cache) and reports (``--report``): pure functions.
+
+One manifest per run, under ``DIR/.compilecache/manifests/<run_id>.json``; the
+run id holds a UTC timestamp, the host and random bits, so concurrent Jobs
+never write the same file and names sort by time. The expiry issue reads
+``entries`` (what a run wrote) and ``hits`` (what it re-produced) together.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from compilecache.compiler import TargetRun
+from compilecache.localstore import StagedEntry
+
+MANIFEST_SCHEMA = "compilecache.dev/manifest/v1"
+REPORT_SCHEMA = "compilecache.dev/report/v1"
+
+
+def new_run_id(now: datetime | None = None, host: str | None = None) -> str:
+    """``20251121T135800Z-<host>-<8 hex>``: unique, sortable, safe as a file name."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    safe_host = "".join(c if c.isalnum() or c in "-." else "-" for c in (host or socket.gethostname()))
+    return f"{stamp}-{safe_host[:40] or 'host'}-{secrets.token_hex(4)}"
+
+
+def manifest_name(run_id: str) -> str:
+    """File name of a run's manifest."""
+    return f"{run_id}.json"
+
+
+def utc_now() -> str:
+    """RFC 3339 UTC time, second precision (Kubernetes style)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def target_record(run: TargetRun, sizes: Mapping[str, int]) -> dict[str, Any]:
+    """The report's view of one target: timing, counts and the entry files it added."""
+    written = [f"{key}-cache" for key in run.keys_written if f"{key}-cache" in sizes]
+    return {
+        "name": run.name,
+        "workload": run.workload,
+        "compile_seconds": round(run.compile_seconds, 4),
+        "requests": run.requests,
+        "hits": run.hits,
+        "misses": run.misses,
+        "hit": run.hit,
+        "entries_written": written,
+        "bytes": sum(sizes[name] for name in written),
+        "cache_keys": sorted(set(run.keys_hit) | set(run.keys_missed) | set(run.keys_written)),
+        "key_components": dict(run.key_components),
+    }
+
+
+def build_manifest(
+    *,
+    run_id: str,
+    cache_dir: str,
+    facts: Mapping[str, Any],
+    runs: Sequence[TargetRun],
+    staged: Sequence[StagedEntry],
+    started_at: str,
+    finished_at: str,
+    workloads: Sequence[str],
+    verify: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every entry this run wrote (size, sha256, versions, device, workload, target,
+    compile seconds, time) and every entry it hit, plus the per-target records."""
+    sizes = {entry.name: entry.size for entry in staged}
+    owner = _entry_owners(runs)
+    entries = []
+    for entry in staged:
+        run = owner.get(entry.name)
+        entries.append(
+            {
+                "file": entry.name,
+                "size": entry.size,
+                "sha256": entry.sha256,
+                "published": entry.published,
+                **_versions(facts),
+                "workload": run.workload if run else "",
+                "target": run.name if run else "",
+                "compile_seconds": round(run.compile_seconds, 4) if run else None,
+                "written_at": finished_at,
+            }
+        )
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "run_id": run_id,
+        "cache_dir": cache_dir,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "workloads": list(workloads),
+        **_versions(facts),
+        "entries": entries,
+        "hits": list(_hit_records(runs, finished_at)),
+        "targets": [target_record(run, sizes) for run in runs],
+        "verify": dict(verify) if verify is not None else None,
+    }
+
+
+def build_report(manifest: Mapping[str, Any], manifest_path: str | None, error: str | None) -> dict[str, Any]:
+    """The ``--report`` JSON: per-target records, totals, versions and the outcome."""
+    entries = manifest.get("entries", [])
+    return {
+        "schema": REPORT_SCHEMA,
+        "ok": error is None,
+        "error": error,
+        "run_id": manifest.get("run_id"),
+        "cache_dir": manifest.get("cache_dir"),
+        "manifest": manifest_path,
+        **{key: manifest.get(key) for key in ("jax", "jaxlib", "backend", "device_kind", "device_count")},
+        "targets": list(manifest.get("targets", [])),
+        "entries": len(entries),
+        "bytes": sum(int(entry["size"]) for entry in entries),
+        "hits": len(manifest.get("hits", [])),
+        "verify": manifest.get("verify"),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+    }
+
+
+def dumps(document: Mapping[str, Any]) -> bytes:
+    """Stable, readable JSON bytes."""
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _versions(facts: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: facts.get(key) for key in ("jax", "jaxlib", "backend", "device_kind", "device_count")}
+
+
+def _entry_owners(runs: Iterable[TargetRun]) -> dict[str, TargetRun]:
+    owners: dict[str, TargetRun] = {}
+    for run in runs:
+        for key in run.keys_written:
+            owners.setdefault(f"{key}-cache", run)
+    return owners
+
+
+def _hit_records(runs: Iterable[TargetRun], at: str) -> Iterable[dict[str, Any]]:
+    # A hit re-produces an entry as surely as a write: expiry keeps both alive.
+    for run in runs:
+        for key in dict.fromkeys(run.keys_hit):
+            yield {"file": f"{key}-cache", "workload": run.workload, "target": run.name, "at": at}

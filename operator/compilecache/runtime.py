@@ -1,0 +1,62 @@
+"""What a training process calls if it prefers a call to environment variables.
+
+``compilecache.runtime.enable()`` applies exactly the settings of
+:func:`compilecache.cacheenv.jax_cache_env` through ``jax.config``, so a process
+configured either way computes the same cache keys as the warmer.
+"""
+
+from __future__ import annotations
+
+import os
+
+from compilecache.cacheenv import jax_cache_env
+
+# XLA_FLAGS is read once, when the backend starts; it cannot go through jax.config.
+_NOT_A_JAX_OPTION = frozenset({"XLA_FLAGS"})
+
+
+def config_updates(env: dict[str, str]) -> dict[str, str]:
+    """Map our ``JAX_*`` environment variables to ``jax.config`` option names.
+
+    JAX reads each option ``jax_foo`` from the variable ``JAX_FOO`` (see
+    ``jax/_src/config.py``), so the mapping is the lower-cased name.
+    """
+    return {key.lower(): value for key, value in env.items() if key not in _NOT_A_JAX_OPTION}
+
+
+def apply_env(env: dict[str, str]) -> None:
+    """Set every ``JAX_*`` option in ``env`` through ``jax.config`` (types as JAX parses them)."""
+    import jax
+
+    for name, text in config_updates(env).items():
+        current = getattr(jax.config, name)
+        value: object = text
+        if isinstance(current, bool):
+            value = text.lower() in ("1", "true", "yes", "on")
+        elif isinstance(current, int):
+            value = int(text)
+        elif isinstance(current, float):
+            value = float(text)
+        jax.config.update(name, value)
+
+
+def enable(
+    cache_dir: str | None = None,
+    *,
+    min_compile_time_secs: float = 0.0,
+    min_entry_size_bytes: int = 0,
+) -> dict[str, str]:
+    """Point JAX's persistent cache at ``cache_dir`` with the warmer's settings.
+
+    ``cache_dir`` None takes ``JAX_COMPILATION_CACHE_DIR`` from the environment.
+    Call before the first compile. Returns the settings applied. ``XLA_FLAGS``
+    must be in the environment before JAX starts (it is part of the cache key).
+    """
+    directory = cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if not directory:
+        raise ValueError("no cache dir: pass cache_dir or set JAX_COMPILATION_CACHE_DIR")
+    env = jax_cache_env(
+        directory, min_compile_time_secs=min_compile_time_secs, min_entry_size_bytes=min_entry_size_bytes
+    )
+    apply_env(env)
+    return env

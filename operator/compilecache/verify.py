@@ -1,0 +1,98 @@
+"""``--verify``: in a fresh process, compile every target again against the
+published cache and require a hit. Runs as ``python -m compilecache.verify``.
+
+A fresh process has nothing in memory, so a hit proves that the published
+entries are sound, that their keys do not depend on the staging path, and
+(with ``Target.training_args``) that training's real inputs produce the keys
+the warmer wrote.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from compilecache.compiler import SETUP_TARGET, TargetRun
+from compilecache.target import Target
+
+# Verify must never write into the live cache: JAX writes with a plain write.
+# The minimum entry size is not part of the cache key, so raising it turns the
+# process into a pure reader without changing what it looks up.
+NEVER_WRITE_BYTES = str(2**62)
+
+
+def verify_env(base: Mapping[str, str], jax_env: Mapping[str, str]) -> dict[str, str]:
+    """The fresh process's environment: the training settings, read-only, explaining misses."""
+    env = dict(base)
+    env.update(jax_env)
+    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = NEVER_WRITE_BYTES
+    env["JAX_EXPLAIN_CACHE_MISSES"] = "true"
+    return env
+
+
+def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) -> list[str]:
+    """One line per target that did not hit, naming it and what JAX said."""
+    by_name = {(run.workload, run.name): run for run in verified}
+    problems = []
+    for warm in expected:
+        if warm.name == SETUP_TARGET:
+            continue
+        run = by_name.get((warm.workload, warm.name))
+        if run is None:
+            problems.append(f"target {warm.name!r} of workload {warm.workload} was not produced again")
+            continue
+        if run.hit:
+            continue
+        if run.requests == 0:
+            problems.append(f"target {warm.name!r} of workload {warm.workload}: no cache request (cache off?)")
+            continue
+        detail = run.miss_log[0] if run.miss_log else "no explanation logged"
+        differs = differing_components(warm.key_components, run.key_components)
+        hint = f"; key differs from the warmer's in: {', '.join(differs)}" if differs else ""
+        if not warm.keys_written and not warm.keys_hit:
+            hint += "; the warmer wrote no entry for it (below the min compile time or entry size?)"
+        problems.append(
+            f"target {warm.name!r} of workload {warm.workload} MISSED the published cache in a fresh "
+            f"process ({run.misses}/{run.requests} requests): {detail}{hint}"
+        )
+    return problems
+
+
+def differing_components(warm: Mapping[str, str], fresh: Mapping[str, str]) -> list[str]:
+    """Names of cache-key components whose hashes differ (``computation``, ``compile_options``…)."""
+    return [name for name in warm if name in fresh and warm[name] != fresh[name]]
+
+
+def main(argv: Sequence[str]) -> int:
+    """Child entry point: ``REQUEST.json RESULT.json``."""
+    import json
+
+    from compilecache.childproc import run_to_dict, write_result
+    from compilecache.compiler import CacheEvents, compile_targets, environment_facts, one_line
+    from compilecache.errors import WarmError
+    from compilecache.workload import load_targets
+
+    request_path, result_path = argv[0], argv[1]
+    request: dict[str, Any] = json.loads(Path(request_path).read_text())
+    runs: list[TargetRun] = []
+    try:
+        with CacheEvents() as events:
+            items: list[tuple[str, Target]] = []
+            for spec in request["workloads"]:
+                with events.attribute_to(TargetRun(spec, SETUP_TARGET)):
+                    items.extend((spec, target) for target in load_targets(spec))
+            runs = compile_targets(items, events, jobs=int(request.get("jobs", 1)), training=True)
+        write_result(result_path, {"facts": environment_facts(), "runs": [run_to_dict(r) for r in runs]})
+        return 0
+    except WarmError as error:
+        write_result(result_path, {"error": str(error)})
+        return 1
+    except Exception as error:
+        write_result(result_path, {"error": f"verify crashed: {one_line(error)}"})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,282 @@
+"""``compilecache warm``: compile workloads into a cache, publish atomically, verify.
+
+Runs inside every warm-up Job (and by hand). Steps, each able to stop the run
+with a one-line error before anything reaches the live cache:
+
+1. open the cache (``--cache-dir``: a local path; ``gs://`` later) and a
+   staging dir for this run, seeded with links to what is already published;
+2. set JAX's cache options (from :mod:`compilecache.cacheenv`) pointing at
+   staging *before* JAX is imported, import each ``--workload`` and compile its
+   targets (``--jobs`` at a time), and/or run ``--script`` under the same env;
+3. check every new entry and rename it into the cache (all or nothing);
+4. with ``--verify``: in a fresh process, compile every target again against
+   the published cache and require a hit;
+5. write the run's manifest into the cache and the ``--report`` JSON.
+
+Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment,
+3 verify found a miss, 4 an unsound entry (nothing published).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from compilecache.cacheenv import jax_cache_env
+from compilecache.errors import VerifyError, WarmError
+
+# Options the Job's environment may already carry (set by the operator from
+# jax_cache_env); command-line flags win, our defaults apply when neither is set.
+_ENV_MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+_ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``compilecache warm``."""
+    parser.add_argument("--cache-dir", required=True, help="cache location: a local path (gs:// later)")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNC",
+        help="function returning compilecache.Target objects (repeatable)",
+    )
+    parser.add_argument("--script", metavar="PATH", help="run a training/compile script under the cache env")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
+    parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
+    parser.add_argument(
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check in a fresh process that every target hits the published cache (default: on)",
+    )
+    parser.add_argument("--min-compile-time-secs", type=float, default=None, help=f"default: ${_ENV_MIN_TIME} or 0")
+    parser.add_argument("--min-entry-size-bytes", type=int, default=None, help=f"default: ${_ENV_MIN_SIZE} or 0")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments of --script")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the warmer; print a one-line error and return non-zero on failure."""
+    from compilecache.manifest import dumps
+
+    try:
+        report = warm(args)
+    except WarmError as error:
+        print(f"compilecache warm: error: {error}", file=sys.stderr)
+        if args.report:
+            failure = getattr(error, "report", None) or {"ok": False, "targets": [], "entries": 0, "bytes": 0}
+            failure["ok"], failure["error"] = False, str(error)
+            _write_report(args.report, dumps(failure))
+        return error.exit_code
+    if args.report:
+        _write_report(args.report, dumps(report))
+    return 0
+
+
+def warm(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole run; returns the report or raises :class:`WarmError`."""
+    from compilecache.localstore import open_store
+    from compilecache.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
+
+    script_args = _script_args(args)
+    _check_args(args, script_args)
+    store = open_store(args.cache_dir)
+    base_env = dict(os.environ)
+    options = _cache_options(args, base_env)
+    run_id = new_run_id()
+    started = utc_now()
+    staging = store.prepare(run_id)
+    try:
+        staging_env = jax_cache_env(str(staging), **options)
+        runs, facts = _compile(args, script_args, base_env, staging_env)
+        staged = store.publish(staging, store.new_entries(staging))
+    finally:
+        store.discard(staging)
+
+    verify_result: dict[str, Any] | None = None
+    problems: list[str] = []
+    if args.verify:
+        verify_env_ = jax_cache_env(store.jax_dir(), **options)
+        verify_result, problems = _verify(args, script_args, base_env, verify_env_, runs)
+    manifest = build_manifest(
+        run_id=run_id,
+        cache_dir=store.url,
+        facts=facts,
+        runs=runs,
+        staged=staged,
+        started_at=started,
+        finished_at=utc_now(),
+        workloads=[*args.workload, *([f"script:{args.script}"] if args.script else [])],
+        verify=verify_result,
+    )
+    manifest_path = store.write_manifest(manifest_name(run_id), dumps(manifest))
+    error = _verify_error(problems) if problems else None
+    report = build_report(manifest, manifest_path, error)
+    _print_summary(report)
+    if error:
+        failure = VerifyError(error)
+        failure.report = report  # type: ignore[attr-defined]
+        raise failure
+    return report
+
+
+def _compile(
+    args: argparse.Namespace,
+    script_args: Sequence[str],
+    base_env: Mapping[str, str],
+    staging_env: Mapping[str, str],
+) -> tuple[list[Any], dict[str, Any]]:
+    """Compile the workloads in this process and/or run the script in a child."""
+    from compilecache.compiler import TargetRun
+
+    runs: list[TargetRun] = []
+    facts: dict[str, Any] = {}
+    if args.workload:
+        runs, facts = _compile_workloads(args.workload, args.jobs, staging_env)
+    if args.script:
+        script_runs, script_facts = _run_script(args.script, script_args, {**base_env, **staging_env})
+        runs += script_runs
+        facts = facts or script_facts
+    return runs, facts
+
+
+def _compile_workloads(
+    specs: Sequence[str], jobs: int, staging_env: Mapping[str, str]
+) -> tuple[list[Any], dict[str, Any]]:
+    # The options must be in place before JAX reads them: the environment for
+    # anything JAX has not imported yet, jax.config for anything it has.
+    os.environ.update(staging_env)
+    from compilecache.compiler import SETUP_TARGET, CacheEvents, TargetRun, compile_targets, environment_facts
+    from compilecache.runtime import apply_env
+    from compilecache.target import Target, check_unique
+    from compilecache.workload import load_targets
+
+    apply_env(dict(staging_env))
+    runs: list[TargetRun] = []
+    with CacheEvents() as events:
+        items: list[tuple[str, Target]] = []
+        for spec in specs:
+            # Importing or calling a workload may compile (parameter init):
+            # those entries are published too, attributed to its "(setup)".
+            setup = TargetRun(spec, SETUP_TARGET)
+            with events.attribute_to(setup):
+                items.extend((spec, target) for target in load_targets(spec))
+            if setup.requests:
+                runs.append(setup)
+        check_unique(items)
+        runs += compile_targets(items, events, jobs=jobs)
+    return runs, environment_facts()
+
+
+def _run_script(script: str, script_args: Sequence[str], env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any]]:
+    from compilecache.childproc import run_child, run_from_dict
+
+    code, result, stderr = run_child("compilecache.scriptrun", {}, env, [script, *script_args])
+    if code != 0 or "runs" not in result:
+        reason = result.get("error") or f"script {script} exited with status {code}"
+        last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+        raise WarmError(f"{reason}{': ' + last[0] if last and last[0] not in reason else ''}")
+    return [run_from_dict(run) for run in result["runs"]], result.get("facts") or {}
+
+
+def _verify(
+    args: argparse.Namespace,
+    script_args: Sequence[str],
+    base_env: Mapping[str, str],
+    jax_env: Mapping[str, str],
+    runs: Sequence[Any],
+) -> tuple[dict[str, Any], list[str]]:
+    """Compile again in fresh processes against the published cache; list the misses."""
+    from compilecache.childproc import run_child, run_from_dict
+    from compilecache.verify import miss_messages, verify_env
+
+    env = verify_env(base_env, jax_env)
+    fresh: list[Any] = []
+    if args.workload:
+        code, result, stderr = run_child("compilecache.verify", {"workloads": args.workload, "jobs": 1}, env)
+        if code != 0 or "runs" not in result:
+            raise WarmError(f"verify: {result.get('error') or 'fresh process failed'}: {stderr[-400:]}")
+        fresh += [run_from_dict(run) for run in result["runs"]]
+    if args.script:
+        code, result, _ = run_child("compilecache.scriptrun", {}, env, [args.script, *script_args])
+        if code != 0 or "runs" not in result:
+            raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
+        fresh += [run_from_dict(run) for run in result["runs"]]
+    problems = miss_messages(list(runs), fresh)
+    summary = {
+        "ok": not problems,
+        "targets": len([run for run in fresh if run.requests]),
+        "hits": sum(run.hits for run in fresh),
+        "requests": sum(run.requests for run in fresh),
+        "problems": problems,
+    }
+    return summary, problems
+
+
+def _verify_error(problems: Sequence[str]) -> str:
+    return f"verify failed, training would recompile: {problems[0]}" + (
+        f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    )
+
+
+def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
+    if not args.workload and not args.script:
+        raise WarmError("nothing to warm: give --workload MODULE:FUNC and/or --script PATH")
+    if args.jobs < 1:
+        raise WarmError(f"--jobs must be at least 1, got {args.jobs}")
+    if script_args and not args.script:
+        raise WarmError(f"unexpected arguments {' '.join(script_args)!r} (arguments after -- need --script)")
+    if args.script and not Path(args.script).is_file():
+        raise WarmError(f"script {args.script} does not exist")
+
+
+def _script_args(args: argparse.Namespace) -> list[str]:
+    rest = list(args.script_args or [])
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def _cache_options(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """Keyword options of :func:`jax_cache_env` from flags, else the environment, else 0."""
+    try:
+        min_time = args.min_compile_time_secs
+        if min_time is None:
+            min_time = float(env.get(_ENV_MIN_TIME) or 0)
+        min_size = args.min_entry_size_bytes
+        if min_size is None:
+            min_size = int(env.get(_ENV_MIN_SIZE) or 0)
+    except ValueError as error:
+        raise WarmError(f"bad cache option in the environment: {error}") from error
+    return {
+        "min_compile_time_secs": min_time,
+        "min_entry_size_bytes": min_size,
+        "xla_flags": env.get("XLA_FLAGS") or None,
+    }
+
+
+def _print_summary(report: Mapping[str, Any]) -> None:
+    for target in report["targets"]:
+        state = "hit" if target["hit"] else f"{target['misses']}/{target['requests']} miss"
+        print(
+            f"  {target['workload']} {target['name']}: {target['compile_seconds']:.2f}s {state}, "
+            f"{len(target['entries_written'])} entries, {target['bytes']} bytes"
+        )
+    verify = report.get("verify")
+    checked = (
+        "verify skipped" if verify is None else f"verify: {verify['hits']}/{verify['requests']} hits in a fresh process"
+    )
+    print(
+        f"published {report['entries']} entries ({report['bytes']} bytes) to {report['cache_dir']}; "
+        f"{checked}; manifest {report['manifest']}"
+    )
+
+
+def _write_report(path: str, data: bytes) -> None:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+    except OSError as error:
+        print(f"compilecache warm: error: cannot write report {path}: {error}", file=sys.stderr)

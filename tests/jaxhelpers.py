@@ -1,0 +1,118 @@
+"""Helpers for the real-JAX warmer tests: run the CLI and fresh JAX processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A tiny model keeps every compile well under a second on 2 cores.
+TINY_MODEL = {
+    "MODEL_LAYERS": "1",
+    "MODEL_WIDTH": "32",
+    "MODEL_SEQ": "8",
+    "MODEL_BATCH": "4",
+    "MODEL_VOCAB": "64",
+}
+
+TINY_WORKLOAD = """
+import jax, jax.numpy as jnp
+from compilecache import Target
+
+def targets():
+    spec = jax.ShapeDtypeStruct((16, 16), jnp.float32)
+    return [
+        Target("matmul", jax.jit(lambda x, y: jnp.tanh(x @ y).sum()), (spec, spec)),
+        Target("cosine", jax.jit(lambda x: jnp.cos(x) * 2.0), (spec,)),
+        Target("scaled", jax.jit(lambda x, s: x * s, static_argnums=1), (spec, 3.0)),
+    ]
+"""
+
+
+def clean_env(extra: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
+    """The test process's environment without JAX/XLA settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MODEL_"))}
+    paths = [str(p) for p in pythonpath] + [str(REPO)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(extra or {})
+    return env
+
+
+def write_module(folder: Path, name: str, source: str) -> Path:
+    """Write ``name.py`` (dedented) into ``folder`` and return the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    return folder
+
+
+def run_cli(args: Sequence[str], env: Mapping[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``python -m compilecache.cli ARGS`` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "compilecache.cli", *args],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def run_train(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
+    """``examples/train.py --json`` in a fresh process; its JSON result."""
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "train.py"), "--json", "--steps", "1", *extra],
+        env=dict(env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+PROBE = """
+import json, sys
+import jax
+counts = {"req": 0, "hit": 0}
+def on(event, **_):
+    if event == "/jax/compilation_cache/compile_requests_use_cache": counts["req"] += 1
+    if event == "/jax/compilation_cache/cache_hits": counts["hit"] += 1
+jax.monitoring.register_event_listener(on)
+import importlib
+module, func = sys.argv[1].split(":")
+for target in getattr(importlib.import_module(module), func)():
+    target.fn.lower(*target.args, **dict(target.kwargs)).compile()
+print(json.dumps(counts))
+"""
+
+
+def probe_hits(spec: str, env: Mapping[str, str]) -> dict[str, int]:
+    """In a fresh process with plain JAX settings from ``env``, compile a workload's targets;
+    return cache requests and hits (no code of the warmer involved)."""
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE, spec],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    counts: dict[str, int] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return counts
+
+
+def entry_files(cache: Path) -> list[str]:
+    """Published entry file names at the top of a cache dir."""
+    return sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache"))

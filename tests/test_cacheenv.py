@@ -1,0 +1,76 @@
+"""jax_cache_env is the one source of truth: check its output, and that JAX really reads each variable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from compilecache.cacheenv import format_env, jax_cache_env
+from compilecache.cli import main
+from jaxhelpers import clean_env
+
+
+def test_env_has_jax_own_variables_with_xla_caches_off() -> None:
+    env = jax_cache_env("/var/cache/compilecache")
+    assert env == {
+        "JAX_COMPILATION_CACHE_DIR": "/var/cache/compilecache",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none",
+    }
+
+
+def test_env_options_and_format() -> None:
+    env = jax_cache_env("gs://b/p", min_compile_time_secs=1.5, min_entry_size_bytes=4096, xla_flags="--xla_x=1")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "1.5"
+    assert env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] == "4096"
+    assert env["XLA_FLAGS"] == "--xla_x=1"
+    lines = format_env(env).splitlines()
+    assert lines == sorted(lines) and "JAX_COMPILATION_CACHE_DIR=gs://b/p" in lines
+
+
+def test_env_command_prints_key_value_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "--cache-dir", "/c", "--min-compile-time-secs", "2", "--xla-flags=--a=1"]) == 0
+    printed = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    assert printed == jax_cache_env("/c", min_compile_time_secs=2, xla_flags="--a=1")
+
+
+def test_env_command_reserves_the_name_for_later(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "my-cache", "-n", "team"]) == 2
+    assert "not supported yet" in capsys.readouterr().err
+
+
+PRINT_CONFIG = """
+import json, jax
+print(json.dumps({
+    "dir": jax.config.jax_compilation_cache_dir,
+    "min_time": jax.config.jax_persistent_cache_min_compile_time_secs,
+    "min_size": jax.config.jax_persistent_cache_min_entry_size_bytes,
+    "xla_caches": jax.config.jax_persistent_cache_enable_xla_caches,
+    "devices": jax.device_count(),
+}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_reads_every_variable_from_the_environment() -> None:
+    env = jax_cache_env(
+        "/tmp/somewhere",
+        min_compile_time_secs=2.5,
+        min_entry_size_bytes=77,
+        xla_flags="--xla_force_host_platform_device_count=3",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", PRINT_CONFIG], env=clean_env(env), capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == {
+        "dir": "/tmp/somewhere",
+        "min_time": 2.5,
+        "min_size": 77,
+        "xla_caches": "none",
+        "devices": 3,
+    }

@@ -1,0 +1,585 @@
+"""The Helm chart, checked with real tools: helm lint/template, its values schema, kubernetes-validate,
+and RBAC derived from what the real operator was recorded doing against the API emulator.
+
+How the RBAC check works: ``recorded`` runs the real operator (kopf and our handlers, in this
+process) against the emulator through a representative scenario, once cluster-wide with kopf
+peering and once in one namespace with peering, and turns every request the operator made
+(told apart from the test's own requests by their User-Agent) into an RBAC (verb, group,
+resource[/subresource], namespace). Each must be authorized by the chart's rules for the
+matching values, and each rule the chart writes must have been used, or be on ``NOT_RECORDED``
+with its reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+
+from chartrender import (
+    CHART,
+    NAMESPACE,
+    ROOT,
+    ApiCall,
+    grants_of,
+    helm,
+    one,
+    only,
+    rbac_verb,
+    render,
+    wildcards,
+)
+from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
+from kubeemulator import KubeEmulator
+from specs import cache_spec, cluster
+
+CC = "compilecache.dev/v1alpha1/compilecaches"
+JOBS = "batch/v1/jobs"
+WATCHED = "team-a"
+
+# Representative value sets: each must lint --strict, render and validate.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "webhook-off": {"webhook": {"enabled": False}},
+    "cert-manager": {"webhook": {"enabled": True, "certManager": {"enabled": True}}},
+    "cert-manager-issuer": {
+        "webhook": {
+            "enabled": True,
+            "certManager": {"enabled": True, "issuerRef": {"kind": "ClusterIssuer", "name": "ca"}},
+        }
+    },
+    "namespaces": {"watchNamespaces": [WATCHED, "team-b"], "logLevel": "debug"},
+    "replicas-2": {"replicas": 2, "logLevel": "quiet"},
+    "replicas-2-namespaces": {"replicas": 2, "watchNamespaces": [WATCHED]},
+    "pinned-image": {
+        "image": {"repository": "registry.example:5000/ml/compilecache-operator", "tag": "v0.1.0-rc.1"},
+        "imagePullSecrets": [{"name": "pull"}],
+    },
+}
+
+# Values values.schema.json must reject, and a word its message must name.
+BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
+    "replicas-0": ({"replicas": 0}, "replicas"),
+    "unknown-log-level": ({"logLevel": "loud"}, "logLevel"),
+    "malformed-tag": (
+        {"image": {"repository": "compilecache/operator", "tag": "v1 beta", "pullPolicy": "Always"}},
+        "tag",
+    ),
+    "malformed-repository": ({"image": {"repository": "Compile Cache/op", "pullPolicy": "Always"}}, "repository"),
+    "bad-pull-policy": ({"image": {"repository": "compilecache/operator", "pullPolicy": "Sometimes"}}, "pullPolicy"),
+    "bad-namespace": ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
+    "unknown-key": ({"replica": 2}, "replica"),
+}
+
+# Rules the chart grants that no recorded session uses, each with why it stays. Keep it short.
+NOT_RECORDED: dict[tuple[str, str, str], str] = {
+    **{
+        (verb, "", "pods"): "the pod webhook (another issue) reads, watches and patches pods to lift scheduling gates"
+        for verb in ("get", "list", "watch", "patch")
+    },
+    ("get", "batch", "jobs"): "reconcile._create reads a Job back after a 409 on create (two passes racing)",
+}
+
+# Requests the chart needs no rule for: discovery (/api, /apis, /apis/GROUP/VERSION) is granted to
+# every authenticated user by the cluster's default `system:discovery` ClusterRole.
+OPERATOR_AGENTS = ("kopf/", "OpenAPI-Generator/")  # kopf's aiohttp client; our kubernetes-client calls
+TEST_AGENT = "Python-urllib/"  # tests/conftest.py's KubeClient
+
+
+# --- the chart's own files (fast, no helm) ---------------------------------------------------------
+
+
+def test_chart_crd_is_byte_identical_to_the_top_level_crd():
+    """One source of truth: `make crd-sync` copies crds/compilecache.yaml into the chart."""
+    top = (ROOT / "crds" / "compilecache.yaml").read_bytes()
+    chart = (CHART / "crds" / "compilecache.yaml").read_bytes()
+    assert chart == top, "helm/compilecache-operator/crds/compilecache.yaml differs: run `make crd-sync`"
+
+
+def test_values_yaml_documents_every_value():
+    """Every key in values.yaml has a comment right above it (or is a group whose keys do)."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    undocumented = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("-") or ":" not in stripped:
+            continue
+        is_group = stripped.endswith(":")
+        previous = lines[i - 1].strip() if i else ""
+        if not is_group and not previous.startswith("#") and not previous.endswith(":"):
+            # A value in a documented group of siblings (e.g. requests/limits) is fine; a lone one is not.
+            indent = len(line) - len(line.lstrip())
+            sibling_before = i and (len(lines[i - 1]) - len(lines[i - 1].lstrip())) == indent and ":" in previous
+            if not sibling_before:
+                undocumented.append(stripped)
+    assert undocumented == []
+
+
+def test_values_schema_accepts_the_default_values():
+    jsonschema = pytest.importorskip("jsonschema")
+    import yaml
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+
+
+# --- helm lint / template ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_helm_lint_strict(name: str, tmp_path: Path):
+    done = helm("lint", "--strict", "--namespace", NAMESPACE, values=VALUE_SETS[name], tmp=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(BAD_VALUES))
+def test_schema_rejects_bad_values_in_lint_and_template(name: str, tmp_path: Path):
+    values, field = BAD_VALUES[name]
+    for args in (("lint", "--strict"), ("template", "cc")):
+        done = helm(*args, values=values, tmp=tmp_path)
+        output = done.stdout + done.stderr
+        assert done.returncode != 0, f"helm {args[0]} accepted {values}"
+        assert "schema" in output and field in output, output
+
+
+@pytest.mark.slow
+def test_notes_tell_what_to_apply_next(tmp_path: Path):
+    values = {"watchNamespaces": [WATCHED]}
+    done = helm("install", "cc", "--namespace", NAMESPACE, "--dry-run=client", values=values, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert f"kubectl apply -f examples/cache-pvc.yaml -n {WATCHED}" in notes
+    assert f"kubectl get cc -n {WATCHED}" in notes
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every value set rendered once (with the CRDs), by name."""
+    tmp = tmp_path_factory.mktemp("render")
+    return {name: render(values, tmp, crds=True) for name, values in VALUE_SETS.items()}
+
+
+def deployment_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment: dict[str, Any] = dict(one(objects, "Deployment"))
+    return deployment
+
+
+def container_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = deployment_of(objects)["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def env_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container_of(objects)["env"]}
+
+
+# kubernetes-validate ships no schema for custom resources other than the CRD kind itself.
+CUSTOM_KINDS = {"Certificate", "Issuer", "KopfPeering", "ClusterKopfPeering"}
+KUBERNETES_VERSIONS = ["1.30", "1.31", "1.32", "1.33", "1.34", "1.35"]
+
+
+@pytest.mark.slow
+def test_rendered_manifests_validate_strictly_against_kubernetes_1_30_to_1_35(rendered):
+    kubernetes_validate = pytest.importorskip(
+        "kubernetes_validate", reason="kubernetes-validate is not installed (pip install kubernetes-validate)"
+    )
+    from kubernetes_validate import utils
+
+    shipped = {utils.major_minor(v) for v in utils.all_versions()}
+    missing = [v for v in KUBERNETES_VERSIONS if v not in shipped]
+    assert not missing, f"kubernetes-validate {kubernetes_validate.__version__} lacks schemas for {missing}"
+
+    unique: dict[str, dict[str, Any]] = {}
+    for name, objects in rendered.items():
+        for obj in objects:
+            if obj["kind"] not in CUSTOM_KINDS:
+                unique.setdefault(json.dumps(obj, sort_keys=True), obj | {"_set": name})
+    kinds = {obj["kind"] for obj in unique.values()}
+    assert {"Deployment", "ClusterRole", "MutatingWebhookConfiguration", "CustomResourceDefinition"} <= kinds
+    failures = []
+    for version in KUBERNETES_VERSIONS:
+        for obj in unique.values():
+            body = {k: v for k, v in obj.items() if k != "_set"}
+            try:
+                kubernetes_validate.validate(body, version, strict=True)
+            except (kubernetes_validate.ValidationError, utils.SchemaNotFoundError) as exc:
+                message = getattr(exc, "message", str(exc))
+                failures.append(f"{version} {obj['_set']} {obj['kind']}/{obj['metadata']['name']}: {message}")
+    assert failures == []
+
+
+# --- assertions on the rendered objects ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_pod_security(rendered, name: str):
+    objects = rendered[name]
+    pod = deployment_of(objects)["spec"]["template"]["spec"]
+    container = container_of(objects)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in security
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    assert volumes[mounts["/tmp"]["name"]] == {"name": "tmp", "emptyDir": {}}
+    # kopf's liveness endpoint serves both probes.
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    assert "command" not in container  # the image's entrypoint is `compilecache operator`
+
+
+@pytest.mark.slow
+def test_deployment_image_env_and_kopf_options(rendered):
+    defaults = rendered["defaults"]
+    container = container_of(defaults)
+    chart_version = (CHART / "Chart.yaml").read_text()
+    assert 'appVersion: "0.1.0"' in chart_version
+    assert container["image"] == "compilecache/compilecache-operator:0.1.0"  # the tag defaults to appVersion
+    assert container["args"][:2] == ["--standalone", "--all-namespaces"]
+    assert not {"--debug", "--verbose", "--quiet"} & set(container["args"])
+    env = env_of(defaults)
+    assert env["COMPILECACHE_RESYNC_SECONDS"] == "60"
+    assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert deployment_of(defaults)["spec"]["replicas"] == 1
+
+    pinned = container_of(rendered["pinned-image"])
+    assert pinned["image"] == "registry.example:5000/ml/compilecache-operator:v0.1.0-rc.1"
+    assert deployment_of(rendered["pinned-image"])["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "pull"}]
+
+    namespaced = container_of(rendered["namespaces"])["args"]
+    assert "--all-namespaces" not in namespaced
+    assert [a for a in namespaced if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
+    assert "--debug" in namespaced
+    assert "--quiet" in container_of(rendered["replicas-2"])["args"]
+
+
+@pytest.mark.slow
+def test_peering_with_more_than_one_replica(rendered):
+    assert not only(rendered["defaults"], "ClusterKopfPeering") and not only(rendered["defaults"], "KopfPeering")
+    two = rendered["replicas-2"]
+    assert deployment_of(two)["spec"]["replicas"] == 2
+    args = container_of(two)["args"]
+    assert "--standalone" not in args
+    peering = one(two, "ClusterKopfPeering")
+    assert f"--peering={peering['metadata']['name']}" in args
+    assert not only(two, "KopfPeering")
+    # kopf's peering CRDs ship in crds/ so that the peering object can be created.
+    crds = {crd["metadata"]["name"] for crd in only(two, "CustomResourceDefinition")}
+    assert {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev", "compilecaches.compilecache.dev"} <= crds
+
+    namespaced = rendered["replicas-2-namespaces"]
+    peerings = only(namespaced, "KopfPeering")
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings] == [
+        (WATCHED, peering["metadata"]["name"])
+    ]
+    assert not only(namespaced, "ClusterKopfPeering")
+
+
+def webhook_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    config = one(objects, "MutatingWebhookConfiguration")
+    assert len(config["webhooks"]) == 1
+    webhook: dict[str, Any] = config["webhooks"][0]
+    return webhook
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["defaults", "cert-manager", "namespaces"])
+def test_webhook_selectors_policy_and_path(rendered, name: str):
+    objects = rendered[name]
+    webhook = webhook_of(objects)
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["timeoutSeconds"] == 5
+    assert webhook["objectSelector"] == {"matchExpressions": [{"key": "compilecache.dev/cache", "operator": "Exists"}]}
+    assert webhook["rules"] == [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    service_ref = webhook["clientConfig"]["service"]
+    assert (service_ref["path"], service_ref["port"], service_ref["namespace"]) == ("/mutate-pods", 443, NAMESPACE)
+    # The Service leads port 443 to the container's webhook port 9443, on the operator's pods.
+    service = next(s for s in only(objects, "Service") if s["metadata"]["name"] == service_ref["name"])
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    pod_labels = deployment_of(objects)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container_of(objects)["ports"]
+    env = env_of(objects)
+    assert env["COMPILECACHE_WEBHOOK"] == "tls"
+    assert env["COMPILECACHE_WEBHOOK_PORT"] == "9443"
+    assert (env["COMPILECACHE_WEBHOOK_CERT_FILE"], env["COMPILECACHE_WEBHOOK_KEY_FILE"]) == (
+        "/certs/tls.crt",
+        "/certs/tls.key",
+    )
+    mount = next(m for m in container_of(objects)["volumeMounts"] if m["mountPath"] == "/certs")
+    assert mount["readOnly"] is True
+    volume = next(
+        v for v in deployment_of(objects)["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]
+    )
+    secret_name = volume["secret"]["secretName"]
+
+    selector = webhook["namespaceSelector"]["matchExpressions"]
+    if name == "namespaces":
+        assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [WATCHED, "team-b"]}]
+    else:
+        assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+
+    config = one(objects, "MutatingWebhookConfiguration")
+    if name == "cert-manager":
+        certificate = one(objects, "Certificate")
+        assert certificate["spec"]["secretName"] == secret_name
+        assert f"{service['metadata']['name']}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+        assert certificate["spec"]["issuerRef"]["name"] == one(objects, "Issuer")["metadata"]["name"]
+        annotation = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert annotation == f"{NAMESPACE}/{certificate['metadata']['name']}"
+        assert "caBundle" not in webhook["clientConfig"]
+        assert not [s for s in only(objects, "Secret") if s["metadata"]["name"] == secret_name]
+    else:
+        secret = one(objects, "Secret")
+        assert secret["metadata"]["name"] == secret_name and secret["type"] == "kubernetes.io/tls"
+        assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        for key in ("tls.crt", "ca.crt"):
+            assert base64.b64decode(secret["data"][key]).startswith(b"-----BEGIN CERTIFICATE-----")
+        assert b"PRIVATE KEY-----" in base64.b64decode(secret["data"]["tls.key"])
+        assert "annotations" not in config["metadata"]
+        assert not only(objects, "Certificate")
+
+
+@pytest.mark.slow
+def test_cert_manager_with_a_given_issuer(rendered):
+    objects = rendered["cert-manager-issuer"]
+    assert one(objects, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "ca"}
+    assert not only(objects, "Issuer")
+
+
+@pytest.mark.slow
+def test_webhook_off_removes_all_of_it(rendered):
+    objects = rendered["webhook-off"]
+    kinds = {obj["kind"] for obj in objects}
+    assert not kinds & {"MutatingWebhookConfiguration", "Service", "Secret", "Certificate", "Issuer"}
+    assert env_of(objects)["COMPILECACHE_WEBHOOK"] == "off"
+    assert not any(key.startswith("COMPILECACHE_WEBHOOK_") for key in env_of(objects))
+    assert "/certs" not in {m["mountPath"] for m in container_of(objects)["volumeMounts"]}
+    grants = grants_of(objects, "cc-compilecache-operator", NAMESPACE)
+    assert not [rule for _, rule in grants.rules() if rule[2] == "pods"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_rbac_has_no_wildcards_and_binds_the_deployments_service_account(rendered, name: str):
+    objects = rendered[name]
+    assert wildcards(objects) == []
+    account = one(objects, "ServiceAccount")
+    assert deployment_of(objects)["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    assert account["metadata"]["namespace"] == NAMESPACE
+    grants = grants_of(objects, account["metadata"]["name"], NAMESPACE)
+    assert list(grants.rules()), "the ServiceAccount is bound to nothing"
+    namespaces = VALUE_SETS[name].get("watchNamespaces") or []
+    # Watching named namespaces grants namespaced resources only there, never cluster-wide.
+    if namespaces:
+        assert set(grants.per_namespace) == set(namespaces)
+        assert not [rule for ns, rule in grants.rules() if ns is None and rule[2] in ("jobs", "pods", "compilecaches")]
+
+
+# --- RBAC derived from a recorded session of the real operator ---------------------------------------
+
+
+def _add_resources(emulator: KubeEmulator) -> KubeEmulator:
+    """What a real cluster with the chart installed also serves: kopf's peering CRDs and CRDs themselves."""
+    verbs = {"create", "delete", "get", "list", "patch", "update", "watch"}
+    extra = {
+        "kopf.dev/v1/clusterkopfpeerings": kmock.ResourceInfo(kind="ClusterKopfPeering", namespaced=False),
+        "kopf.dev/v1/kopfpeerings": kmock.ResourceInfo(kind="KopfPeering", namespaced=True),
+        "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
+            kind="CustomResourceDefinition", namespaced=False
+        ),
+    }
+    for resource, info in extra.items():
+        info.verbs = set(verbs)
+        emulator.resources[resource] = info
+    return emulator
+
+
+def _calls_of(requests: list[Any]) -> set[ApiCall]:
+    """The operator's authorizable requests; fails on a client it does not know."""
+    calls: set[ApiCall] = set()
+    for request in requests:
+        agent = next((v for k, v in request.headers.items() if k.lower() == "user-agent"), "")
+        if agent.startswith(TEST_AGENT):
+            continue
+        assert agent.startswith(OPERATOR_AGENTS), f"a request from an unknown client {agent!r}: {request.url}"
+        if request.resource is None or request.resource.plural is None:
+            assert request.method == "GET", f"a non-resource request that is not discovery: {request.url}"
+            continue
+        resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        verb = rbac_verb(str(request.method.value), request.name, request.params)
+        calls.add(ApiCall(verb, request.resource.group or "", resource, request.namespace))
+    return calls
+
+
+def _operator_session(tmp: Path, argv: list[str], namespace: str, prepare: Any, scenario: Any) -> set[ApiCall]:
+    """Run the real operator with kopf options ``argv`` through ``scenario(kube)``; its API calls."""
+    from kopf.testing import KopfRunner
+
+    from compilecache import handlers
+
+    with running_emulator(tmp, _add_resources(KubeEmulator())) as runner, pytest.MonkeyPatch.context() as patch:
+        write_kubeconfig(SESSION_KUBECONFIG, runner.url)  # kopf's login and our client read it
+        patch.setenv("KUBECONFIG", str(SESSION_KUBECONFIG))
+        patch.setenv(handlers.RESYNC_SECONDS_ENV, "0.3")
+        kube = KubeClient(runner)
+        try:
+            for node in cluster():
+                kube.create("v1/nodes", node)
+            prepare(kube)
+            with KopfRunner(["run", *argv], registry=handlers.registry, timeout=30) as operator:
+                scenario(kube, namespace)
+            assert operator.exception is None, operator.output
+            assert "Traceback" not in operator.output, operator.output
+
+            async def requests() -> list[Any]:
+                return list(runner.emulator)
+
+            return _calls_of(runner.call(requests))
+        finally:
+            SESSION_KUBECONFIG.unlink(missing_ok=True)
+
+
+def _jobs(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
+    return kube.list(JOBS, namespace, "compilecache.dev/cache=llama")
+
+
+def _full_scenario(kube: KubeClient, namespace: str) -> None:
+    """A cache on a created claim: Jobs appear, one finishes, a new image replaces them, the cache goes."""
+    kube.create(CC, {"metadata": {"name": "llama"}, "spec": cache_spec()}, namespace)
+    jobs = kube.wait_for(lambda: len(_jobs(kube, namespace)) == 2 and _jobs(kube, namespace))
+    done = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1, "startTime": "2026-01-01T00:00:00Z"}
+    kube.patch(JOBS, jobs[0]["metadata"]["name"], {"status": done}, namespace, "status")
+    kube.wait_for(
+        lambda: any(p.get("state") == "Succeeded" for p in kube.get(CC, "llama", namespace)["status"]["pools"])
+    )
+    old = {job["metadata"]["name"] for job in jobs}
+    warmup = cache_spec()["warmup"] | {"image": "registry.example/trainer:1.3"}
+    kube.patch(CC, "llama", {"spec": {"warmup": warmup}}, namespace)  # a new spec hash: the old Jobs go
+    kube.wait_for(lambda: (names := {j["metadata"]["name"] for j in _jobs(kube, namespace)}) and not names & old)
+    kube.delete(CC, "llama", namespace)
+    kube.wait_for(lambda: _jobs(kube, namespace) == [])
+    time.sleep(0.5)  # a resync round after the deletion
+
+
+@pytest.fixture(scope="module")
+def peering_name(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The name of the peering object the chart creates for more than one replica."""
+    objects = render(VALUE_SETS["replicas-2"], tmp_path_factory.mktemp("peering"))
+    name: str = one(objects, "ClusterKopfPeering")["metadata"]["name"]
+    return name
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory, peering_name: str) -> dict[str, set[ApiCall]]:
+    """The operator's API calls through the full scenario: with peering in all namespaces, and in one."""
+
+    def cluster_peering(kube: KubeClient) -> None:
+        kube.create("kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": peering_name}})
+
+    def namespace_and_peering(kube: KubeClient) -> None:
+        kube.create(
+            "v1/namespaces", {"metadata": {"name": WATCHED, "labels": {"kubernetes.io/metadata.name": WATCHED}}}
+        )
+        kube.create("kopf.dev/v1/kopfpeerings", {"metadata": {"name": peering_name}}, WATCHED)
+
+    clusterwide = _operator_session(
+        tmp_path_factory.mktemp("all"), [f"--peering={peering_name}", "-A"], "default", cluster_peering, _full_scenario
+    )
+    namespaced = _operator_session(
+        tmp_path_factory.mktemp("one"),
+        [f"--peering={peering_name}", f"--namespace={WATCHED}"],
+        WATCHED,
+        namespace_and_peering,
+        _full_scenario,
+    )
+    return {"replicas-2": clusterwide, "replicas-2-namespaces": namespaced}
+
+
+def _standalone(calls: set[ApiCall]) -> set[ApiCall]:
+    return {call for call in calls if call.group != "kopf.dev"}
+
+
+# (recorded session, value set rendered, whether kopf peering calls count)
+RBAC_CASES = [
+    ("replicas-2", "replicas-2", True),
+    ("replicas-2-namespaces", "replicas-2-namespaces", True),
+    ("replicas-2", "defaults", False),
+    ("replicas-2-namespaces", "namespaces", False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_recorded_session_covers_what_the_operator_does(recorded):
+    """The scenario exercised every kind of call the code makes (else the derivation proves little)."""
+    rules = {call.rule for call in recorded["replicas-2"]}
+    expected = {
+        ("list", "compilecache.dev", "compilecaches"),
+        ("watch", "compilecache.dev", "compilecaches"),
+        ("get", "compilecache.dev", "compilecaches"),
+        ("patch", "compilecache.dev", "compilecaches/status"),
+        ("list", "batch", "jobs"),
+        ("watch", "batch", "jobs"),
+        ("create", "batch", "jobs"),
+        ("delete", "batch", "jobs"),
+        ("get", "", "persistentvolumeclaims"),
+        ("create", "", "persistentvolumeclaims"),
+        ("list", "", "nodes"),
+        ("create", "", "events"),
+        ("patch", "kopf.dev", "clusterkopfpeerings"),
+    }
+    assert expected <= rules, sorted(expected - rules)
+    assert ("list", "", "namespaces") in {call.rule for call in recorded["replicas-2-namespaces"]}
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize(("session", "values", "peering"), RBAC_CASES, ids=[f"{s}->{v}" for s, v, _ in RBAC_CASES])
+def test_rbac_allows_every_recorded_call(recorded, rendered, session: str, values: str, peering: bool):
+    calls = recorded[session] if peering else _standalone(recorded[session])
+    grants = grants_of(rendered[values], "cc-compilecache-operator", NAMESPACE)
+    denied = sorted(str(call) for call in calls if not grants.allows(call))
+    assert denied == []
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize(("session", "values", "peering"), RBAC_CASES, ids=[f"{s}->{v}" for s, v, _ in RBAC_CASES])
+def test_rbac_grants_nothing_unused(recorded, rendered, session: str, values: str, peering: bool):
+    used = {call.rule for call in (recorded[session] if peering else _standalone(recorded[session]))}
+    grants = grants_of(rendered[values], "cc-compilecache-operator", NAMESPACE)
+    unused = sorted({rule for _, rule in grants.rules() if rule not in used and rule not in NOT_RECORDED})
+    assert unused == []
+    assert not [rule for _, rule in grants.rules() if rule[1] == "kopf.dev"] or peering
