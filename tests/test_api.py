@@ -1,9 +1,13 @@
 """The spec parser: defaults equal the CRD's, and every bad input names its field."""
 
+import pathlib
+
 import pytest
+import yaml
 
 from compilecache.api import DEFAULT_MOUNT_PATH, SpecError, parse_spec
-from specs import cache_spec
+from compilecache.pools import resolve_pools
+from specs import cache_spec, cluster
 
 
 def test_defaults_are_applied():
@@ -82,3 +86,24 @@ def test_bad_input_names_the_field(case, spec, field):
         parse_spec(spec)
     assert info.value.field == field, str(info.value)
     assert str(info.value).startswith(f"{field}: ")
+
+
+def _examples():
+    root = pathlib.Path(__file__).parent.parent / "examples"
+    for path in sorted(root.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CompileCache":
+                yield pytest.param(doc, id=f"{path.name}:{doc['metadata']['name']}")
+
+
+@pytest.mark.parametrize("doc", list(_examples()))
+def test_examples_pass_the_operators_validation(doc):
+    spec = parse_spec(doc["spec"])
+    assert spec.warmup.workloads
+    # Every workload's pool references resolve, whatever the cluster has.
+    resolve_pools(spec, cluster())
+
+
+def test_there_are_examples_of_both_storages():
+    docs = [param.values[0] for param in _examples()]
+    assert {"pvc", "gcs"} <= {kind for doc in docs for kind in doc["spec"]["storage"]}

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+import yaml
 
 from compilecache.cacheenv import format_env, jax_cache_env
 from compilecache.cli import main
 from jaxhelpers import clean_env
+from specs import cache_spec
 
 
 def test_env_has_jax_own_variables_with_xla_caches_off() -> None:
@@ -38,9 +41,20 @@ def test_env_command_prints_key_value_lines(capsys: pytest.CaptureFixture[str]) 
     assert printed == jax_cache_env("/c", min_compile_time_secs=2, xla_flags="--a=1")
 
 
-def test_env_command_reserves_the_name_for_later(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["env", "my-cache", "-n", "team"]) == 2
-    assert "not supported yet" in capsys.readouterr().err
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_env_command_with_a_name_prints_the_pod_snippet(kube_env: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    body = {"metadata": {"name": "llama"}, "spec": cache_spec()}
+    kube_env.create("compilecache.dev/v1alpha1/compilecaches", body, "team")
+    assert main(["env", "llama", "-n", "team"]) == 0
+    snippet = yaml.safe_load(capsys.readouterr().out)
+    text = json.dumps(snippet)
+    assert "/var/cache/compilecache" in text and "jax-cache" in text
+    for key, value in jax_cache_env("/var/cache/compilecache").items():
+        assert json.dumps({"name": key, "value": value})[1:-1] in text
+
+    assert main(["env", "typo", "-n", "team"]) == 1
+    assert "not found" in capsys.readouterr().err
 
 
 PRINT_CONFIG = """

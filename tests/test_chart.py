@@ -78,10 +78,6 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
 
 # Rules the chart grants that no recorded session uses, each with why it stays. Keep it short.
 NOT_RECORDED: dict[tuple[str, str, str], str] = {
-    **{
-        (verb, "", "pods"): "the pod webhook (another issue) reads, watches and patches pods to lift scheduling gates"
-        for verb in ("get", "list", "watch", "patch")
-    },
     ("get", "batch", "jobs"): "reconcile._create reads a Job back after a 409 on create (two passes racing)",
 }
 
@@ -386,8 +382,13 @@ def test_webhook_off_removes_all_of_it(rendered):
     assert env_of(objects)["COMPILECACHE_WEBHOOK"] == "off"
     assert not any(key.startswith("COMPILECACHE_WEBHOOK_") for key in env_of(objects))
     assert "/certs" not in {m["mountPath"] for m in container_of(objects)["volumeMounts"]}
+    # The pods rules stay: the operator watches gated pods whether or not the webhook gates them.
     grants = grants_of(objects, "cc-compilecache-operator", NAMESPACE)
-    assert not [rule for _, rule in grants.rules() if rule[2] == "pods"]
+    assert {rule for _, rule in grants.rules() if rule[2] == "pods"} == {
+        ("list", "", "pods"),
+        ("watch", "", "pods"),
+        ("patch", "", "pods"),
+    }
 
 
 @pytest.mark.slow
@@ -476,14 +477,19 @@ def _jobs(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
 
 
 def _full_scenario(kube: KubeClient, namespace: str) -> None:
-    """A cache on a created claim: Jobs appear, one finishes, a new image replaces them, the cache goes."""
+    """A cache on a created claim: Jobs appear, a gated training pod waits, the Jobs finish and the
+    pod is released, a new image replaces the Jobs, the cache goes."""
     kube.create(CC, {"metadata": {"name": "llama"}, "spec": cache_spec()}, namespace)
     jobs = kube.wait_for(lambda: len(_jobs(kube, namespace)) == 2 and _jobs(kube, namespace))
+    pod = {
+        "metadata": {"name": "trainer", "labels": {"compilecache.dev/cache": "llama"}},
+        "spec": {"schedulingGates": [{"name": "compilecache.dev/warm"}], "containers": [{"name": "t", "image": "x"}]},
+    }
+    kube.create("v1/pods", pod, namespace)  # as the webhook admits it: gated until the cache is Ready
     done = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1, "startTime": "2026-01-01T00:00:00Z"}
-    kube.patch(JOBS, jobs[0]["metadata"]["name"], {"status": done}, namespace, "status")
-    kube.wait_for(
-        lambda: any(p.get("state") == "Succeeded" for p in kube.get(CC, "llama", namespace)["status"]["pools"])
-    )
+    for job in jobs:
+        kube.patch(JOBS, job["metadata"]["name"], {"status": done}, namespace, "status")
+    kube.wait_for(lambda: not (kube.get("v1/pods", "trainer", namespace) or {})["spec"].get("schedulingGates"))
     old = {job["metadata"]["name"] for job in jobs}
     warmup = cache_spec()["warmup"] | {"image": "registry.example/trainer:1.3"}
     kube.patch(CC, "llama", {"spec": {"warmup": warmup}}, namespace)  # a new spec hash: the old Jobs go
@@ -558,6 +564,9 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
         ("create", "", "persistentvolumeclaims"),
         ("list", "", "nodes"),
         ("create", "", "events"),
+        ("list", "", "pods"),
+        ("watch", "", "pods"),
+        ("patch", "", "pods"),
         ("patch", "kopf.dev", "clusterkopfpeerings"),
     }
     assert expected <= rules, sorted(expected - rules)

@@ -2,9 +2,9 @@
 
 ``compilecache env --cache-dir DIR`` prints ``KEY=VALUE`` lines from
 :func:`compilecache.cacheenv.jax_cache_env`, the same function the operator's
-Job and pod manifests use. ``compilecache env NAME -n NS`` (a CompileCache's
-environment, read from the cluster) comes in a later issue; the positional
-name is reserved for it.
+Job and pod manifests use. ``compilecache env NAME -n NS`` reads a CompileCache
+from the cluster and prints the volume, mount and env YAML a pod needs to use
+it, for clusters without the admission webhook.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from compilecache.cacheenv import format_env, jax_cache_env
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache env``."""
-    parser.add_argument("name", nargs="?", help="a CompileCache's name (not supported yet: use --cache-dir)")
+    parser.add_argument(
+        "name", nargs="?", help="a CompileCache: print the volume, mount and env YAML of a pod that uses it"
+    )
     parser.add_argument("-n", "--namespace", help="namespace of NAME (with NAME)")
     parser.add_argument("--cache-dir", help="cache location as training mounts it (local path or gs://)")
     parser.add_argument("--min-compile-time-secs", type=float, default=0.0, help="default 0: cache everything")
@@ -28,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the environment, or a one-line error."""
     if args.name is not None:
-        print("compilecache env: error: NAME lookup is not supported yet; use --cache-dir DIR", file=sys.stderr)
-        return 2
+        from compilecache.admission import print_snippet  # reads the cluster only for NAME
+
+        return print_snippet(args.name, args.namespace)
     if not args.cache_dir:
         print("compilecache env: error: --cache-dir is required", file=sys.stderr)
         return 2

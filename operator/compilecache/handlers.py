@@ -1,7 +1,9 @@
 """kopf handlers: every trigger funnels into one locked, idempotent reconciliation per cache.
 
 Level-triggered on purpose: watch events of the cache and of its Jobs, and a
-periodic resync (for Nodes coming and going), all run the same pass. No kopf
+periodic resync (for Nodes coming and going, and gate timeouts), all run the same
+pass. Training pods come in through the mutating webhook (``mutate_pods``) and,
+while gated, through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
 progress annotations and no finalizer are needed, so an uninstalled operator never
 blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
 """
@@ -10,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
-import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import kopf
 
-from compilecache import api, jobs
-from compilecache.kube import ApiError, Client
-from compilecache.reconcile import reconcile
+from compilecache import admission, api, jobs, webhook
+from compilecache.coalesce import Coalescer
+from compilecache.kube import COMPILECACHES, ApiError, Client
+from compilecache.reconcile import reconcile, release_gates
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +47,18 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     """Build the API client once (its first build is slow), then start the periodic resync."""
     # Our own Events tell what happened to a cache; kopf's per-handler messages would be noise there.
     settings.posting.level = logging.WARNING
+    # The chart owns the MutatingWebhookConfiguration; the operator only serves it.
+    try:
+        config = webhook.config_from_env(os.environ)
+    except webhook.ConfigError as exc:
+        raise kopf.PermanentError(str(exc)) from None
+    settings.admission.managed = None
+    settings.admission.server = webhook.server(config)
+    if config.mode != webhook.OFF:
+        logger.info("Serving the pod webhook (%s) at %s:%d%s.", config.mode, config.addr, config.port, webhook.PATH)
     memo.client = await asyncio.to_thread(Client.from_environment)
     memo.known = set()
-    memo.locks = {}
-    memo.locks_guard = threading.Lock()
+    memo.passes = Coalescer()
     interval = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.resync = asyncio.create_task(_resync_forever(memo, interval))
 
@@ -67,6 +79,7 @@ def cache_changed(type: str, namespace: str | None, name: str, memo: kopf.Memo, 
     assert namespace is not None  # CompileCaches are namespaced
     if type == "DELETED":
         memo.known.discard((namespace, name))
+        _reconcile(memo, namespace, name)  # releases the pods still waiting for it
         return
     memo.known.add((namespace, name))
     _reconcile(memo, namespace, name)
@@ -79,17 +92,93 @@ def job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_
     _reconcile(memo, namespace, labels[jobs.LABEL_CACHE])
 
 
+@kopf.on.mutate(
+    "v1",
+    "pods",
+    id=webhook.HANDLER_ID,
+    operations=["CREATE"],
+    side_effects=False,
+    ignore_failures=True,
+    registry=registry,
+)
+def mutate_pods(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+    """Give a new training pod its cache (``admission.py``); fail open on any trouble."""
+    pod = copy.deepcopy(dict(body))
+    mutated = _admit(memo.client, pod)
+    warnings.extend(mutated.warnings)
+    if mutated.pod != pod:
+        # kopf diffs the body after this function against the original into the JSON patch.
+        patch.fns.append(lambda raw: _become(raw, mutated.pod))
+
+
+def _admit(client: Client, pod: dict[str, Any]) -> admission.Mutation:
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    if not namespace:  # the API server sets it before admission; nothing to look up without it
+        return admission.Mutation(pod=pod)
+    try:
+        return admission.admit(pod, client.list(COMPILECACHES, namespace))
+    except Exception as exc:
+        # A pod must never be refused because of the cache: it would only train slower without it.
+        # Names only in the log: a pod's environment may hold secrets.
+        meta = pod.get("metadata") or {}
+        # No traceback unless debugging: a malformed pod is the sender's problem, not an operator crash.
+        logger.error(
+            "Admitting pod %s/%s unchanged after an error: %s: %s",
+            namespace,
+            meta.get("name") or "(new)",
+            type(exc).__name__,
+            exc,
+            exc_info=logger.isEnabledFor(logging.DEBUG),
+        )
+        return admission.Mutation(pod=pod, warnings=(f"compilecache: pod admitted unchanged after an error: {exc}",))
+
+
+def _become(raw: kopf.RawBody, pod: Mapping[str, Any]) -> None:
+    target = cast(dict[str, Any], raw)  # kopf types the body as a TypedDict; it is a plain dict
+    target.clear()
+    target.update(copy.deepcopy(dict(pod)))
+
+
+def _held(spec: kopf.Spec, **_: Any) -> bool:
+    return any(gate.get("name") == admission.GATE for gate in spec.get("schedulingGates") or [])
+
+
+@kopf.on.event("v1", "pods", labels={jobs.LABEL_CACHE: kopf.PRESENT}, when=_held, registry=registry)
+def pod_held(
+    type: str | None, body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+) -> None:
+    """A pod held by our gate was created or changed: release it at once if its cache is Ready or gone.
+
+    Covers a pod admitted just before its cache turned Ready (the cache's pass may have listed
+    the pods before this one existed); a pod past its gateTimeout (e.g. after an operator outage)
+    goes too. Timeouts of waiting pods are found by the cache's periodic passes. No per-cache
+    lock: a release tests the gates it read, so a concurrent pass makes it fail, not repeat.
+    """
+    assert namespace is not None  # Pods are namespaced
+    if type == "DELETED":
+        return
+    name = labels[jobs.LABEL_CACHE]
+    try:
+        cache = memo.client.get(COMPILECACHES, name, namespace)
+    except ApiError as exc:
+        logger.error("Reading cache %s/%s for a gated pod failed, will retry on resync: %s", namespace, name, exc)
+        return
+    ready = cache is not None and admission.is_ready(cache)
+    release_gates(memo.client, namespace, name, cache, ready=ready, pods=[copy.deepcopy(dict(body))])
+
+
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
-    # One pass at a time per cache: Job events and cache events arrive on different
-    # kopf workers, and two passes must never both decide to post the same transition.
-    with memo.locks_guard:
-        lock = memo.locks.setdefault((namespace, name), threading.Lock())
-    with lock:
-        try:
-            reconcile(memo.client, namespace, name)
-        except ApiError as exc:
-            # Event handlers are not retried by kopf; the periodic resync is the retry.
-            logger.error("Reconciling %s/%s failed, will retry on resync: %s", namespace, name, exc)
+    # Job events and cache events arrive on different kopf workers; the coalescer runs one
+    # pass at a time per cache and folds a burst of triggers into one more pass.
+    memo.passes.trigger((namespace, name), lambda key: _pass(memo, namespace, name))
+
+
+def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
+    try:
+        reconcile(memo.client, namespace, name)
+    except ApiError as exc:
+        # Event handlers are not retried by kopf; the periodic resync is the retry.
+        logger.error("Reconciling %s/%s failed, will retry on resync: %s", namespace, name, exc)
 
 
 async def _resync_forever(memo: kopf.Memo, interval: float) -> None:

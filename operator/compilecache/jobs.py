@@ -224,16 +224,24 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
     return command
 
 
-def _container_env(spec: CacheSpec, pool: Pool) -> list[dict[str, Any]]:
+def cache_env(spec: CacheSpec) -> dict[str, str]:
+    """The JAX cache environment of a cache: identical in its warm-up Jobs and in its training pods.
+
+    The one place that maps a spec to :func:`compilecache.cacheenv.jax_cache_env`; the pod
+    webhook and ``compilecache env NAME`` (``admission.py``) use it too.
+    """
     jax = spec.warmup.jax
-    cache_env = jax_cache_env(
+    return jax_cache_env(
         spec.cache_dir,
         min_compile_time_secs=jax.min_compile_time_secs,
         min_entry_size_bytes=jax.min_entry_size_bytes,
         xla_flags=jax.xla_flags,
     )
+
+
+def _container_env(spec: CacheSpec, pool: Pool) -> list[dict[str, Any]]:
     # The read-only root filesystem leaves /tmp as the only writable place besides the cache.
-    base = {**cache_env, "TMPDIR": TMP_DIR, "HOME": TMP_DIR}
+    base = {**cache_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR}
     env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(base.items())]
     seen = set(base)
     for workload in pool.workloads:

@@ -22,6 +22,7 @@ import kubernetes
 logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read: a hung API call must not hang a handler forever
 REPORTING_COMPONENT = "compilecache-operator"
 
@@ -147,6 +148,16 @@ class Client:
         """Merge-patch an object or its sub-resource (e.g. ``status``)."""
         path = resource.path(namespace, name, subresource)
         patched: dict[str, Any] = self.request("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
+        return patched
+
+    def json_patch(
+        self, resource: Resource, name: str, ops: Sequence[Mapping[str, Any]], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Apply RFC 6902 operations; a failed ``test`` op is :class:`ApiError` 422 (the object changed)."""
+        body = [dict(op) for op in ops]
+        patched: dict[str, Any] = self.request(
+            "PATCH", resource.path(namespace, name), body=body, content_type=JSON_PATCH
+        )
         return patched
 
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:

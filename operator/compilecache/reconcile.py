@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache import jobs, status
-from compilecache.api import CacheSpec, SpecError, parse_spec
+from compilecache import gates, jobs, status
+from compilecache.api import CacheSpec, Consumers, SpecError, parse_spec
 from compilecache.kube import COMPILECACHES, JOBS, NODES, PVCS, ApiError, Client
 from compilecache.pools import resolve_pools
 
@@ -24,11 +24,44 @@ def reconcile(client: Client, namespace: str, name: str) -> dict[str, Any] | Non
     """Reconcile the named cache and return its new status (``None`` if it is gone or going)."""
     cache = client.get(COMPILECACHES, name, namespace)
     if cache is None or cache["metadata"].get("deletionTimestamp"):
+        release_gates(client, namespace, name, None, ready=False)  # no pod waits for a cache that is gone
         return None
     old = cache.get("status") or {}
     new = observe_and_act(client, cache, old, now=utcnow())
+    consumers = release_gates(client, namespace, name, cache, ready=new.get("phase") == status.READY)
+    if consumers is not None:  # else the last counts stand
+        new["consumers"] = consumers
     write_status(client, cache, old, new)
     return new
+
+
+def release_gates(
+    client: Client,
+    namespace: str,
+    name: str,
+    cache: Mapping[str, Any] | None,
+    *,
+    ready: bool,
+    pods: list[dict[str, Any]] | None = None,
+) -> dict[str, int] | None:
+    """Release the training pods held for this cache that are due (``gates.py``); return ``status.consumers``.
+
+    A spec this pass cannot parse still gets the default ``gateTimeout``: bad input must
+    not hold training pods forever. A failed pod API call is logged and gives ``None``:
+    the warm-up must go on even where the operator may not read pods; the resync retries.
+    """
+    consumers: Consumers | None = None
+    if cache is not None:
+        try:
+            consumers = parse_spec(cache.get("spec")).consumers
+        except SpecError:
+            consumers = Consumers()
+    when = datetime.datetime.now(datetime.UTC)
+    try:
+        return gates.sync(client, namespace, name, cache, consumers, ready=ready, now=when, pods=pods)
+    except ApiError as exc:
+        logger.warning("Releasing the pods of cache %s/%s failed, will retry: %s", namespace, name, exc)
+        return None
 
 
 def observe_and_act(client: Client, cache: Mapping[str, Any], old: Mapping[str, Any], *, now: str) -> dict[str, Any]:
@@ -170,6 +203,7 @@ def utcnow() -> str:
 
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
+# (`consumers` is set by each pass after observe_and_act, from the pods it sees.)
 _DECIDED = ("phase", "message", "specHash", "conditions", "observedGeneration")
 
 

@@ -112,10 +112,9 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-{{- if .Values.webhook.enabled }}
-# The pod webhook's scheduling gates: training pods are read, watched, and patched to lift the gate.
+# Training pods gated on a cache: listed and watched (by label) and patched to lift the gate. Not tied
+# to webhook.enabled: the operator watches gated pods either way, and kopf fails on a denied watch.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, patch]
-{{- end }}
+  verbs: [list, watch, patch]
 {{- end }}

@@ -1,0 +1,315 @@
+"""Training pods: which cache a pod uses, and the pod with that cache added (pure functions, no I/O).
+
+The webhook (``handlers.mutate_pods``) and ``compilecache env NAME`` both build on
+this module, so a pod mutated by the webhook and a pod written by hand from the
+snippet get the same volume, mount and JAX settings as the warm-up Jobs
+(:func:`compilecache.jobs.cache_env`): one differing option and every step misses.
+
+A mutation only ever adds. What the pod already has under one of our names (a
+volume, a mount path, an environment variable) stays as the user wrote it, and
+the reason is recorded in the ``compilecache.dev/skipped`` annotation.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from compilecache import status
+from compilecache.api import CacheSpec, SpecError, parse_spec
+from compilecache.jobs import LABEL_CACHE, cache_env
+
+GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
+ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
+VOLUME = "compilecache"  # the name of the cache volume in a training pod
+DEFAULT_SERVICE_ACCOUNT = "default"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The cache a pod uses: ``name`` (``None``: none), and a warning for the user if something is off."""
+
+    name: str | None
+    by_label: bool = False
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A mutated copy of a pod, what was left alone (``skipped``) and warnings for the user."""
+
+    pod: dict[str, Any]
+    skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+
+def choose_cache(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) -> Choice:
+    """Pick the cache of a pod among the CompileCaches of its namespace.
+
+    The label ``compilecache.dev/cache: NAME`` decides when present (an unknown name is
+    no cache, with a warning: a typo must not block training). Otherwise the pod uses the
+    one cache whose ``consumers.podSelector`` matches it; several matches are ambiguous
+    (one process has one cache dir), so none is used and the user is told how to choose.
+    """
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    by_name = {cache["metadata"]["name"]: cache for cache in caches}
+    wanted = labels.get(LABEL_CACHE)
+    if wanted is not None:
+        if wanted in by_name:
+            return Choice(wanted, by_label=True)
+        return Choice(None, warning=f"CompileCache {wanted!r} does not exist here; the pod runs without a cache")
+    matching = sorted(
+        name
+        for name, cache in by_name.items()
+        if (selector := ((cache.get("spec") or {}).get("consumers") or {}).get("podSelector")) is not None
+        and selector_matches(selector, labels)
+    )
+    if len(matching) > 1:
+        return Choice(
+            None,
+            warning=f"the pod matches the podSelector of several CompileCaches ({', '.join(matching)}); "
+            f"label it {LABEL_CACHE}=NAME to choose one; it runs without a cache",
+        )
+    return Choice(matching[0] if matching else None)
+
+
+def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) -> Mutation:
+    """The webhook's decision for a new pod, given the CompileCaches of its namespace.
+
+    Fails open: a pod that uses no cache, names one that does not exist, or uses one whose
+    spec is invalid comes back unchanged, with a warning where the user should know.
+    """
+    choice = choose_cache(pod, caches)
+    if choice.name is None:
+        return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(choice.warning,) if choice.warning else ())
+    cache = next(cache for cache in caches if cache["metadata"]["name"] == choice.name)
+    try:
+        return mutate(pod, cache, by_label=choice.by_label)
+    except SpecError as exc:
+        warning = f"CompileCache {choice.name} has an invalid spec ({exc}); the pod runs without a cache"
+        return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a Kubernetes LabelSelector matches ``labels``; an empty selector matches nothing here.
+
+    (Kubernetes reads ``{}`` as "everything"; a consumer selector that mutates every pod of a
+    namespace is never what a user meant, so it selects none.)
+    """
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    for expression in expressions:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False  # the CRD rejects other operators; an unknown one selects nothing
+    return True
+
+
+def is_ready(cache: Mapping[str, Any]) -> bool:
+    """Whether the cache's recorded phase is Ready."""
+    return (cache.get("status") or {}).get("phase") == status.READY
+
+
+def cache_volume(spec: CacheSpec) -> dict[str, Any] | None:
+    """The pod volume of a PVC cache (``None`` for GCS: JAX reads ``gs://`` itself)."""
+    if spec.pvc is None:
+        return None
+    read_only = spec.consumers.read_only
+    return {"name": VOLUME, "persistentVolumeClaim": {"claimName": spec.pvc.claim_name, "readOnly": read_only}}
+
+
+def cache_mount(spec: CacheSpec) -> dict[str, Any] | None:
+    """The container mount of a PVC cache at ``mountPath``, read-only unless ``consumers.readOnly: false``."""
+    if spec.pvc is None:
+        return None
+    return {"name": VOLUME, "mountPath": spec.mount_path, "readOnly": spec.consumers.read_only}
+
+
+def env_list(spec: CacheSpec) -> list[dict[str, str]]:
+    """The cache environment as a container's ``env`` list, sorted by name (as in warm-up Jobs)."""
+    return [{"name": key, "value": value} for key, value in sorted(cache_env(spec).items())]
+
+
+def service_account(spec: CacheSpec) -> str | None:
+    """The ServiceAccount a GCS cache's readers run as when the pod names none (Workload Identity)."""
+    return spec.gcs.service_account_name if spec.gcs is not None else None
+
+
+def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool = True) -> Mutation:
+    """Return ``pod`` with ``cache`` added: volume, mounts, JAX environment, gate, service account.
+
+    Idempotent: mutating the result again changes nothing. ``by_label`` False (the pod was
+    chosen by ``consumers.podSelector``) also labels the pod with the cache's name, so that
+    the operator finds it to release its gate. Raises :class:`compilecache.api.SpecError`
+    on a cache whose spec is invalid.
+    """
+    spec = parse_spec(cache.get("spec"))
+    name = cache["metadata"]["name"]
+    new = copy.deepcopy(dict(pod))
+    meta = new.setdefault("metadata", {})
+    pod_spec = new.setdefault("spec", {})
+    skipped: list[str] = []
+
+    if not by_label:
+        meta.setdefault("labels", {})[LABEL_CACHE] = name
+
+    volume, mount = cache_volume(spec), cache_mount(spec)
+    if volume is not None:
+        volumes = pod_spec.setdefault("volumes", [])
+        existing = next((v for v in volumes if v.get("name") == VOLUME), None)
+        if existing is None:
+            volumes.append(volume)
+        elif existing != volume:
+            skipped.append(f"volume {VOLUME}: the pod has its own volume of that name; not mounted")
+            mount = None  # mounting the user's volume as the cache would be wrong
+
+    kinds = ["containers", "initContainers"] if spec.consumers.init_containers else ["containers"]
+    for kind in kinds:
+        for container in pod_spec.get(kind) or []:
+            skipped += _mutate_container(container, mount, env_list(spec))
+
+    notes: list[str] = []
+    if spec.consumers.gate and not is_ready(cache):
+        gates = pod_spec.setdefault("schedulingGates", [])
+        if not any(gate.get("name") == GATE for gate in gates):
+            gates.append({"name": GATE})
+        notes.append(
+            f"the pod waits (scheduling gate {GATE}) until the cache is Ready, "
+            f"at most {spec.consumers.gate_timeout_seconds:g}s"
+        )
+
+    account = service_account(spec)
+    if account and pod_spec.get("serviceAccountName") in (None, "", DEFAULT_SERVICE_ACCOUNT):
+        pod_spec["serviceAccountName"] = account
+        if "serviceAccount" in pod_spec:  # the deprecated alias must agree
+            pod_spec["serviceAccount"] = account
+
+    if skipped:
+        meta.setdefault("annotations", {})[ANNOTATION_SKIPPED] = "; ".join(skipped)
+    warnings = tuple(f"CompileCache {name}: {item}" for item in [*skipped, *notes])
+    return Mutation(pod=new, skipped=tuple(skipped), warnings=warnings)
+
+
+def json_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The RFC 6902 operations that turn ``old`` into ``new`` (as an admission response carries)."""
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(dict(old), dict(new)).patch
+    return ops
+
+
+def pod_snippet(cache: Mapping[str, Any]) -> dict[str, Any]:
+    """What a hand-written pod needs to use ``cache``, as the webhook would add it.
+
+    Keys: ``env`` (for each container), ``volumeMounts`` and ``volumes`` (PVC caches),
+    ``serviceAccountName`` (GCS caches that name one), and the opt-in ``labels``.
+    """
+    spec = parse_spec(cache.get("spec"))
+    snippet: dict[str, Any] = {"labels": {LABEL_CACHE: cache["metadata"]["name"]}}
+    volume, mount = cache_volume(spec), cache_mount(spec)
+    if volume is not None and mount is not None:
+        snippet["volumes"] = [volume]
+        snippet["volumeMounts"] = [mount]
+    snippet["env"] = env_list(spec)
+    if account := service_account(spec):
+        snippet["serviceAccountName"] = account
+    return snippet
+
+
+def format_snippet(cache: Mapping[str, Any]) -> str:
+    """The snippet as commented YAML, in the places of a pod manifest where each part goes."""
+    import yaml
+
+    snippet = pod_snippet(cache)
+    name = cache["metadata"]["name"]
+    container: dict[str, Any] = {"env": snippet["env"]}
+    if "volumeMounts" in snippet:
+        container["volumeMounts"] = snippet["volumeMounts"]
+    pod_spec: dict[str, Any] = {}
+    if "serviceAccountName" in snippet:
+        pod_spec["serviceAccountName"] = snippet["serviceAccountName"]
+    pod_spec["containers"] = [{"name": "CONTAINER", **container}]
+    if "volumes" in snippet:
+        pod_spec["volumes"] = snippet["volumes"]
+    body = {"metadata": {"labels": snippet["labels"]}, "spec": pod_spec}
+    header = (
+        f"# CompileCache {name}: add these to your pod (template). The label lets the operator's\n"
+        "# webhook do it instead; without the webhook, wait until the cache is Ready yourself.\n"
+    )
+    return header + yaml.safe_dump(body, sort_keys=False)
+
+
+def print_snippet(name: str, namespace: str | None) -> int:
+    """``compilecache env NAME -n NS``: print the pod snippet of a CompileCache read from the cluster."""
+    import sys
+
+    from compilecache.kube import COMPILECACHES, ApiError, Client
+
+    namespace = namespace or _current_namespace()
+    try:
+        cache = Client.from_environment().get(COMPILECACHES, name, namespace)
+    except ApiError as exc:
+        print(f"compilecache env: error: reading CompileCache {namespace}/{name}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # no kubeconfig, no cluster: one line, not a traceback
+        print(f"compilecache env: error: cannot reach the cluster: {exc}", file=sys.stderr)
+        return 1
+    if cache is None:
+        print(f"compilecache env: error: CompileCache {namespace}/{name} not found", file=sys.stderr)
+        return 1
+    try:
+        sys.stdout.write(format_snippet(cache))
+    except SpecError as exc:
+        print(f"compilecache env: error: CompileCache {namespace}/{name} has an invalid spec: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _mutate_container(
+    container: dict[str, Any], mount: Mapping[str, Any] | None, env: Sequence[Mapping[str, str]]
+) -> list[str]:
+    """Add the mount and the environment to one container; return what was left alone and why."""
+    skipped: list[str] = []
+    where = f"container {container.get('name')}"
+    if mount is not None:
+        mounts = container.setdefault("volumeMounts", [])
+        existing = next((m for m in mounts if m.get("mountPath") == mount["mountPath"]), None)
+        if existing is None:
+            mounts.append(dict(mount))
+        elif existing != mount:
+            skipped.append(f"{where}: mount path {mount['mountPath']} is taken by the pod's own mount")
+    items = container.setdefault("env", [])
+    for item in env:
+        existing = next((e for e in items if e.get("name") == item["name"]), None)
+        if existing is None:
+            items.append(dict(item))
+        elif existing != item:
+            skipped.append(f"{where}: env {item['name']} is set by the pod (the cache wants {item['value']!r})")
+    return skipped
+
+
+def _current_namespace() -> str:
+    """The kubeconfig context's namespace, as kubectl picks it; ``default`` without one."""
+    try:
+        import kubernetes
+
+        _, context = kubernetes.config.list_kube_config_contexts()
+        return str((context or {}).get("context", {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig (e.g. in a pod): kubectl's default too
+        return "default"

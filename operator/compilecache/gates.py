@@ -1,0 +1,178 @@
+"""Releasing training pods held by the ``compilecache.dev/warm`` scheduling gate.
+
+The webhook (``admission.py``) gates a pod that uses a cache which is not Ready.
+Each reconciliation of the cache (``reconcile.py``) then releases its waiting pods
+when the cache is Ready, when ``consumers.gate`` was turned off, when the cache is
+gone, or when ``consumers.gateTimeout`` has passed since the pod was created (with
+a Warning Event: a broken warm-up must never block training forever).
+
+Decisions are pure functions of the pods and the cache; :func:`sync` does the I/O.
+A release is one JSON patch that tests the gate list it read, so a concurrent
+change of other gates (another controller's) makes it fail instead of undoing
+that change; the next pass retries.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compilecache.admission import GATE
+from compilecache.api import Consumers
+from compilecache.jobs import LABEL_CACHE
+from compilecache.kube import PODS, ApiError, Client
+
+logger = logging.getLogger(__name__)
+
+ANNOTATION_RELEASED = "compilecache.dev/released"  # why and when the gate was removed
+
+# Why a gate is removed.
+CACHE_READY = "CacheReady"
+GATE_TIMEOUT = "GateTimeout"
+GATE_DISABLED = "GateDisabled"
+CACHE_DELETED = "CacheDeleted"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One pod to release: its name, why, and the JSON patch that does it."""
+
+    pod: str
+    reason: str
+    patch: list[dict[str, Any]]
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Whether our gate holds the pod."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(gate.get("name") == GATE for gate in gates)
+
+
+def counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """``status.consumers``: pods still held by the gate, and pods the operator released.
+
+    Counted over the cache's pods that exist now: a finished and deleted pod drops out.
+    """
+    gated = sum(1 for pod in pods if is_gated(pod))
+    released = sum(1 for pod in pods if ANNOTATION_RELEASED in ((pod.get("metadata") or {}).get("annotations") or {}))
+    return {"gated": gated, "released": released}
+
+
+def reason_to_release(
+    pod: Mapping[str, Any], consumers: Consumers | None, *, ready: bool, now: datetime.datetime
+) -> str | None:
+    """Why the gated ``pod`` should be released now, or ``None`` to keep it waiting.
+
+    ``consumers`` is ``None`` when the cache no longer exists.
+    """
+    if not is_gated(pod):
+        return None
+    if consumers is None:
+        return CACHE_DELETED
+    if ready:
+        return CACHE_READY
+    if not consumers.gate:
+        return GATE_DISABLED
+    created = _parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    if created is None or (now - created).total_seconds() >= consumers.gate_timeout_seconds:
+        return GATE_TIMEOUT  # a pod without a creation time cannot be timed: never hold it
+    return None
+
+
+def release_patch(pod: Mapping[str, Any], reason: str, now: datetime.datetime) -> list[dict[str, Any]]:
+    """The JSON patch that removes only our gate and records why (``compilecache.dev/released``)."""
+    gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
+    remaining = [gate for gate in gates if gate.get("name") != GATE]
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": gates}]
+    if remaining:
+        ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": remaining})
+    else:
+        ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+    value = f"{reason} {_format_time(now)}"
+    if (pod.get("metadata") or {}).get("annotations") is None:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_RELEASED: value}})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations/" + _escape(ANNOTATION_RELEASED), "value": value})
+    return ops
+
+
+def plan(
+    pods: Sequence[Mapping[str, Any]], consumers: Consumers | None, *, ready: bool, now: datetime.datetime
+) -> list[Release]:
+    """The releases due now among ``pods`` (the pods of one cache)."""
+    releases = []
+    for pod in pods:
+        reason = reason_to_release(pod, consumers, ready=ready, now=now)
+        if reason is not None:
+            releases.append(Release(pod["metadata"]["name"], reason, release_patch(pod, reason, now)))
+    return releases
+
+
+def sync(
+    client: Client,
+    namespace: str,
+    name: str,
+    cache: Mapping[str, Any] | None,
+    consumers: Consumers | None,
+    *,
+    ready: bool,
+    now: datetime.datetime,
+    pods: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, int]:
+    """Release the cache's pods that are due, post Events, and return ``status.consumers``.
+
+    ``cache`` and ``consumers`` are ``None`` when the cache is gone: every gated pod goes.
+    ``pods`` limits the pass to these pods (one pod's event); by default all pods labelled
+    with the cache are listed, and the counts cover them.
+    """
+    if pods is None:
+        pods = client.list(PODS, namespace, labels={LABEL_CACHE: name})
+    by_name = {pod["metadata"]["name"]: pod for pod in pods}
+    timed_out: list[str] = []
+    for release in plan(pods, consumers, ready=ready, now=now):
+        try:
+            patched = client.json_patch(PODS, release.pod, release.patch, namespace)
+        except ApiError as exc:
+            # 404: the pod is gone; 422: its gates changed since the list. Either way the next pass decides.
+            if exc.status not in (404, 409, 422):
+                raise
+            logger.info("Not releasing pod %s/%s now: %s", namespace, release.pod, exc)
+            continue
+        by_name[release.pod] = patched
+        logger.info("Released pod %s/%s from the gate of cache %s: %s.", namespace, release.pod, name, release.reason)
+        if release.reason == GATE_TIMEOUT:
+            timed_out.append(release.pod)
+            client.post_event(patched, "Warning", GATE_TIMEOUT, _timeout_message(name, consumers))
+    if timed_out and cache is not None:
+        pods_text = ", ".join(timed_out[:10]) + (f" and {len(timed_out) - 10} more" if len(timed_out) > 10 else "")
+        client.post_event(cache, "Warning", GATE_TIMEOUT, f"released {len(timed_out)} pods before Ready ({pods_text})")
+    return counts(list(by_name.values()))
+
+
+def _timeout_message(name: str, consumers: Consumers | None) -> str:
+    timeout = consumers.gate_timeout_seconds if consumers is not None else 0
+    return (
+        f"CompileCache {name} was not Ready within gateTimeout ({timeout:g}s); the pod starts anyway "
+        "and compiles what the cache lacks"
+    )
+
+
+def _parse_time(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _format_time(when: datetime.datetime) -> str:
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _escape(key: str) -> str:
+    """A JSON pointer token (RFC 6901): ``~`` and ``/`` escaped."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,254 @@
+"""The pod mutation as pure functions: which cache a pod uses, and what it gets (no server)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from compilecache import admission, jobs
+from compilecache.api import parse_spec
+from compilecache.cacheenv import jax_cache_env
+from compilecache.pools import resolve_pools
+from specs import cache, cluster
+
+GCS = {"gcs": {"bucket": "my-caches", "prefix": "caches/llama", "serviceAccountName": "cache-writer"}}
+
+
+def pod(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A pod as the API server hands it to a webhook: namespace set, defaults applied."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "train-", "namespace": "default", "labels": labels or {}},
+        "spec": {
+            "serviceAccountName": "default",
+            "containers": [{"name": "train", "image": "trainer:1.2"}, {"name": "sidecar", "image": "log:1"}],
+            "initContainers": [{"name": "fetch", "image": "fetch:1"}],
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def ready(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj | {"status": {"phase": "Ready"}}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value") for item in container.get("env", [])}
+
+
+LABELLED = {"compilecache.dev/cache": "llama"}
+
+
+def test_pvc_cache_mounts_read_only_in_every_container_with_the_warmers_env() -> None:
+    llama = cache()
+    result = admission.mutate(pod(LABELLED), llama)
+    spec = result.pod["spec"]
+    volume = {"name": "compilecache", "persistentVolumeClaim": {"claimName": "jax-cache", "readOnly": True}}
+    assert spec["volumes"] == [volume]
+    mount = {"name": "compilecache", "mountPath": "/var/cache/compilecache", "readOnly": True}
+    assert [c["volumeMounts"] for c in spec["containers"]] == [[mount], [mount]]
+    assert "volumeMounts" not in spec["initContainers"][0] and "env" not in spec["initContainers"][0]
+    for container in spec["containers"]:
+        assert env_of(container) == jax_cache_env("/var/cache/compilecache")
+    assert result.skipped == () and admission.ANNOTATION_SKIPPED not in result.pod["metadata"].get("annotations", {})
+    assert spec["serviceAccountName"] == "default"  # PVC caches need no account
+
+
+def test_env_is_exactly_the_warmup_jobs_env() -> None:
+    llama = cache(warmup={**cache()["spec"]["warmup"], "jax": {"xlaFlags": "--xla_foo=1", "minCompileTimeSecs": 1.5}})
+    spec = parse_spec(llama["spec"])
+    job = jobs.warmup_job(llama, spec, resolve_pools(spec, cluster())[0])
+    job_env = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    pod_env = env_of(admission.mutate(pod(LABELLED), llama).pod["spec"]["containers"][0])
+    assert pod_env == {key: job_env[key] for key in pod_env}
+    assert set(pod_env) == {*jax_cache_env("x", xla_flags="y")}  # XLA_FLAGS included
+
+
+def test_not_ready_gates_ready_does_not_and_gate_false_does_not() -> None:
+    gated = admission.mutate(pod(LABELLED), cache()).pod
+    assert gated["spec"]["schedulingGates"] == [{"name": "compilecache.dev/warm"}]
+    assert "schedulingGates" not in admission.mutate(pod(LABELLED), ready(cache())).pod["spec"]
+    ungated = cache(consumers={"gate": False})
+    assert "schedulingGates" not in admission.mutate(pod(LABELLED), ungated).pod["spec"]
+
+
+def test_gate_joins_the_pods_own_gates() -> None:
+    own = pod(LABELLED, schedulingGates=[{"name": "example.com/quota"}])
+    gates = admission.mutate(own, cache()).pod["spec"]["schedulingGates"]
+    assert gates == [{"name": "example.com/quota"}, {"name": "compilecache.dev/warm"}]
+
+
+def test_read_write_and_init_containers_when_asked() -> None:
+    llama = cache(consumers={"readOnly": False, "initContainers": True})
+    spec = admission.mutate(pod(LABELLED), llama).pod["spec"]
+    assert spec["volumes"][0]["persistentVolumeClaim"]["readOnly"] is False
+    for container in [*spec["containers"], *spec["initContainers"]]:
+        assert container["volumeMounts"][0]["readOnly"] is False
+        assert env_of(container)["JAX_COMPILATION_CACHE_DIR"] == "/var/cache/compilecache"
+
+
+def test_custom_mount_path_is_where_jax_looks() -> None:
+    spec = admission.mutate(pod(LABELLED), cache(mountPath="/mnt/jax/")).pod["spec"]
+    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/mnt/jax"
+    assert env_of(spec["containers"][0])["JAX_COMPILATION_CACHE_DIR"] == "/mnt/jax"
+
+
+@pytest.mark.parametrize(("account", "expected"), [(None, "cache-writer"), ("default", "cache-writer"), ("me", "me")])
+def test_gcs_cache_env_and_service_account_only_when_the_pod_has_none(account: str | None, expected: str) -> None:
+    body = pod(LABELLED)
+    body["spec"].pop("serviceAccountName")
+    if account is not None:
+        body["spec"]["serviceAccountName"] = body["spec"]["serviceAccount"] = account
+    spec = admission.mutate(body, cache(storage=GCS)).pod["spec"]
+    assert "volumes" not in spec and "volumeMounts" not in spec["containers"][0]
+    assert env_of(spec["containers"][0]) == jax_cache_env("gs://my-caches/caches/llama")
+    assert spec["serviceAccountName"] == expected
+    if account is not None:
+        assert spec["serviceAccount"] == expected  # the deprecated alias agrees
+
+
+@pytest.mark.parametrize("readiness", [cache, lambda: ready(cache()), lambda: cache(storage=GCS)])
+def test_idempotent_re_admission_adds_nothing(readiness: Any) -> None:
+    llama = readiness()
+    once = admission.mutate(pod({"app": "x"}), llama, by_label=False).pod
+    twice = admission.mutate(once, llama, by_label=True).pod
+    assert twice == once
+    assert admission.json_patch(once, twice) == []
+
+
+def test_users_own_env_mount_and_volume_are_kept_and_recorded() -> None:
+    own = pod(LABELLED)
+    own["spec"]["containers"][0]["env"] = [{"name": "XLA_FLAGS", "value": "--mine"}]
+    own["spec"]["containers"][1]["volumeMounts"] = [{"name": "scratch", "mountPath": "/var/cache/compilecache"}]
+    result = admission.mutate(own, cache())
+    train, sidecar = result.pod["spec"]["containers"]
+    assert [e for e in train["env"] if e["name"] == "XLA_FLAGS"] == [{"name": "XLA_FLAGS", "value": "--mine"}]
+    assert env_of(train)["JAX_COMPILATION_CACHE_DIR"] == "/var/cache/compilecache"  # the rest is added
+    assert sidecar["volumeMounts"] == [{"name": "scratch", "mountPath": "/var/cache/compilecache"}]
+    annotation = result.pod["metadata"]["annotations"][admission.ANNOTATION_SKIPPED]
+    assert "container sidecar: mount path /var/cache/compilecache" in annotation
+    # XLA_FLAGS is not in the cache's env (no xlaFlags), so only a differing one is recorded:
+    assert "XLA_FLAGS" not in annotation
+    clash = pod(LABELLED)
+    clash["spec"]["containers"][0]["env"] = [{"name": "JAX_COMPILATION_CACHE_DIR", "value": "/elsewhere"}]
+    result = admission.mutate(clash, cache())
+    assert env_of(result.pod["spec"]["containers"][0])["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
+    assert "env JAX_COMPILATION_CACHE_DIR is set by the pod" in result.skipped[0]
+    assert any("JAX_COMPILATION_CACHE_DIR" in warning for warning in result.warnings)
+
+
+def test_users_volume_of_our_name_is_kept_and_not_mounted() -> None:
+    own = pod(LABELLED, volumes=[{"name": "compilecache", "emptyDir": {}}])
+    result = admission.mutate(own, cache())
+    assert result.pod["spec"]["volumes"] == [{"name": "compilecache", "emptyDir": {}}]
+    assert all("volumeMounts" not in c for c in result.pod["spec"]["containers"])
+    assert result.skipped == ("volume compilecache: the pod has its own volume of that name; not mounted",)
+    again = admission.mutate(result.pod, cache())
+    assert admission.json_patch(result.pod, again.pod) == []
+
+
+def test_json_patch_applies_to_the_mutated_pod() -> None:
+    original = pod(LABELLED)
+    mutated = admission.mutate(original, cache()).pod
+    ops = admission.json_patch(original, mutated)
+    assert {op["op"] for op in ops} == {"add"}
+    assert jsonpatch.apply_patch(original, ops) == mutated
+
+
+def test_choose_by_label_selector_unknown_and_ambiguous() -> None:
+    llama = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
+    mistral = cache(
+        name="mistral",
+        consumers={
+            "podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["m", "llama-train"]}]}
+        },
+    )
+    other = cache(name="other", consumers={"podSelector": {}})  # matches nothing, not everything
+    assert admission.choose_cache(pod(LABELLED), [llama, mistral]) == admission.Choice("llama", by_label=True)
+    assert admission.choose_cache(pod({"app": "m"}), [llama, mistral, other]) == admission.Choice("mistral")
+    assert admission.choose_cache(pod({"app": "none"}), [llama, mistral, other]) == admission.Choice(None)
+    ambiguous = admission.choose_cache(pod({"app": "llama-train"}), [llama, mistral])
+    assert ambiguous.name is None and ambiguous.warning and "llama, mistral" in ambiguous.warning
+    typo = admission.choose_cache(pod({"compilecache.dev/cache": "lama"}), [llama])
+    assert typo.name is None and typo.warning and "'lama' does not exist" in typo.warning
+
+
+@pytest.mark.parametrize(
+    ("expression", "labels", "matches"),
+    [
+        ({"key": "a", "operator": "In", "values": ["1"]}, {"a": "1"}, True),
+        ({"key": "a", "operator": "In", "values": ["1"]}, {}, False),
+        ({"key": "a", "operator": "NotIn", "values": ["1"]}, {"a": "2"}, True),
+        ({"key": "a", "operator": "NotIn", "values": ["1"]}, {"a": "1"}, False),
+        ({"key": "a", "operator": "Exists"}, {"a": ""}, True),
+        ({"key": "a", "operator": "DoesNotExist"}, {"a": ""}, False),
+        ({"key": "a", "operator": "Gt", "values": ["1"]}, {"a": "2"}, False),
+    ],
+)
+def test_selector_expressions(expression: dict[str, Any], labels: dict[str, str], matches: bool) -> None:
+    assert admission.selector_matches({"matchExpressions": [expression]}, labels) is matches
+
+
+def test_pod_chosen_by_selector_gets_the_label_so_its_gate_can_be_found() -> None:
+    llama = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
+    result = admission.admit(pod({"app": "llama-train"}), [llama])
+    assert result.pod["metadata"]["labels"] == {"app": "llama-train", "compilecache.dev/cache": "llama"}
+
+
+def test_admit_fails_open_on_unknown_cache_and_invalid_spec() -> None:
+    original = pod({"compilecache.dev/cache": "nope"})
+    result = admission.admit(original, [cache()])
+    assert result.pod == original and result.warnings and "does not exist" in result.warnings[0]
+    broken = cache(storage={})
+    result = admission.admit(pod(LABELLED), [broken])
+    assert result.pod == pod(LABELLED) and "invalid spec" in result.warnings[0]
+    assert admission.admit(pod(), [cache()]) == admission.Mutation(pod=pod())
+
+
+def test_snippet_is_what_the_webhook_adds() -> None:
+    llama = cache()
+    snippet = admission.pod_snippet(llama)
+    mutated = admission.mutate(pod(LABELLED), ready(llama)).pod["spec"]
+    assert snippet["volumes"] == mutated["volumes"]
+    assert snippet["volumeMounts"] == mutated["containers"][0]["volumeMounts"]
+    assert snippet["env"] == mutated["containers"][0]["env"]
+    text = admission.format_snippet(llama)
+    assert text.startswith("# CompileCache llama")
+    manifest = yaml.safe_load(text)
+    assert manifest["metadata"]["labels"] == {"compilecache.dev/cache": "llama"}
+    assert manifest["spec"]["containers"][0]["env"] == snippet["env"]
+    gcs = admission.pod_snippet(cache(storage=GCS))
+    assert gcs["serviceAccountName"] == "cache-writer" and "volumes" not in gcs
+    assert {e["name"]: e["value"] for e in gcs["env"]}["JAX_COMPILATION_CACHE_DIR"] == "gs://my-caches/caches/llama"
+
+
+def test_mutation_leaves_its_input_alone() -> None:
+    original = pod(LABELLED)
+    kept = copy.deepcopy(original)
+    admission.mutate(original, cache())
+    assert original == kept
+
+
+def test_example_training_job_opts_in_and_trains_the_warmed_model() -> None:
+    root = Path(__file__).resolve().parent.parent
+    job = yaml.safe_load((root / "examples" / "training-job.yaml").read_text())
+    llama = yaml.safe_load((root / "examples" / "cache-pvc.yaml").read_text())
+    llama["metadata"]["namespace"] = "default"
+    template = job["spec"]["template"]
+    result = admission.admit(
+        {"metadata": {"namespace": "default", **template["metadata"]}, "spec": template["spec"]}, [llama]
+    )
+    assert result.skipped == ()
+    train = result.pod["spec"]["containers"][0]
+    assert train["image"] == llama["spec"]["warmup"]["image"]
+    warmed = {e["name"]: e["value"] for e in llama["spec"]["warmup"]["workloads"][0]["env"]}
+    assert {key: env_of(train)[key] for key in warmed} == warmed
+    assert env_of(train)["JAX_COMPILATION_CACHE_DIR"] == "/var/cache/compilecache"
+    assert result.pod["spec"]["schedulingGates"] == [{"name": admission.GATE}]
