@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP) tools
 	$(BIN)/python -m pytest
 
-## Only the fast tests (no real JAX, no emulator, no subprocesses).
+## Only the fast tests (~10 s): no real JAX, no operator runs, no helm.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow'
 

@@ -127,9 +127,7 @@ class EmulatorThread:
 
 
 @contextlib.contextmanager
-def running_emulator(
-    tmp_dir: Path, emulator: kmock.KubernetesEmulator | None = None
-) -> Iterator[EmulatorThread]:
+def running_emulator(tmp_dir: Path, emulator: kmock.KubernetesEmulator | None = None) -> Iterator[EmulatorThread]:
     """Run an emulator (a new :class:`KubeEmulator` unless given) for the block.
 
     Its kubeconfig goes to ``tmp_dir / "kubeconfig"``.

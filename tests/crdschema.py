@@ -138,9 +138,7 @@ def structural_violations(schema: Schema) -> list[str]:
     if metadata is not None:
         extra = set(metadata) - {"type", "properties"}
         if metadata.get("type") != "object" or extra:
-            problems.append(
-                f"metadata: only `type: object` and name/generateName allowed, got {sorted(extra)}"
-            )
+            problems.append(f"metadata: only `type: object` and name/generateName allowed, got {sorted(extra)}")
         for name in metadata.get("properties", {}):
             if name not in ("name", "generateName"):
                 problems.append(f"metadata.{name}: only name and generateName may be restricted")

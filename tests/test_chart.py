@@ -477,8 +477,8 @@ def _jobs(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
 
 
 def _full_scenario(kube: KubeClient, namespace: str) -> None:
-    """A cache on a created claim: Jobs appear, a gated training pod waits, the Jobs finish and the
-    pod is released, a new image replaces the Jobs, the cache goes."""
+    """A cache on a created claim: Jobs appear, a gated training pod waits, the Jobs finish, expiry
+    runs as a Job and finishes, and the pod is released, a new image replaces the Jobs, the cache goes."""
     kube.create(CC, {"metadata": {"name": "llama"}, "spec": cache_spec()}, namespace)
     jobs = kube.wait_for(lambda: len(_jobs(kube, namespace)) == 2 and _jobs(kube, namespace))
     pod = {
@@ -489,6 +489,15 @@ def _full_scenario(kube: KubeClient, namespace: str) -> None:
     done = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1, "startTime": "2026-01-01T00:00:00Z"}
     for job in jobs:
         kube.patch(JOBS, job["metadata"]["name"], {"status": done}, namespace, "status")
+    # Then the expiry Job: its pod's termination message carries the summary the operator reads.
+    [expiry] = kube.wait_for(lambda: kube.list(JOBS, namespace, "compilecache.dev/expiry-of=llama"))
+    expiry_pod = {"metadata": {"name": "expiry", "labels": {"job-name": expiry["metadata"]["name"]}}}
+    kube.create("v1/pods", expiry_pod | {"spec": {"containers": [{"name": "expire", "image": "x"}]}}, namespace)
+    summary = '{"schema": "compilecache.dev/expiry/v1", "ok": true, "after": {"entries": 1, "bytes": 9}}'
+    terminated = {"state": {"terminated": {"exitCode": 0, "message": summary}}}
+    expiry_status = {"containerStatuses": [{"name": "expire", **terminated}]}
+    kube.patch("v1/pods", "expiry", {"status": expiry_status}, namespace, "status")
+    kube.patch(JOBS, expiry["metadata"]["name"], {"status": done}, namespace, "status")
     kube.wait_for(lambda: not (kube.get("v1/pods", "trainer", namespace) or {})["spec"].get("schedulingGates"))
     old = {job["metadata"]["name"] for job in jobs}
     warmup = cache_spec()["warmup"] | {"image": "registry.example/trainer:1.3"}

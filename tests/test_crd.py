@@ -151,9 +151,7 @@ def test_every_rule_compiles() -> None:
         assert rule.get("message", "").strip(), f"rule at {path} has no message"
 
 
-@pytest.mark.parametrize(
-    "column", crd_version(CRD, VERSION)["additionalPrinterColumns"], ids=lambda c: c["name"]
-)
+@pytest.mark.parametrize("column", crd_version(CRD, VERSION)["additionalPrinterColumns"], ids=lambda c: c["name"])
 def test_printer_column_points_at_a_field(column: dict[str, Any]) -> None:
     expected = {"Phase", "Pools", "Entries", "Size", "Last Warmed", "Age", "Message"}
     assert column["name"] in expected
@@ -227,9 +225,7 @@ def test_a_full_status_validates() -> None:
             "entries": 41,
             "bytes": 123456789,
             "size": "117.7Mi",
-            "versions": [
-                {"jax": "0.6.0", "jaxlib": "0.6.0", "backend": "gpu", "deviceKind": "H100", "entries": 41}
-            ],
+            "versions": [{"jax": "0.6.0", "jaxlib": "0.6.0", "backend": "gpu", "deviceKind": "H100", "entries": 41}],
             "lastWarmed": "2025-01-02T03:04:05Z",
             "lastExpired": "2025-01-02T03:04:06Z",
         },
@@ -562,12 +558,8 @@ def test_base_is_valid() -> None:
     assert validate(SCHEMA, BASE) == []
 
 
-@pytest.mark.parametrize(
-    ("mutate", "path", "kind", "text"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES]
-)
-def test_bad_spec_is_rejected(
-    mutate: Callable[[dict[str, Any]], None], path: str, kind: str, text: str
-) -> None:
+@pytest.mark.parametrize(("mutate", "path", "kind", "text"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES])
+def test_bad_spec_is_rejected(mutate: Callable[[dict[str, Any]], None], path: str, kind: str, text: str) -> None:
     obj = copy.deepcopy(BASE)
     mutate(obj)
     found = validate(SCHEMA, obj)
@@ -604,9 +596,7 @@ def _spec(schema: Schema) -> Schema:
         (lambda s: _spec(s)["properties"]["mountPath"].pop("type"), "spec.mountPath: no type"),
         (lambda s: _spec(s)["required"].append("nope"), "spec: required field 'nope'"),
         (
-            lambda s: _spec(s)["properties"]["warmup"]["properties"]["workloads"]["items"][
-                "required"
-            ].clear(),
+            lambda s: _spec(s)["properties"]["warmup"]["properties"]["workloads"]["items"]["required"].clear(),
             "spec.warmup.workloads: map key 'name' must be required",
         ),
         (

@@ -18,7 +18,7 @@ from compilecache import admission, gates, handlers
 from compilecache.admission import GATE
 from compilecache.api import Consumers
 from specs import cluster
-from test_operator import NS, create_cache, finish, status_of, wait_jobs, wait_phase
+from test_operator import NS, create_cache, status_of, wait_jobs, warm_and_expire
 
 NOW = datetime.datetime(2026, 11, 21, 10, 0, 0, tzinfo=datetime.UTC)
 OTHER_GATE = {"name": "example.com/quota"}
@@ -142,9 +142,8 @@ def test_gated_pod_is_released_when_the_cache_turns_ready(kube_env: Any, operato
     create_pod(kube_env, "train-0")
     kube_env.wait_for(lambda: consumers(kube_env) == {"gated": 1, "released": 0})
     assert gate_names(kube_env, "train-0") == ["example.com/quota", GATE]
-    for job in jobs.values():
-        finish(kube_env, job, succeeded=True)
-    wait_phase(kube_env, "Ready")
+    assert len(jobs) == 2
+    warm_and_expire(kube_env)  # Warming → Expiring → Ready
     kube_env.wait_for(lambda: gate_names(kube_env, "train-0") == ["example.com/quota"])  # the other gate stays
     pod = kube_env.get(PODS, "train-0", NS)
     assert pod["metadata"]["annotations"][gates.ANNOTATION_RELEASED].startswith("CacheReady ")

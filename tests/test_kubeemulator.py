@@ -48,9 +48,7 @@ def owned_by(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"]}]
 
 
-def watch(
-    kube: KubeClient, resource: str, namespace: str | None = None, **params: str
-) -> list[dict[str, Any]]:
+def watch(kube: KubeClient, resource: str, namespace: str | None = None, **params: str) -> list[dict[str, Any]]:
     """Watch with a server-side timeout and return all the events the stream carried."""
     query = urllib.parse.urlencode({"watch": "true", "timeoutSeconds": "0.3", **params})
     url = f"{kube.url}{kube.path(resource, namespace)}?{query}"
@@ -73,27 +71,21 @@ def test_canary_stock_create_fills_no_metadata_and_answers_200(stock: KubeClient
     status, obj = stock.call("POST", stock.path(CC, "ns1"), cc_body("c1"))
     assert status == 200, "upstream kmock now answers 201 on create: drop it from tests/kubeemulator.py"
     for field in ("resourceVersion", "uid", "creationTimestamp", "generation", "namespace"):
-        assert field not in obj["metadata"], (
-            f"upstream kmock now fills {field}: drop it from tests/kubeemulator.py"
-        )
+        assert field not in obj["metadata"], f"upstream kmock now fills {field}: drop it from tests/kubeemulator.py"
     status, obj = stock.call("POST", stock.path(PODS, "ns1"), {"metadata": {"name": "p"}})
     assert "kind" not in obj, "upstream kmock now fills apiVersion/kind: drop it from tests/kubeemulator.py"
 
 
 def test_canary_stock_ignores_generate_name(stock: KubeClient) -> None:
     _, obj = stock.call("POST", stock.path(CC, "ns1"), {"metadata": {"generateName": "c-"}})
-    assert not obj["metadata"].get("name"), (
-        "upstream kmock now honours generateName: drop it from kubeemulator"
-    )
+    assert not obj["metadata"].get("name"), "upstream kmock now honours generateName: drop it from kubeemulator"
 
 
 def test_canary_stock_ignores_label_selector(stock: KubeClient) -> None:
     stock.create(CC, {"metadata": {"name": "a", "labels": {"x": "1"}}}, "ns1")
     stock.create(CC, {"metadata": {"name": "b", "labels": {"x": "2"}}}, "ns1")
     names = {o["metadata"]["name"] for o in stock.list(CC, "ns1", label_selector="x=1")}
-    assert names == {"a", "b"}, (
-        "upstream kmock now filters by labelSelector: drop it from tests/kubeemulator.py"
-    )
+    assert names == {"a", "b"}, "upstream kmock now filters by labelSelector: drop it from tests/kubeemulator.py"
 
 
 def test_canary_stock_list_has_no_kind_nor_resource_version(stock: KubeClient) -> None:
@@ -105,27 +97,21 @@ def test_canary_stock_list_has_no_kind_nor_resource_version(stock: KubeClient) -
 def test_canary_stock_does_not_isolate_status(stock: KubeClient) -> None:
     stock.create(CC, cc_body("c1"), "ns1")
     obj = stock.patch(CC, "c1", {"status": {"phase": "Ready"}}, "ns1")
-    assert obj.get("status") == {"phase": "Ready"}, (
-        "upstream kmock now isolates status: drop it from kubeemulator"
-    )
+    assert obj.get("status") == {"phase": "Ready"}, "upstream kmock now isolates status: drop it from kubeemulator"
 
 
 def test_canary_stock_has_no_owner_gc(stock: KubeClient) -> None:
     stock.create(CC, {"metadata": {"name": "c1", "uid": "u1"}}, "ns1")
     stock.create(JOBS, {"metadata": {"name": "j1", "ownerReferences": [{"uid": "u1", "name": "c1"}]}}, "ns1")
     stock.delete(CC, "c1", "ns1")
-    assert stock.get(JOBS, "j1", "ns1") is not None, (
-        "upstream kmock now collects garbage: drop it from kubeemulator"
-    )
+    assert stock.get(JOBS, "j1", "ns1") is not None, "upstream kmock now collects garbage: drop it from kubeemulator"
 
 
 def test_canary_stock_json_patch_test_failure_is_not_422(stock: KubeClient) -> None:
     stock.create(CC, cc_body("c1"), "ns1")
     ops = [{"op": "test", "path": "/metadata/name", "value": "other"}]
     status, _ = stock.call("PATCH", stock.path(CC, "ns1", "c1"), ops, "application/json-patch+json")
-    assert status != 422, (
-        "upstream kmock now answers 422 on a failed JSON-patch test: drop it from kubeemulator"
-    )
+    assert status != 422, "upstream kmock now answers 422 on a failed JSON-patch test: drop it from kubeemulator"
 
 
 def test_canary_stock_does_not_route_put(stock: KubeClient) -> None:
@@ -156,10 +142,7 @@ def test_create_fills_server_managed_fields(kube: KubeClient) -> None:
 
 
 def test_create_generate_name(kube: KubeClient) -> None:
-    names = {
-        kube.create(JOBS, {"metadata": {"generateName": "warm-"}}, "ns1")["metadata"]["name"]
-        for _ in range(3)
-    }
+    names = {kube.create(JOBS, {"metadata": {"generateName": "warm-"}}, "ns1")["metadata"]["name"] for _ in range(3)}
     assert len(names) == 3 and all(re.fullmatch(r"warm-[a-z0-9]{5}", n) for n in names)
     with pytest.raises(KubeError) as e:
         kube.create(JOBS, {"metadata": {}}, "ns1")
@@ -268,9 +251,7 @@ def test_status_subresource_isolation(kube: KubeClient) -> None:
     assert obj["spec"] == {"a": 2} and obj["status"] == {"phase": "Ready"}
     assert obj["metadata"]["generation"] == 2  # status writes do not bump the generation
     assert kube.request("GET", kube.path(CC, "ns1", "c1", "status"))["status"] == {"phase": "Ready"}
-    assert (
-        kube.call("PATCH", kube.path(CC, "ns1", "c1", "scale"), {}, "application/merge-patch+json")[0] == 404
-    )
+    assert kube.call("PATCH", kube.path(CC, "ns1", "c1", "scale"), {}, "application/merge-patch+json")[0] == 404
     # Without a status subresource, status is an ordinary field and /status does not exist.
     kube.create("v1/serviceaccounts", {"metadata": {"name": "sa"}}, "ns1")
     assert kube.patch("v1/serviceaccounts", "sa", {"status": {"x": 1}}, "ns1")["status"] == {"x": 1}
@@ -417,9 +398,7 @@ def test_watch_without_a_version_lists_then_bookmarks(kube: KubeClient) -> None:
 
 
 def test_watch_with_a_label_selector_sees_objects_enter_and_leave(kube: KubeClient) -> None:
-    rv = kube.create(PODS, {"metadata": {"name": "p", "labels": {"cc": "no"}}}, "ns1")["metadata"][
-        "resourceVersion"
-    ]
+    rv = kube.create(PODS, {"metadata": {"name": "p", "labels": {"cc": "no"}}}, "ns1")["metadata"]["resourceVersion"]
     kube.patch(PODS, "p", {"metadata": {"labels": {"cc": "yes"}}}, "ns1")
     kube.patch(PODS, "p", {"spec": {"a": 1}}, "ns1")
     kube.patch(PODS, "p", {"metadata": {"labels": {"cc": "no"}}}, "ns1")
@@ -492,12 +471,8 @@ def test_a_real_kopf_operator(kube_env: KubeClient) -> None:
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.watching.server_timeout = 10
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix="test.compilecache.dev"
-        )
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="test.compilecache.dev"
-        )
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="test.compilecache.dev")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="test.compilecache.dev")
 
     # An own registry lacks kopf's default login handlers: register the default one explicitly.
     kopf.on.login(registry=registry)(kopf.login_via_client)
@@ -519,9 +494,7 @@ def test_a_real_kopf_operator(kube_env: KubeClient) -> None:
         kube_env.delete(CC, "c1", "ns1")
         kube_env.wait_for(lambda: kube_env.get(CC, "c1", "ns1") is None)
         assert deleted == ["c1"]
-        events = kube_env.wait_for(
-            lambda: [e for e in kube_env.list("v1/events", "ns1") if e["reason"] == "Warming"]
-        )
+        events = kube_env.wait_for(lambda: [e for e in kube_env.list("v1/events", "ns1") if e["reason"] == "Warming"])
         assert events[0]["involvedObject"]["name"] == "c1"
     assert runner.exception is None
 

@@ -8,6 +8,7 @@ garbage collector.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -92,6 +93,51 @@ def finish(kube: Any, job: dict[str, Any], *, succeeded: bool, reason: str = "Ba
     kube.patch(JOBS, job["metadata"]["name"], {"status": job_status}, NS, subresource="status")
 
 
+EXPIRY = "compilecache.dev/expiry-of"
+SUMMARY = {
+    "schema": "compilecache.dev/expiry/v1",
+    "ok": True,
+    "at": "2026-11-21T10:07:00Z",
+    "before": {"entries": 5, "bytes": 5 * 2**20},
+    "after": {"entries": 3, "bytes": 3 * 2**20},
+    "deleted": {"integrity": 1, "keepVersions": 0, "maxAge": 1, "maxSize": 0},
+    "versions": [{"jax": "0.10.2", "jaxlib": "0.10.2", "backend": "gpu", "deviceKind": "H100", "entries": 3}],
+}
+
+
+def expiry_job(kube: Any, name: str = "llama", *, other_than: str = "") -> dict[str, Any]:
+    """Wait for the cache's expiry Job (a new one when ``other_than`` names the last)."""
+    found = lambda: [j for j in kube.list(JOBS, NS, f"{EXPIRY}={name}") if j["metadata"]["name"] != other_than]  # noqa: E731
+    [job] = kube.wait_for(found)
+    return job
+
+
+def finish_expiry(kube: Any, job: dict[str, Any], *, succeeded: bool = True, message: str | None = None) -> None:
+    """Play the Job controller and the kubelet: a pod whose container terminated with ``message``, then the Job."""
+    job_name = job["metadata"]["name"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{job_name}-x1", "labels": {"job-name": job_name}}}
+    pod["spec"] = job["spec"]["template"]["spec"]
+    kube.create("v1/pods", pod, NS)
+    terminated = {
+        "exitCode": 0 if succeeded else 2,
+        "reason": "Completed" if succeeded else "Error",
+        "finishedAt": "2026-11-21T10:07:00Z",
+        "message": json.dumps(SUMMARY) if message is None else message,
+    }
+    container = {"name": "expire", "state": {"terminated": terminated}, "ready": False, "restartCount": 0}
+    kube.patch("v1/pods", pod["metadata"]["name"], {"status": {"containerStatuses": [container]}}, NS, "status")
+    finish(kube, job, succeeded=succeeded)
+
+
+def warm_and_expire(kube: Any, name: str = "llama") -> dict[str, Any]:
+    """Finish every warm-up Job, see Expiring, finish the expiry Job; return the Ready status."""
+    for job in jobs_of(kube, name).values():
+        finish(kube, job, succeeded=True)
+    wait_phase(kube, "Expiring", name)
+    finish_expiry(kube, expiry_job(kube, name))
+    return wait_phase(kube, "Ready", name)
+
+
 def event_reasons(kube: Any) -> list[str]:
     return [event["reason"] for event in kube.list("v1/events", NS)]
 
@@ -134,9 +180,7 @@ def test_jobs_succeed_then_ready(kube_env, nodes, operator):
     kube_env.wait_for(
         lambda: {p["name"]: p["state"] for p in status_of(kube_env)["pools"]}["nvidia-h100-80gb-hbm3"] == "Running"
     )
-    for job in jobs.values():
-        finish(kube_env, job, succeeded=True)
-    status = wait_phase(kube_env, "Ready")
+    status = warm_and_expire(kube_env)
     assert status["poolsReady"] == "2/2"
     assert all(pool["state"] == "Succeeded" and pool["finishedAt"] for pool in status["pools"])
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
@@ -183,18 +227,18 @@ def test_restart_mid_warm_creates_no_duplicate(kube_env, nodes, monkeypatch):
             )
         )
         finish(kube_env, before["nvidia-a100-sxm4-40gb"], succeeded=True)
+        wait_phase(kube_env, "Expiring")
+        finish_expiry(kube_env, expiry_job(kube_env))
         wait_phase(kube_env, "Ready")
     assert second.exception is None, second.output
-    after = kube_env.list(JOBS, NS)
+    after = kube_env.list(JOBS, NS, "compilecache.dev/cache")
     assert sorted(job["metadata"]["name"] for job in after) == sorted(j["metadata"]["name"] for j in before.values())
 
 
 def test_finished_job_removed_by_ttl_is_not_rerun(kube_env, nodes, operator):
     create_cache(kube_env)
     jobs = wait_jobs(kube_env, 2)
-    for job in jobs.values():
-        finish(kube_env, job, succeeded=True)
-    wait_phase(kube_env, "Ready")
+    warm_and_expire(kube_env)
     kube_env.delete(JOBS, jobs["nvidia-h100-80gb-hbm3"]["metadata"]["name"], NS)  # as ttlSecondsAfterFinished does
     kube_env.wait_for(lambda: len(jobs_of(kube_env)) == 1)
     # Three resync periods pass; the record of the finished pool stands and no Job is recreated.
@@ -296,7 +340,67 @@ def test_pool_without_nodes_is_no_nodes_not_a_failure(kube_env, nodes, operator)
     jobs = wait_jobs(kube_env, 2)
     status = kube_env.wait_for(lambda: len(status_of(kube_env).get("pools", [])) == 3 and status_of(kube_env))
     assert {p["name"]: p["state"] for p in status["pools"]}["b200"] == "NoNodes"
-    for job in jobs.values():
-        finish(kube_env, job, succeeded=True)
-    status = wait_phase(kube_env, "Ready")
+    assert len(jobs) == 2
+    status = warm_and_expire(kube_env)
     assert status["poolsReady"] == "2/2"
+
+
+def test_warming_expiring_ready_reports_the_cache(kube_env, nodes, operator):
+    create_cache(kube_env, lifecycle={"maxAge": "7d", "maxSize": "100Gi", "keepVersions": 2})
+    for job in wait_jobs(kube_env, 2).values():
+        finish(kube_env, job, succeeded=True)
+    expiring = wait_phase(kube_env, "Expiring")
+    assert expiring["poolsReady"] == "2/2"
+    job = expiry_job(kube_env)
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == [
+        "compilecache", "expire", "--cache-dir", "/var/cache/compilecache", "--max-age", "604800s",
+        "--max-size", str(100 * 2**30), "--keep-versions", "2", "--verify", "--termination-log", "/dev/termination-log",
+    ]  # fmt: skip
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
+    assert not claim["persistentVolumeClaim"].get("readOnly")  # expiry deletes: read-write
+    assert "compilecache.dev/cache" not in job["spec"]["template"]["metadata"]["labels"]  # never gated
+
+    finish_expiry(kube_env, job)
+    status = wait_phase(kube_env, "Ready")
+    cache = status["cache"]
+    assert (cache["entries"], cache["bytes"], cache["size"]) == (3, 3 * 2**20, "3Mi")
+    assert cache["versions"] == SUMMARY["versions"]
+    assert cache["lastWarmed"] == "2026-11-21T10:05:00Z" and cache["lastExpired"]
+    expired = next(c for c in status["conditions"] if c["type"] == "Expired")
+    assert expired["status"] == "True" and "1 by integrity" in expired["message"]
+
+    # Only the lifecycle changes: no new warm-up, a new expiry; the old expiry Job goes. The
+    # published entries stay good meanwhile: the cache stays Ready (training is not gated).
+    kube_env.patch(CC, "llama", {"spec": {"lifecycle": {"maxAge": "1d"}}}, NS)
+    again = expiry_job(kube_env, other_than=job["metadata"]["name"])
+    assert "86400s" in again["spec"]["template"]["spec"]["containers"][0]["command"]
+    refreshing = kube_env.wait_for(
+        lambda: "refreshing" in status_of(kube_env).get("message", "") and status_of(kube_env)
+    )
+    assert refreshing["phase"] == "Ready" and "expir" in refreshing["message"]
+    assert next(c for c in refreshing["conditions"] if c["type"] == "Ready")["status"] == "True"
+    kube_env.wait_for(lambda: len(kube_env.list(JOBS, NS, f"{EXPIRY}=llama")) == 1)
+    assert len(jobs_of(kube_env)) == 2
+    finish_expiry(kube_env, again)
+    kube_env.wait_for(lambda: "refreshing" not in status_of(kube_env)["message"])
+    assert status_of(kube_env)["phase"] == "Ready"
+
+
+def test_expiry_failure_leaves_the_cache_not_ready_with_the_reason(kube_env, nodes, operator):
+    create_cache(kube_env)
+    for job in wait_jobs(kube_env, 2).values():
+        finish(kube_env, job, succeeded=True)
+    error = {"schema": "compilecache.dev/expiry/v1", "ok": False, "error": "cache dir /c is not a directory"}
+    finish_expiry(kube_env, expiry_job(kube_env), succeeded=False, message=json.dumps(error))
+    status = wait_phase(kube_env, "Failed")
+    assert "expiry failed: cache dir /c is not a directory" in status["message"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    assert (conditions["Expired"]["status"], conditions["Expired"]["reason"]) == ("False", "ExpiryFailed")
+    assert conditions["PoolsWarmed"]["status"] == "True"
+    time.sleep(1.5)  # resyncs pass: it stays failed, no new expiry Job
+    assert status_of(kube_env)["phase"] == "Failed" and len(kube_env.list(JOBS, NS, f"{EXPIRY}=llama")) == 1

@@ -36,7 +36,10 @@ def test_operator_command_creates_jobs_and_keeps_kopf_options(kube, tmp_path: Pa
     try:
         body = {"metadata": {"name": "llama"}, "spec": cache_spec()}
         kube.create("compilecache.dev/v1alpha1/compilecaches", body, "default")
-        jobs = kube.wait_for(lambda: kube.list("batch/v1/jobs", "default") or process.poll(), timeout=30)
+        # Both Jobs: one pass creates them one after the other, a list may fall in between.
+        jobs = kube.wait_for(
+            lambda: (len(found := kube.list("batch/v1/jobs", "default")) == 2 and found) or process.poll(), timeout=30
+        )
         assert process.poll() is None, "the operator exited"
         assert len(jobs) == 2
         status = kube.wait_for(

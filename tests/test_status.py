@@ -66,6 +66,20 @@ def test_phase_of_pools(states, phase):
     assert status.phase_of(pools)[0] == phase
 
 
+@pytest.mark.parametrize(
+    ("old", "phase", "serving"),
+    [
+        ({"phase": "Ready", "specHash": "h"}, "Warming", True),  # a scheduled re-warm, a new pool
+        ({"phase": "Ready", "specHash": "h"}, "Expiring", True),  # a lifecycle-only change
+        ({"phase": "Ready", "specHash": "other"}, "Warming", False),  # what is compiled changed
+        ({"phase": "Warming", "specHash": "h"}, "Expiring", False),  # never was Ready
+        ({"phase": "Ready", "specHash": "h"}, "Failed", False),  # a failed refresh is told as it is
+    ],
+)
+def test_a_ready_cache_keeps_serving_while_it_refreshes(old, phase, serving):
+    assert status.keeps_serving(old, "h", phase) is serving
+
+
 def test_pools_ready_counts_pools_with_nodes():
     pools = [{"name": "a", "state": "Succeeded"}, {"name": "b", "state": "Running"}, {"name": "c", "state": "NoNodes"}]
     assert status.pools_ready(pools) == "1/2"

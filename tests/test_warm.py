@@ -18,8 +18,8 @@ from compilecache.cli import build_parser
 from compilecache.compiler import TargetRun
 from compilecache.entries import EntryError, check_entry, entry_module, is_entry_name
 from compilecache.errors import WarmError
-from compilecache.localstore import LocalStore, StagedEntry, open_store
 from compilecache.manifest import build_manifest, build_report, manifest_name, new_run_id
+from compilecache.store import LocalStore, StagedEntry, open_store
 from compilecache.target import Target, check_target
 from compilecache.verify import differing_components, miss_messages
 from compilecache.workload import parse_spec
@@ -78,25 +78,28 @@ def test_entry_names() -> None:
 
 def test_publish_is_all_or_nothing_and_manifest_hashes(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "cache")
-    staging = store.prepare("run-1")
+    staging = Path(store.prepare("run-1"))
     good, bad = f"{'jit_a-' + 'a' * 64}-cache", f"{'jit_b-' + 'b' * 64}-cache"
     (staging / good).write_bytes(_entry())
     (staging / bad).write_bytes(_entry()[:-3])
     with pytest.raises(EntryError, match="nothing published"):
-        store.publish(staging, store.new_entries(staging))
+        store.publish(str(staging), store.new_entries(str(staging)))
     assert entry_files(store.root) == []
     (staging / bad).unlink()
-    [published] = store.publish(staging, store.new_entries(staging))
+    [published] = store.publish(str(staging), store.new_entries(str(staging)))
     assert published.sha256 == hashlib.sha256(_entry()).hexdigest()
     assert entry_files(store.root) == [good]
     # A second run links the published entry into its staging: not "new", not re-published.
     again = store.prepare("run-2")
-    assert (again / good).exists() and store.new_entries(again) == []
+    assert (Path(again) / good).exists() and store.new_entries(again) == []
 
 
-def test_open_store_rejects_gcs_for_now() -> None:
-    with pytest.raises(WarmError, match="not supported yet"):
-        open_store("gs://bucket/prefix")
+def test_open_store_takes_local_paths_and_gcs_only() -> None:
+    assert open_store("gs://bucket/a/b/").url == "gs://bucket/a/b"
+    with pytest.raises(WarmError, match=r"only local paths and gs://"):
+        open_store("s3://bucket/prefix")
+    with pytest.raises(WarmError, match="no bucket"):
+        open_store("gs:///prefix")
 
 
 def test_manifest_and_report_shape() -> None:
@@ -358,15 +361,15 @@ def test_keys_are_path_independent_with_our_settings(tmp_path: Path) -> None:
 def test_a_truncated_entry_is_never_published(tmp_path: Path) -> None:
     modules = write_module(tmp_path / "mods", "tiny", TINY_WORKLOAD)
     store = LocalStore(tmp_path / "cache")
-    staging = store.prepare("run-x")
+    staging = Path(store.prepare("run-x"))
     # Real entries, written by real JAX into staging (as the warmer's compile step does).
     probe_hits("tiny:targets", clean_env(jax_cache_env(str(staging)), [modules]))
-    names = store.new_entries(staging)
+    names = store.new_entries(str(staging))
     assert len(names) == 3
     victim = staging / names[0]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     with pytest.raises(EntryError, match=f"{names[0]}.*truncated"):
-        store.publish(staging, names)
+        store.publish(str(staging), names)
     assert entry_files(store.root) == []
 
 
@@ -449,15 +452,15 @@ def test_bad_input_one_line_error_nonzero_nothing_published(tmp_path: Path, argv
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["under_a_file", "gcs"])
+@pytest.mark.parametrize("where", ["under_a_file", "other_scheme"])
 def test_unusable_cache_dir_is_a_one_line_error(tmp_path: Path, where: str) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    cache = str(blocker / "cache") if where == "under_a_file" else "gs://bucket/prefix"
+    cache = str(blocker / "cache") if where == "under_a_file" else "s3://bucket/prefix"
     done = run_cli(["warm", "--cache-dir", cache, "--workload", "m:f"], clean_env())
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
-    assert ("not writable" if where == "under_a_file" else "not supported yet") in line
+    assert ("not writable" if where == "under_a_file" else "only local paths and gs://") in line
 
 
 def test_warm_module_does_not_import_jax() -> None:

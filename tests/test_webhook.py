@@ -32,7 +32,7 @@ from compilecache import handlers, webhook
 from compilecache.cacheenv import jax_cache_env
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from specs import cluster
-from test_operator import NS, create_cache, finish, wait_jobs, wait_phase
+from test_operator import NS, create_cache, wait_jobs, wait_phase, warm_and_expire
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 
@@ -178,9 +178,8 @@ def hook() -> Iterator[Webhook]:
                 create_cache(
                     kube, name="ready", storage={"pvc": {"claimName": "ready-cache", "create": {"size": "1Gi"}}}
                 )
-                for job in wait_jobs(kube, 2, "ready").values():
-                    finish(kube, job, succeeded=True)
-                wait_phase(kube, "Ready", "ready")
+                wait_jobs(kube, 2, "ready")
+                warm_and_expire(kube, "ready")
                 wait_phase(kube, "Warming", "llama")
                 context = ssl.create_default_context(cafile=str(ca))
                 url = f"https://127.0.0.1:{port}{webhook.PATH}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cacheenv import jax_cache_env
-from compilecache.localstore import META_DIR
+from compilecache.store import META_DIR
 
 WORKLOAD = "examples.workloads.transformer:targets"
 

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import kopf
 
-from compilecache import admission, api, jobs, webhook
+from compilecache import admission, api, expiryjob, jobs, webhook
 from compilecache.coalesce import Coalescer
 from compilecache.kube import COMPILECACHES, ApiError, Client
 from compilecache.reconcile import reconcile, release_gates
@@ -90,6 +90,13 @@ def job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_
     """A warm-up Job started, progressed, finished or went away: refresh its cache."""
     assert namespace is not None  # Jobs are namespaced
     _reconcile(memo, namespace, labels[jobs.LABEL_CACHE])
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={expiryjob.LABEL_EXPIRY_OF: kopf.PRESENT}, registry=registry)
+def expiry_job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    """An expiry Job progressed or finished: refresh its cache (the next phase depends on it)."""
+    assert namespace is not None  # Jobs are namespaced
+    _reconcile(memo, namespace, labels[expiryjob.LABEL_EXPIRY_OF])
 
 
 @kopf.on.mutate(

@@ -40,25 +40,31 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
         "jax": [warmup.jax.min_compile_time_secs, warmup.jax.min_entry_size_bytes, warmup.jax.xla_flags],
         "rewarm": (cache.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_REWARM),
     }
-    return _digest(material)
+    return digest(material)
 
 
-def pool_hash(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> str:
-    """The hash of one pool's warm-up: the cache's hash, the pool's device count and its workloads."""
-    material = {
+def pool_hash(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str | None = None) -> str:
+    """The hash of one pool's warm-up: the cache's hash, the pool's device count and its workloads.
+
+    ``slot``: the latest ``spec.schedule`` time that has come (``units.cron_slot``); a new slot
+    gives new Job names, and so a periodic re-warm (and, after it, a new expiry).
+    """
+    material: dict[str, Any] = {
         "cache": cache_hash(cache, spec),
         "name": cache.get("metadata", {}).get("name"),
         "pool": pool.name,
         "gpus": [pool.gpu_resource, pool.gpus_per_pod],
         "workloads": [workload.name for workload in pool.workloads],
     }
-    return _digest(material)
+    if slot is not None:  # absent, not null: hashes of unscheduled caches stay what they were
+        material["slot"] = slot
+    return digest(material)
 
 
-def job_name(cache_name: str, pool_name: str, digest: str) -> str:
+def job_name(cache_name: str, pool_name: str, spec_hash: str) -> str:
     """A deterministic Job name: the same cache, pool and hash always give the same name."""
     stem = f"{cache_name}-{pool_name}"[: NAME_MAX - HASH_LENGTH - 1].rstrip("-.")
-    return f"{stem}-{digest}"
+    return f"{stem}-{spec_hash}"
 
 
 def common_labels(cache_name: str, component: str) -> dict[str, str]:
@@ -85,11 +91,33 @@ def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> dict[str, Any]:
+def pod_security_context() -> dict[str, Any]:
+    """The pod securityContext of every pod the operator runs: non-root, RuntimeDefault seccomp."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """The container securityContext: read-only root filesystem, no privilege escalation, no capabilities."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str | None = None) -> dict[str, Any]:
     """The warm-up Job of one pool: runs ``compilecache warm`` on the pool's nodes with its GPUs."""
     meta = cache["metadata"]
     name = meta["name"]
-    digest = pool_hash(cache, spec, pool)
+    spec_hash = pool_hash(cache, spec, pool, slot)
     warmup = spec.warmup
     env = _container_env(spec, pool)
 
@@ -114,12 +142,7 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> dict[st
             "command": command,
             "env": env,
             "volumeMounts": mounts,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
+            "securityContext": container_security_context(),
         }
         if warmup.image_pull_policy:
             spec_["imagePullPolicy"] = warmup.image_pull_policy
@@ -141,14 +164,7 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> dict[st
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "nodeSelector": dict(pool.node_selector),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "containers": [container("warm", main_command)],
         "volumes": volumes,
     }
@@ -169,10 +185,10 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool) -> dict[st
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": job_name(name, pool.name, digest),
+            "name": job_name(name, pool.name, spec_hash),
             "namespace": meta.get("namespace"),
             "labels": job_labels,
-            "annotations": {ANNOTATION_SPEC_HASH: digest},
+            "annotations": {ANNOTATION_SPEC_HASH: spec_hash},
             "ownerReferences": [owner_reference(cache)],
         },
         "spec": {
@@ -262,6 +278,7 @@ def _workload_material(workload: Workload) -> dict[str, Any]:
     }
 
 
-def _digest(material: Mapping[str, Any]) -> str:
+def digest(material: Mapping[str, Any]) -> str:
+    """A short, stable hash of JSON-able material: for names that change exactly when it does."""
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from compilecache.compiler import TargetRun
-from compilecache.localstore import StagedEntry
+from compilecache.store import StagedEntry
 
 MANIFEST_SCHEMA = "compilecache.dev/manifest/v1"
 REPORT_SCHEMA = "compilecache.dev/report/v1"

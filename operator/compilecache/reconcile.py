@@ -12,9 +12,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache import gates, jobs, status
+from compilecache import expiryjob, gates, jobs, status, units
 from compilecache.api import CacheSpec, Consumers, SpecError, parse_spec
-from compilecache.kube import COMPILECACHES, JOBS, NODES, PVCS, ApiError, Client
+from compilecache.kube import COMPILECACHES, JOBS, NODES, PODS, PVCS, ApiError, Client
 from compilecache.pools import resolve_pools
 
 logger = logging.getLogger(__name__)
@@ -95,24 +95,45 @@ def observe_and_act(client: Client, cache: Mapping[str, Any], old: Mapping[str, 
             ],
         }
 
-    pool_entries = sync_jobs(client, cache, spec, pools, old.get("pools") or [])
+    pool_entries = sync_jobs(client, cache, spec, pools, old.get("pools") or [], slot=schedule_slot(spec, now))
     phase, message = status.phase_of(pool_entries)
     warmed = phase in (status.READY, status.DEGRADED)
+    pools_condition = cond(status.POOLS_WARMED, warmed, phase, message)
+    # Until this generation's expiry runs, the last one's condition and cache counts stand.
+    expired_condition = next((c for c in conditions if c.get("type") == expiryjob.EXPIRED_CONDITION), None)
+    extra: dict[str, Any] = {}
     if phase == status.READY:
-        phase, message = after_warm(client, cache, spec, old)
+        result = after_warm(client, cache, spec, pool_entries)
+        phase, message = result.phase, result.message
+        expired_condition = cond(expiryjob.EXPIRED_CONDITION, phase == status.READY, result.reason, message)
+        last_expired = result.finished_at if phase == status.READY else None
+        extra["cache"] = expiryjob.cache_status(
+            result.summary if phase == status.READY else None,
+            old.get("cache") or {},
+            expiryjob.last_warmed(pool_entries),
+            last_expired,
+        )
+    spec_hash = jobs.cache_hash(cache, spec)
+    if status.keeps_serving(old, spec_hash, phase):
+        phase, message = status.READY, f"ready; refreshing: {message}"
     ready = phase == status.READY
-    return _base(old, generation) | {
-        "phase": phase,
-        "message": message,
-        "specHash": jobs.cache_hash(cache, spec),
-        "poolsReady": status.pools_ready(pool_entries),
-        "pools": pool_entries,
-        "conditions": [
-            cond(status.READY_CONDITION, ready, phase, message),
-            storage_condition,
-            cond(status.POOLS_WARMED, warmed and phase != status.FAILED, phase, message),
-        ],
-    }
+    return (
+        _base(old, generation)
+        | extra
+        | {
+            "phase": phase,
+            "message": message,
+            "specHash": spec_hash,
+            "poolsReady": status.pools_ready(pool_entries),
+            "pools": pool_entries,
+            "conditions": [
+                cond(status.READY_CONDITION, ready, phase, message),
+                storage_condition,
+                pools_condition,
+                *([expired_condition] if expired_condition else []),
+            ],
+        }
+    )
 
 
 def ensure_storage(client: Client, cache: Mapping[str, Any], spec: CacheSpec) -> tuple[bool, str, str]:
@@ -141,6 +162,8 @@ def sync_jobs(
     spec: CacheSpec,
     pools: list[Any],
     old_pools: list[Mapping[str, Any]],
+    *,
+    slot: str | None = None,
 ) -> list[dict[str, Any]]:
     """Create the Jobs the pools need, delete those of other spec hashes; return ``status.pools``."""
     meta = cache["metadata"]
@@ -151,7 +174,7 @@ def sync_jobs(
     entries: list[dict[str, Any]] = []
     wanted: set[str] = set()
     for pool in pools:
-        manifest = jobs.warmup_job(cache, spec, pool)
+        manifest = jobs.warmup_job(cache, spec, pool, slot)
         job_name = manifest["metadata"]["name"]
         job = observed.get(job_name)
         entry = status.pool_status(pool, job_name, job, previous.get(pool.name))
@@ -171,12 +194,46 @@ def sync_jobs(
     return entries
 
 
-def after_warm(client: Client, cache: Mapping[str, Any], spec: CacheSpec, old: Mapping[str, Any]) -> tuple[str, str]:
-    """The step between "every pool warmed" and Ready: the lifecycle expiry (a later issue).
+def after_warm(
+    client: Client, cache: Mapping[str, Any], spec: CacheSpec, pools: list[dict[str, Any]]
+) -> expiryjob.Outcome:
+    """The step between "every pool warmed" and Ready: run the lifecycle expiry as a Job, read its summary.
 
-    Returns the phase and message to record; today the cache is Ready as soon as it is warmed.
+    One expiry Job per (warm-up Jobs, lifecycle) (``expiryjob.expiry_hash``); Jobs of earlier ones are
+    deleted. The summary comes from the finished pod's termination message (pods by ``job-name``).
     """
-    return status.READY, "all pools warmed"
+    meta = cache["metadata"]
+    namespace, name = meta.get("namespace"), meta["name"]
+    warmups = [str(pool["job"]) for pool in pools if pool.get("state") == status.POOL_SUCCEEDED and pool.get("job")]
+    manifest = expiryjob.expiry_job(cache, spec, warmups)
+    job_name = manifest["metadata"]["name"]
+    observed = client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name})
+    job = None
+    for existing in observed:
+        owners = {ref.get("uid") for ref in existing["metadata"].get("ownerReferences") or []}
+        if existing["metadata"]["name"] == job_name:
+            job = existing
+        elif meta.get("uid") in owners:
+            logger.info(
+                "Deleting the expiry Job %s/%s of an older warm-up or lifecycle.",
+                namespace,
+                existing["metadata"]["name"],
+            )
+            client.delete(JOBS, existing["metadata"]["name"], namespace)
+    if job is None:
+        _create(client, JOBS, manifest, namespace)
+        return expiryjob.outcome(None, [])
+    finished = status.job_state(job)["state"] in status.FINISHED
+    pods = client.list(PODS, namespace, labels={"job-name": job_name}) if finished else []
+    return expiryjob.outcome(job, pods)
+
+
+def schedule_slot(spec: CacheSpec, now: str) -> str | None:
+    """The latest ``spec.schedule`` time that has come: a token for the warm-up Jobs' hash (``None``: no schedule)."""
+    if spec.schedule is None:
+        return None
+    when = units.cron_slot(spec.schedule, datetime.datetime.fromisoformat(now.replace("Z", "+00:00")))
+    return when.strftime("%Y%m%dT%H%MZ") if when else None
 
 
 def write_status(client: Client, cache: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

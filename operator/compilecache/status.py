@@ -130,6 +130,17 @@ def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     return FAILED, f"warm-up failed on every pool: {', '.join(failed)}"
 
 
+def keeps_serving(old: Mapping[str, Any], spec_hash: str, phase: str) -> bool:
+    """Whether a Ready cache stays Ready while this pass re-warms or re-expires it.
+
+    A scheduled re-warm, a lifecycle-only change or a new pool does not make the published
+    entries wrong: training pods keep using them (and are not gated) while the refresh runs.
+    A change of what is compiled (a new spec hash) does, and the cache is not Ready until
+    the new warm-up is done.
+    """
+    return old.get("phase") == READY and old.get("specHash") == spec_hash and phase in (WARMING, EXPIRING)
+
+
 def pools_ready(pools: Sequence[Mapping[str, Any]]) -> str:
     """``READY/TOTAL`` over the pools that have nodes, for the printer column."""
     active = [pool for pool in pools if pool.get("state") != POOL_NO_NODES]

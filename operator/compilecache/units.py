@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -78,3 +79,77 @@ def format_bytes(count: int) -> str:
             value = count / factor
             return f"{value:.1f}{suffix}".replace(".0" + suffix, suffix)
     return str(count)  # pragma: no cover - unreachable: 1024 == Ki
+
+
+_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))  # minute hour day-of-month month day-of-week
+_CRON_NAMES: tuple[dict[str, int], ...] = (
+    {},
+    {},
+    {},
+    {
+        name: number
+        for number, name in enumerate(
+            ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
+        )
+    },
+    {name: number for number, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
+)
+_CRON_LOOKBACK_DAYS = 5 * 366  # long enough for "0 0 29 2 *" (a leap day: at most 8 years apart, usually 4)
+
+
+def cron_slot(text: str, now: datetime.datetime) -> datetime.datetime | None:
+    """The latest time at or before ``now`` (UTC, to the minute) that the 5-field schedule names.
+
+    Standard cron semantics: when both day-of-month and day-of-week are restricted, a day
+    matching either counts; day-of-week 7 is Sunday too. ``None`` if no time matches within
+    five years (e.g. ``0 0 30 2 *``).
+    """
+    fields = check_cron(text).split()
+    minutes, hours, days, months, weekdays = (_cron_values(f, i) for i, f in enumerate(fields))
+    if 7 in weekdays:
+        weekdays.add(0)
+    any_day, any_weekday = fields[2] in ("*", "?"), fields[4] in ("*", "?")
+    now = now.astimezone(datetime.UTC).replace(second=0, microsecond=0)
+    for back in range(_CRON_LOOKBACK_DAYS):
+        day = (now - datetime.timedelta(days=back)).date()
+        weekday = (day.weekday() + 1) % 7  # cron: Sunday is 0
+        day_ok = day.day in days
+        weekday_ok = weekday in weekdays
+        matches = day_ok and weekday_ok if any_day or any_weekday else day_ok or weekday_ok
+        if day.month not in months or not matches:
+            continue
+        latest = (now.hour, now.minute) if back == 0 else (23, 59)
+        times = [(h, m) for h in sorted(hours, reverse=True) for m in sorted(minutes, reverse=True) if (h, m) <= latest]
+        if times:
+            hour, minute = times[0]
+            return datetime.datetime(day.year, day.month, day.day, hour, minute, tzinfo=datetime.UTC)
+    return None
+
+
+def _cron_values(field: str, index: int) -> set[int]:
+    low, high = _CRON_RANGES[index]
+    names = _CRON_NAMES[index]
+    values: set[int] = set()
+    for item in field.split(","):
+        base, _, step_text = item.partition("/")
+        step = int(step_text) if step_text else 1
+        if step < 1:
+            raise ValueError(f"cron field {field!r}: step must be at least 1")
+        if base in ("*", "?"):
+            start, end = low, high
+        else:
+            first, _, last = base.partition("-")
+            start = _cron_number(first, names, field)
+            end = _cron_number(last, names, field) if last else (high if step_text else start)
+        if not low <= start <= end <= high:
+            raise ValueError(f"cron field {field!r}: values must lie in {low}-{high}")
+        values.update(range(start, end + 1, step))
+    return values
+
+
+def _cron_number(text: str, names: dict[str, int], field: str) -> int:
+    if text.isdigit():
+        return int(text)
+    if text.lower() in names:
+        return names[text.lower()]
+    raise ValueError(f"cron field {field!r}: {text!r} is not a number or name")

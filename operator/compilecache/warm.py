@@ -3,12 +3,15 @@
 Runs inside every warm-up Job (and by hand). Steps, each able to stop the run
 with a one-line error before anything reaches the live cache:
 
-1. open the cache (``--cache-dir``: a local path; ``gs://`` later) and a
-   staging dir for this run, seeded with links to what is already published;
+1. open the cache (``--cache-dir``: a local path or ``gs://bucket/prefix``,
+   :mod:`compilecache.store`); a local cache gets a staging dir for this run,
+   seeded with links to what is already published (JAX writes a GCS prefix
+   directly: an object appears whole or not at all);
 2. set JAX's cache options (from :mod:`compilecache.cacheenv`) pointing at
    staging *before* JAX is imported, import each ``--workload`` and compile its
    targets (``--jobs`` at a time), and/or run ``--script`` under the same env;
-3. check every new entry and rename it into the cache (all or nothing);
+3. check every new entry and rename it into the cache (all or nothing; on GCS
+   an unsound object is deleted and the run fails);
 4. with ``--verify``: in a fresh process, compile every target again against
    the published cache and require a hit;
 5. write the run's manifest into the cache and the ``--report`` JSON.
@@ -24,10 +27,14 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compilecache.cacheenv import jax_cache_env
+from compilecache.entries import entry_name
 from compilecache.errors import VerifyError, WarmError
+
+if TYPE_CHECKING:
+    from compilecache.store import CacheStore
 
 # Options the Job's environment may already carry (set by the operator from
 # jax_cache_env); command-line flags win, our defaults apply when neither is set.
@@ -37,7 +44,7 @@ _ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache warm``."""
-    parser.add_argument("--cache-dir", required=True, help="cache location: a local path (gs:// later)")
+    parser.add_argument("--cache-dir", required=True, help="cache location: a local path or gs://bucket/prefix")
     parser.add_argument(
         "--workload",
         action="append",
@@ -79,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     """The whole run; returns the report or raises :class:`WarmError`."""
-    from compilecache.localstore import open_store
     from compilecache.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
+    from compilecache.store import open_store
 
     script_args = _script_args(args)
     _check_args(args, script_args)
@@ -89,13 +96,13 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     options = _cache_options(args, base_env)
     run_id = new_run_id()
     started = utc_now()
-    staging = store.prepare(run_id)
+    workdir = store.prepare(run_id)
     try:
-        staging_env = jax_cache_env(str(staging), **options)
+        staging_env = jax_cache_env(workdir, **options)
         runs, facts = _compile(args, script_args, base_env, staging_env)
-        staged = store.publish(staging, store.new_entries(staging))
+        staged = store.publish(workdir, _own_entries(store, workdir, runs))
     finally:
-        store.discard(staging)
+        store.discard(workdir)
 
     verify_result: dict[str, Any] | None = None
     problems: list[str] = []
@@ -122,6 +129,16 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         failure.report = report  # type: ignore[attr-defined]
         raise failure
     return report
+
+
+def _own_entries(store: CacheStore, workdir: str, runs: Sequence[Any]) -> list[str]:
+    """The new entries this run compiled; where JAX writes in place (GCS), only the keys it wrote,
+    so that a concurrent run's entries are not recorded under this run's versions."""
+    names = store.new_entries(workdir)
+    if not store.writes_in_place:
+        return names
+    written = {entry_name(key) for run in runs for key in run.keys_written}
+    return [name for name in names if name in written]
 
 
 def _compile(

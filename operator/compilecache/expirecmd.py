@@ -1,0 +1,238 @@
+"""``compilecache expire``: apply the lifecycle policy to a cache (a local dir or ``gs://``).
+
+Lists the cache once, reads the run manifests, with ``--verify`` reads every entry
+old enough to be deleted (sha256 against its manifest, a full decompression),
+asks :func:`compilecache.expiry.plan_expiry` what to delete, prints a table of
+deletions and reasons and a summary, then deletes (not with ``--dry-run``).
+
+Deleting is idempotent and safe to interrupt: each file is deleted on its own
+(a sidecar before its entry, so an interruption never leaves an orphan sidecar),
+a file gone already counts as deleted, and a second run finishes the job.
+
+``--termination-log PATH`` (the operator's expiry Job passes ``/dev/termination-log``)
+also writes a compact JSON summary (at most 4 KiB, what Kubernetes keeps) there,
+which the operator reads from the pod's status: the Job needs no API credentials.
+
+Exit codes: 0 done, 2 bad input or an unusable cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from compilecache import units
+from compilecache.entries import ATIME_SUFFIX, ENTRY_SUFFIX, EntryError, check_entry
+from compilecache.errors import WarmError
+from compilecache.expiry import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_STAGING_GRACE_SECONDS,
+    Plan,
+    Policy,
+    expected_digests,
+    index_manifests,
+    plan_expiry,
+)
+from compilecache.store import CacheStore, Listing, open_store
+
+SUMMARY_SCHEMA = "compilecache.dev/expiry/v1"
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LIMIT = 4096  # bytes of a container's termination message that Kubernetes keeps
+_READERS = 8  # concurrent reads under --verify: GCS latency, not CPU, bounds them
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``compilecache expire``."""
+    parser.add_argument("--cache-dir", required=True, help="cache location: a local path or gs://bucket/prefix")
+    parser.add_argument("--max-age", metavar="DURATION", help="drop entries not re-produced within this (7d, 12h)")
+    parser.add_argument("--max-size", metavar="QUANTITY", help="drop least recently produced entries down to this")
+    parser.add_argument("--keep-versions", type=int, metavar="N", help="keep the N newest builds of each platform")
+    parser.add_argument(
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="drop truncated/corrupt/changed entries, orphan -atime files and old staging (reads every entry)",
+    )
+    parser.add_argument(
+        "--grace", default=f"{int(DEFAULT_GRACE_SECONDS)}s", metavar="DURATION", help="never delete younger files"
+    )
+    parser.add_argument(
+        "--staging-grace",
+        default=f"{int(DEFAULT_STAGING_GRACE_SECONDS)}s",
+        metavar="DURATION",
+        help="staging dirs of warm runs untouched this long are leftovers",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print what would be deleted; delete nothing")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    parser.add_argument(
+        "--termination-log", metavar="PATH", help=f"also write a compact summary here ({TERMINATION_LOG})"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Expire; print a one-line error and return 2 on bad input or an unusable cache."""
+    try:
+        policy = policy_from_args(args)
+        result = expire(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
+    except WarmError as error:
+        print(f"compilecache expire: error: {error}", file=sys.stderr)
+        if args.termination_log:
+            _write(args.termination_log, json.dumps({"schema": SUMMARY_SCHEMA, "ok": False, "error": str(error)}))
+        return error.exit_code
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        print(format_table(result))
+    if args.termination_log:
+        _write(args.termination_log, termination_message(result))
+    return 0
+
+
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    """The policy from the flags, with :mod:`compilecache.units`' parsers; a bad value is a :class:`WarmError`."""
+
+    def parse(flag: str, function: Any, text: str | None) -> Any:
+        if text is None:
+            return None
+        try:
+            return function(text)
+        except ValueError as error:
+            raise WarmError(f"{flag}: {error}") from error
+
+    if args.keep_versions is not None and args.keep_versions < 1:
+        raise WarmError(f"--keep-versions must be at least 1, got {args.keep_versions}")
+    return Policy(
+        max_age_seconds=parse("--max-age", units.parse_duration, args.max_age),
+        max_size_bytes=parse("--max-size", units.parse_bytes, args.max_size),
+        keep_versions=args.keep_versions,
+        verify=args.verify,
+        grace_seconds=parse("--grace", units.parse_duration, args.grace),
+        staging_grace_seconds=parse("--staging-grace", units.parse_duration, args.staging_grace),
+    )
+
+
+def expire(store: CacheStore, policy: Policy, *, dry_run: bool, now: float) -> dict[str, Any]:
+    """List, check, plan and (unless ``dry_run``) delete; return the result document."""
+    listing = store.scan()
+    manifests, problems = store.read_manifests()
+    index = index_manifests(manifests)
+    damaged = check_bytes(store, listing, expected_digests(index), policy, now) if policy.verify else {}
+    plan = plan_expiry(listing, index, policy, now, damaged)
+    if not dry_run:
+        apply(store, plan)
+    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=problems)
+
+
+def check_bytes(
+    store: CacheStore, listing: Listing, digests: Mapping[str, str], policy: Policy, now: float
+) -> dict[str, str]:
+    """Entry name → why its bytes are unsound, for every entry old enough to be deleted."""
+    import hashlib
+
+    names = [
+        item.name
+        for item in listing.files
+        if item.name.endswith(ENTRY_SUFFIX) and now - item.mtime >= policy.grace_seconds
+    ]
+
+    def problem(name: str) -> str | None:
+        try:
+            data = store.read(name)
+        except (FileNotFoundError, WarmError):
+            return None  # deleted meanwhile (another expiry): nothing to judge
+        expected = digests.get(name)
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            return "sha256 differs from the manifest's (changed after it was published)"
+        try:
+            check_entry(data)
+        except EntryError as error:
+            return str(error)
+        return None
+
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        found = dict(zip(names, pool.map(problem, names), strict=True))
+    return {name: why for name, why in found.items() if why is not None}
+
+
+def apply(store: CacheStore, plan: Plan) -> None:
+    """Delete each planned file; an entry's ``-atime`` sidecar goes first."""
+    for deletion in plan.deletions:
+        if deletion.name.endswith(ENTRY_SUFFIX):
+            store.delete(deletion.name[: -len(ENTRY_SUFFIX)] + ATIME_SUFFIX)
+        store.delete(deletion.name)
+
+
+def result_document(url: str, plan: Plan, *, dry_run: bool, now: float, problems: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``--json`` document: totals, deletions with reasons, versions left, notes."""
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "ok": True,
+        "cacheDir": url,
+        "dryRun": dry_run,
+        "at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "before": {"entries": plan.entries_before, "bytes": plan.bytes_before},
+        "after": {"entries": plan.entries_after, "bytes": plan.bytes_after},
+        "deleted": plan.deleted_by_rule(),
+        "deletedBytes": sum(deletion.size for deletion in plan.deletions),
+        "deletions": [{"name": d.name, "bytes": d.size, "rule": d.rule, "reason": d.reason} for d in plan.deletions],
+        "versions": [
+            {
+                "jax": v.build.jax,
+                "jaxlib": v.build.jaxlib,
+                "backend": v.build.backend,
+                "deviceKind": v.build.device_kind,
+                "entries": v.entries,
+            }
+            for v in plan.versions
+        ],
+        "notes": [*plan.notes, *problems],
+    }
+
+
+def termination_message(result: Mapping[str, Any]) -> str:
+    """The result without the per-file list, in at most 4 KiB: versions are dropped from the end to fit."""
+    compact = {key: value for key, value in result.items() if key not in ("deletions", "notes")}
+    compact["versions"] = list(result.get("versions") or [])
+    text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
+    while len(text.encode()) > TERMINATION_LIMIT and compact["versions"]:
+        compact["versions"].pop()
+        compact["versionsTruncated"] = True
+        text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
+    return text
+
+
+def format_table(result: Mapping[str, Any]) -> str:
+    """A table of deletions (rule, size, file, reason) and the summary lines."""
+    rows = [(d["rule"], units.format_bytes(d["bytes"]), d["name"], d["reason"]) for d in result["deletions"]]
+    lines = []
+    if rows:
+        header = ("RULE", "SIZE", "FILE", "REASON")
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+        for row in [header, *rows]:
+            lines.append(
+                "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3]
+            )
+    before, after = result["before"], result["after"]
+    verb = "would delete" if result["dryRun"] else "deleted"
+    counts = ", ".join(f"{rule} {count}" for rule, count in result["deleted"].items() if count)
+    lines.append(
+        f"{verb} {len(rows)} files ({units.format_bytes(result['deletedBytes'])}){f': {counts}' if counts else ''}; "
+        f"{result['cacheDir']}: {before['entries']} entries ({units.format_bytes(before['bytes'])}) → "
+        f"{after['entries']} entries ({units.format_bytes(after['bytes'])})"
+    )
+    lines += [f"note: {note}" for note in result["notes"]]
+    return "\n".join(lines)
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        print(f"compilecache expire: cannot write {path}: {error}", file=sys.stderr)

@@ -1,0 +1,200 @@
+"""The expiry Job and what it tells (pure functions, no I/O).
+
+After every pool of a generation warmed, the operator runs ``compilecache expire``
+once as a Job: mounting the claim read-write (PVC), or as the cache's service
+account (GCS). The command writes a compact JSON summary to its container's
+termination message; the operator reads it from the Job's pod status, so the Job
+needs no API credentials. The Job's name hashes the warm-up Jobs it follows and
+``spec.lifecycle``: a re-warm or a lifecycle change runs expiry again, nothing else does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compilecache import jobs, status, units
+from compilecache.api import CacheSpec
+
+LABEL_EXPIRY_OF = "compilecache.dev/expiry-of"  # on expiry Jobs and pods (not LABEL_CACHE: no gate, no pool)
+CONTAINER = "expire"
+TERMINATION_LOG = "/dev/termination-log"
+EXPIRED_CONDITION = "Expired"
+BACKOFF_LIMIT = 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where the expiry of this generation stands: the phase, why, and the summary when it succeeded."""
+
+    phase: str  # status.EXPIRING, status.READY or status.FAILED
+    reason: str
+    message: str
+    summary: Mapping[str, Any] | None = field(default=None)
+    finished_at: str | None = None
+
+
+def expiry_hash(spec: CacheSpec, warmup_jobs: Sequence[str]) -> str:
+    """A short hash of the warm-up Jobs this expiry follows and the lifecycle it applies."""
+    lifecycle = spec.lifecycle
+    material = {
+        "warmups": sorted(warmup_jobs),
+        "lifecycle": [lifecycle.max_age_seconds, lifecycle.max_size_bytes, lifecycle.keep_versions, lifecycle.verify],
+        "cacheDir": spec.cache_dir,
+    }
+    return jobs.digest(material)
+
+
+def expire_command(spec: CacheSpec) -> list[str]:
+    """``compilecache expire`` with the cache's lifecycle (seconds and bytes: no unit is lost)."""
+    lifecycle = spec.lifecycle
+    command = ["compilecache", "expire", "--cache-dir", spec.cache_dir]
+    if lifecycle.max_age_seconds is not None:
+        command += ["--max-age", f"{lifecycle.max_age_seconds:g}s"]
+    if lifecycle.max_size_bytes is not None:
+        command += ["--max-size", str(lifecycle.max_size_bytes)]
+    if lifecycle.keep_versions is not None:
+        command += ["--keep-versions", str(lifecycle.keep_versions)]
+    command += ["--verify" if lifecycle.verify else "--no-verify", "--termination-log", TERMINATION_LOG]
+    return command
+
+
+def expiry_job(cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[str]) -> dict[str, Any]:
+    """The expiry Job: the warm-up image, the pod security of the warm-up Jobs, the cache read-write."""
+    meta = cache["metadata"]
+    name = meta["name"]
+    digest = expiry_hash(spec, warmup_jobs)
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    mounts = [{"name": "tmp", "mountPath": jobs.TMP_DIR}]
+    if spec.pvc is not None:
+        volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": spec.pvc.claim_name}})
+        mounts.append({"name": "cache", "mountPath": spec.mount_path})
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.warmup.image,
+        "command": expire_command(spec),
+        "env": [{"name": "TMPDIR", "value": jobs.TMP_DIR}, {"name": "HOME", "value": jobs.TMP_DIR}],
+        "volumeMounts": mounts,
+        "securityContext": jobs.container_security_context(),
+        # The summary on success; the log's tail if the command crashed before writing it.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.warmup.image_pull_policy:
+        container["imagePullPolicy"] = spec.warmup.image_pull_policy
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": jobs.pod_security_context(),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    account = (spec.gcs.service_account_name if spec.gcs else None) or spec.warmup.service_account_name
+    if account:
+        pod_spec["serviceAccountName"] = account
+    if spec.warmup.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in spec.warmup.image_pull_secrets]
+    labels = {**jobs.common_labels(name, "expiry"), LABEL_EXPIRY_OF: name}
+    stem = f"{name}-expire"[: jobs.NAME_MAX - jobs.HASH_LENGTH - 1].rstrip("-.")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{stem}-{digest}",
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+            "annotations": {jobs.ANNOTATION_SPEC_HASH: digest},
+            "ownerReferences": [jobs.owner_reference(cache)],
+        },
+        # No ttlSecondsAfterFinished: the finished Job (one per cache; the operator deletes
+        # older ones) and its pod are the record the status is read from.
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            "activeDeadlineSeconds": spec.warmup.active_deadline_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The expire container's termination message of the newest terminated pod (a Job may retry)."""
+    found: list[tuple[str, str]] = []
+    for pod in pods:
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            if container.get("name") == CONTAINER and terminated.get("message"):
+                found.append((str(terminated.get("finishedAt") or ""), str(terminated["message"])))
+    return max(found)[1] if found else None
+
+
+def parse_summary(message: str | None) -> dict[str, Any] | None:
+    """The summary JSON (``expirecmd.termination_message``), or ``None`` for anything else (a log tail)."""
+    if not message:
+        return None
+    try:
+        summary = json.loads(message)
+    except ValueError:
+        return None
+    return summary if isinstance(summary, dict) and "schema" in summary else None
+
+
+def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> Outcome:
+    """The expiry's phase from its Job's state and its pod's termination message."""
+    if job is None:
+        return Outcome(status.EXPIRING, "ExpiryJobCreated", "expiring: the expiry Job was created")
+    state = status.job_state(job)
+    message = termination_message(pods)
+    summary = parse_summary(message)
+    if state["state"] == status.POOL_SUCCEEDED:
+        return Outcome(status.READY, "Expired", describe(summary), summary, state.get("finishedAt"))
+    if state["state"] == status.POOL_FAILED:
+        detail = (summary or {}).get("error") or _last_line(message) or state.get("message") or "the expiry Job failed"
+        return Outcome(status.FAILED, "ExpiryFailed", f"expiry failed: {detail}", summary, state.get("finishedAt"))
+    return Outcome(status.EXPIRING, "ExpiryRunning", "expiring: applying the lifecycle to the warmed cache")
+
+
+def describe(summary: Mapping[str, Any] | None) -> str:
+    """One line for ``status.message`` and the condition: what expiry did."""
+    if summary is None:
+        return "warmed and expired (no summary: the expiry pod is gone)"
+    deleted = {rule: count for rule, count in (summary.get("deleted") or {}).items() if count}
+    after = summary.get("after") or {}
+    what = ", ".join(f"{count} by {rule}" for rule, count in deleted.items()) or "nothing"
+    return (
+        f"warmed and expired: deleted {what}; "
+        f"{after.get('entries', 0)} entries ({units.format_bytes(int(after.get('bytes') or 0))})"
+    )
+
+
+def cache_status(
+    summary: Mapping[str, Any] | None, previous: Mapping[str, Any], last_warmed: str | None, last_expired: str | None
+) -> dict[str, Any]:
+    """``status.cache`` after expiry; without a summary the last counts stand."""
+    result = dict(previous)
+    if summary is not None:
+        after = summary.get("after") or {}
+        entries, size = int(after.get("entries") or 0), int(after.get("bytes") or 0)
+        result |= {"entries": entries, "bytes": size, "size": units.format_bytes(size)}
+        result["versions"] = [dict(version) for version in summary.get("versions") or []][:64]
+    if last_warmed:
+        result["lastWarmed"] = last_warmed
+    if last_expired or (summary and summary.get("at")):
+        result["lastExpired"] = last_expired or summary["at"]  # type: ignore[index]
+    return result
+
+
+def last_warmed(pools: Sequence[Mapping[str, Any]]) -> str | None:
+    """When the last pool of this generation finished warming (RFC 3339 strings sort by time)."""
+    times = [
+        str(pool["finishedAt"])
+        for pool in pools
+        if pool.get("state") == status.POOL_SUCCEEDED and pool.get("finishedAt")
+    ]
+    return max(times) if times else None
+
+
+def _last_line(message: str | None) -> str:
+    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,416 @@
+"""Where a cache lives: a local directory (a mounted PVC) or a GCS prefix, behind one interface.
+
+The warmer uses a store to stage and publish entries and to write run manifests;
+expiry uses it to list entries with their sizes and times, read them, delete
+them and read the manifests.
+
+* Local directory: JAX never writes into the live cache. It compiles into a
+  staging directory inside the cache (same filesystem), the store checks every
+  new entry and publishes it with a ``rename`` (atomic).
+* GCS (``gs://bucket/prefix``, through gcsfs, the same path JAX itself takes via
+  etils): an object appears whole or not at all, so JAX writes into the prefix
+  directly; the store still checks every new entry (and deletes an unsound one).
+
+Layout, identical on both: entries (``<module>-<sha256>-cache``) and JAX's
+``-atime`` sidecars at the top, manifests under ``.compilecache/manifests/``,
+local staging under ``.compilecache/staging/<run_id>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from compilecache.entries import ATIME_SUFFIX, EntryError, check_entry, is_entry_name, sha256_file
+from compilecache.errors import WarmError
+
+META_DIR = ".compilecache"
+MANIFESTS_DIR = f"{META_DIR}/manifests"
+STAGING_DIR = f"{META_DIR}/staging"
+GCS_SCHEME = "gs://"
+
+
+@dataclass(frozen=True)
+class StagedEntry:
+    """A checked entry in staging, with what the manifest records about it."""
+
+    name: str
+    size: int
+    sha256: str
+    published: bool  # False: another run published the same key first (kept theirs)
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One listed file (or staging dir): its name relative to the cache root, size and modification time."""
+
+    name: str
+    size: int
+    mtime: float  # POSIX seconds
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a scan of the cache found."""
+
+    files: tuple[StoredFile, ...]  # entries and -atime sidecars at the top level
+    staging: tuple[StoredFile, ...] = ()  # staging dirs of runs (local stores only)
+
+
+class CacheStore(Protocol):
+    """The operations the warmer and expiry need from a cache location."""
+
+    url: str
+    # True where JAX writes straight into the cache (GCS): another run's entries may
+    # appear in the listing meanwhile, so the warmer keeps only the keys it wrote.
+    writes_in_place: bool
+
+    def jax_dir(self) -> str:
+        """The directory string JAX reads when training (and ``--verify``) use the cache."""
+        ...
+
+    def prepare(self, run_id: str) -> str:
+        """Get ready for a warm run; return where JAX writes during it (staging or the cache)."""
+        ...
+
+    def new_entries(self, workdir: str) -> list[str]:
+        """Entry files in ``workdir`` that this run compiled (not there before it)."""
+        ...
+
+    def publish(self, workdir: str, names: list[str]) -> list[StagedEntry]:
+        """Check every named entry, then publish them; raise :class:`EntryError` if any is unsound."""
+        ...
+
+    def write_manifest(self, name: str, data: bytes) -> str:
+        """Store a run's manifest under a unique name, whole or not at all; return where it went."""
+        ...
+
+    def discard(self, workdir: str) -> None:
+        """Remove this run's staging, if any."""
+        ...
+
+    def scan(self) -> Listing:
+        """Entries and sidecars with size and time (one listing, no per-file round trip), and staging dirs."""
+        ...
+
+    def read(self, name: str) -> bytes:
+        """The bytes of a listed file."""
+        ...
+
+    def delete(self, name: str) -> bool:
+        """Delete a listed file or staging dir; ``False`` if it was gone already (idempotent)."""
+        ...
+
+    def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every run manifest, and one line per manifest that could not be read."""
+        ...
+
+
+def open_store(cache_dir: str) -> CacheStore:
+    """The store for ``--cache-dir``: a local path, or ``gs://bucket/prefix``."""
+    if cache_dir.startswith(GCS_SCHEME):
+        return GCSStore(cache_dir)
+    if "://" in cache_dir:
+        raise WarmError(f"cache dir {cache_dir}: only local paths and gs://bucket/prefix are supported")
+    return LocalStore(Path(cache_dir))
+
+
+def is_cache_file(name: str) -> bool:
+    """True for what expiry manages at the top of a cache: entries and ``-atime`` sidecars."""
+    return is_entry_name(name) or (name.endswith(ATIME_SUFFIX) and is_entry_name(name[: -len(ATIME_SUFFIX)] + "-cache"))
+
+
+def parse_manifests(named: Iterable[tuple[str, bytes]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Decode manifest documents; a broken one is reported, never fatal (expiry must still run)."""
+    documents, problems = [], []
+    for name, data in named:
+        try:
+            document = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as error:
+            problems.append(f"manifest {name}: not JSON ({error})")
+            continue
+        if not isinstance(document, dict):
+            problems.append(f"manifest {name}: not a JSON object")
+            continue
+        documents.append(document)
+    return documents, problems
+
+
+class LocalStore:
+    """A cache in a local directory (a PVC mounted at the same path everywhere)."""
+
+    writes_in_place = False
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.absolute()
+        self.url = str(self.root)
+        self._seeded: dict[str, set[str]] = {}
+
+    def jax_dir(self) -> str:
+        """The cache directory itself."""
+        return str(self.root)
+
+    def prepare(self, run_id: str) -> str:
+        """``DIR/.compilecache/staging/<run_id>/``, hard-linked to every published entry.
+
+        The links let JAX hit what earlier runs published (recorded as hits)
+        without ever writing into the live directory.
+        """
+        staging = self.root / STAGING_DIR / run_id
+        try:
+            staging.mkdir(parents=True)
+            (self.root / MANIFESTS_DIR).mkdir(exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
+                pass
+        except OSError as error:
+            raise WarmError(f"cache dir {self.root} is not writable: {error.strerror or error}") from error
+        seeded: set[str] = set()
+        for path in self.root.iterdir():
+            if is_entry_name(path.name) and path.is_file():
+                _link_or_symlink(path, staging / path.name)
+                seeded.add(path.name)
+        self._seeded[str(staging)] = seeded
+        return str(staging)
+
+    def new_entries(self, workdir: str) -> list[str]:
+        """Entries JAX wrote into staging during this run."""
+        seeded = self._seeded.get(workdir, set())
+        return sorted(
+            path.name
+            for path in Path(workdir).iterdir()
+            if is_entry_name(path.name) and path.name not in seeded and path.is_file()
+        )
+
+    def publish(self, workdir: str, names: list[str]) -> list[StagedEntry]:
+        """Check all, then ``rename`` each into the cache (atomic on one filesystem)."""
+        staging = Path(workdir)
+        checked: list[tuple[str, int, str]] = []
+        bad: list[str] = []
+        for name in names:
+            path = staging / name
+            data = path.read_bytes()
+            try:
+                check_entry(data)
+            except EntryError as error:
+                bad.append(f"{name}: {error}")
+                continue
+            checked.append((name, len(data), sha256_file(path)))
+        if bad:
+            raise EntryError(f"{len(bad)} unsound entries, nothing published: " + "; ".join(bad))
+        result = []
+        for name, size, digest in checked:
+            target = self.root / name
+            # Same key, same program: if a concurrent run published it first, keep
+            # theirs rather than replace a file a training process may be reading.
+            published = not target.exists()
+            if published:
+                os.rename(staging / name, target)
+            result.append(StagedEntry(name, size, digest, published))
+        return result
+
+    def write_manifest(self, name: str, data: bytes) -> str:
+        """Write to a temporary name, then rename: readers never see half a manifest."""
+        folder = self.root / MANIFESTS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{name}.tmp"
+        temporary.write_bytes(data)
+        os.rename(temporary, folder / name)
+        return str(folder / name)
+
+    def discard(self, workdir: str) -> None:
+        """Remove staging (links and any unpublished entries) and forget it."""
+        shutil.rmtree(workdir, ignore_errors=True)
+        self._seeded.pop(workdir, None)
+
+    def scan(self) -> Listing:
+        """One ``scandir`` of the top level (its stat is cached per entry) and one of staging."""
+        if not self.root.is_dir():
+            raise WarmError(f"cache dir {self.root} does not exist or is not a directory")
+        files = []
+        with os.scandir(self.root) as listing:
+            for item in listing:
+                if is_cache_file(item.name) and item.is_file(follow_symlinks=False):
+                    stat = item.stat(follow_symlinks=False)
+                    files.append(StoredFile(item.name, stat.st_size, stat.st_mtime))
+        staging = []
+        folder = self.root / STAGING_DIR
+        if folder.is_dir():
+            with os.scandir(folder) as runs:
+                for item in runs:
+                    # A staging dir's mtime moves with every entry JAX writes into it.
+                    staging.append(StoredFile(f"{STAGING_DIR}/{item.name}", 0, item.stat().st_mtime))
+        return Listing(tuple(files), tuple(staging))
+
+    def read(self, name: str) -> bytes:
+        """The file's bytes."""
+        return (self.root / name).read_bytes()
+
+    def delete(self, name: str) -> bool:
+        """``unlink`` (a reader with the file open keeps reading it) or remove a staging dir."""
+        path = self.root / name
+        if name.startswith(STAGING_DIR + "/"):
+            existed = path.exists()
+            shutil.rmtree(path, ignore_errors=True)
+            return existed
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot)."""
+        folder = self.root / MANIFESTS_DIR
+        if not folder.is_dir():
+            return [], []
+        paths = sorted(path for path in folder.glob("*.json") if not path.name.startswith("."))
+        return parse_manifests((path.name, path.read_bytes()) for path in paths)
+
+
+class GCSStore:
+    """A cache under ``gs://bucket/prefix``, through gcsfs (credentials from the environment)."""
+
+    writes_in_place = True
+
+    def __init__(self, url: str) -> None:
+        rest = url[len(GCS_SCHEME) :].rstrip("/")
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise WarmError(f"cache dir {url}: no bucket (expected gs://bucket/prefix)")
+        self.bucket = bucket
+        self.root = f"{bucket}/{prefix.strip('/')}" if prefix.strip("/") else bucket
+        self.url = f"{GCS_SCHEME}{self.root}"
+        self._seeded: set[str] = set()
+        self._fs: Any = None
+
+    @property
+    def fs(self) -> Any:
+        """The gcsfs filesystem, built on first use (importing gcsfs is slow, and optional)."""
+        if self._fs is None:
+            try:
+                import gcsfs
+            except ImportError as error:
+                raise WarmError("gs:// caches need gcsfs: install compilecache-operator[gcs] in this image") from error
+            self._fs = gcsfs.GCSFileSystem()
+        return self._fs
+
+    def jax_dir(self) -> str:
+        """The ``gs://`` URL: JAX reads (and writes) it through etils."""
+        return self.url
+
+    def prepare(self, run_id: str) -> str:
+        """Check the bucket is reachable and remember what is there; JAX writes into the prefix."""
+        self._seeded = {item.name for item in self.scan().files}
+        return self.url
+
+    def new_entries(self, workdir: str) -> list[str]:
+        """Entries listed now that were not listed when the run started."""
+        return sorted(
+            item.name for item in self.scan().files if is_entry_name(item.name) and item.name not in self._seeded
+        )
+
+    def publish(self, workdir: str, names: list[str]) -> list[StagedEntry]:
+        """Check what JAX wrote; delete an unsound object (it is live already) and fail the run."""
+        import hashlib
+
+        result, bad = [], []
+        for name in names:
+            data = self.read(name)
+            try:
+                check_entry(data)
+            except EntryError as error:
+                bad.append(f"{name}: {error}")
+                self.delete(name)
+                continue
+            result.append(StagedEntry(name, len(data), hashlib.sha256(data).hexdigest(), True))
+        if bad:
+            raise EntryError(f"{len(bad)} unsound entries written to {self.url}, deleted: " + "; ".join(bad))
+        return result
+
+    def write_manifest(self, name: str, data: bytes) -> str:
+        """One upload: a GCS object appears whole or not at all."""
+        path = f"{self.root}/{MANIFESTS_DIR}/{name}"
+        self._call(f"write manifest {name}", self.fs.pipe_file, path, data)
+        return f"{GCS_SCHEME}{path}"
+
+    def discard(self, workdir: str) -> None:
+        """Nothing staged on GCS."""
+
+    def scan(self) -> Listing:
+        """One paginated object listing of the prefix (1000 objects a request), metadata included."""
+        items = self._call("list", self.fs.ls, self.root, detail=True, refresh=True)
+        files = []
+        for item in items:
+            name = item["name"].rsplit("/", 1)[-1]
+            if item.get("type") == "file" and is_cache_file(name):
+                files.append(StoredFile(name, int(item.get("size") or 0), _gcs_time(item)))
+        return Listing(tuple(files))
+
+    def read(self, name: str) -> bytes:
+        """Download one object."""
+        data: bytes = self._call(f"read {name}", self.fs.cat_file, f"{self.root}/{name}")
+        return data
+
+    def delete(self, name: str) -> bool:
+        """Delete one object; ``False`` when it is gone already."""
+        try:
+            self.fs.rm_file(f"{self.root}/{name}")
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise WarmError(f"{self.url}: cannot delete {name}: {error}") from error
+        finally:
+            self.fs.invalidate_cache(self.root)
+        return True
+
+    def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """List the manifests, then fetch them together (gcsfs runs the downloads concurrently)."""
+        folder = f"{self.root}/{MANIFESTS_DIR}"
+        try:
+            listed = self.fs.ls(folder, detail=False, refresh=True)
+        except FileNotFoundError:
+            return [], []
+        paths = sorted(path for path in listed if path.endswith(".json"))
+        if not paths:
+            return [], []
+        contents = self._call("read manifests", self.fs.cat, paths)
+        return parse_manifests((path.rsplit("/", 1)[-1], contents[path]) for path in paths)
+
+    def _call(self, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+        # One-line errors (missing bucket, no credentials) instead of a gcsfs traceback.
+        try:
+            return function(*args, **kwargs)
+        except FileNotFoundError as error:
+            if what == "list":
+                if not self.fs.exists(self.bucket):
+                    raise WarmError(f"{self.url}: bucket {self.bucket} does not exist or is not readable") from error
+                return []
+            raise WarmError(f"{self.url}: {what}: not found") from error
+        except (OSError, ValueError) as error:
+            raise WarmError(f"{self.url}: {what} failed: {error}") from error
+
+
+def _gcs_time(item: dict[str, Any]) -> float:
+    # gcsfs parses `updated` into `mtime`; fall back to the raw RFC 3339 text.
+    value = item.get("mtime") or item.get("updated")
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return 0.0
+
+
+def _link_or_symlink(source: Path, link: Path) -> None:
+    # A hard link survives an expiry deleting the entry mid-run; filesystems
+    # without hard links get a symlink, which JAX's read_bytes follows.
+    try:
+        os.link(source, link)
+    except OSError:
+        link.symlink_to(source)
