@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compilecache import expiryjob, gates, jobs, status, units
@@ -186,11 +186,7 @@ def sync_jobs(
                 entry = status.pool_status(pool, job_name, job, previous.get(pool.name))
         entries.append(entry)
 
-    for job_name, job in observed.items():
-        owners = {ref.get("uid") for ref in job["metadata"].get("ownerReferences") or []}
-        if job_name not in wanted and meta.get("uid") in owners:
-            logger.info("Deleting the warm-up Job %s/%s of an older spec.", namespace, job_name)
-            client.delete(JOBS, job_name, namespace)
+    _delete_superseded(client, meta, observed.values(), keep=wanted, what="warm-up")
     return entries
 
 
@@ -208,18 +204,8 @@ def after_warm(
     manifest = expiryjob.expiry_job(cache, spec, warmups)
     job_name = manifest["metadata"]["name"]
     observed = client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name})
-    job = None
-    for existing in observed:
-        owners = {ref.get("uid") for ref in existing["metadata"].get("ownerReferences") or []}
-        if existing["metadata"]["name"] == job_name:
-            job = existing
-        elif meta.get("uid") in owners:
-            logger.info(
-                "Deleting the expiry Job %s/%s of an older warm-up or lifecycle.",
-                namespace,
-                existing["metadata"]["name"],
-            )
-            client.delete(JOBS, existing["metadata"]["name"], namespace)
+    job = next((existing for existing in observed if existing["metadata"]["name"] == job_name), None)
+    _delete_superseded(client, meta, observed, keep={job_name}, what="expiry")
     if job is None:
         _create(client, JOBS, manifest, namespace)
         return expiryjob.outcome(None, [])
@@ -266,6 +252,18 @@ _DECIDED = ("phase", "message", "specHash", "conditions", "observedGeneration")
 
 def _base(old: Mapping[str, Any], generation: int | None) -> dict[str, Any]:
     return {key: value for key, value in old.items() if key not in _DECIDED} | {"observedGeneration": generation}
+
+
+def _delete_superseded(
+    client: Client, meta: Mapping[str, Any], observed: Iterable[Mapping[str, Any]], *, keep: set[str], what: str
+) -> None:
+    # Only the cache's own Jobs (by owner uid): a Job of a deleted-and-recreated namesake is not ours.
+    for job in observed:
+        job_name = job["metadata"]["name"]
+        owners = {ref.get("uid") for ref in job["metadata"].get("ownerReferences") or []}
+        if job_name not in keep and meta.get("uid") in owners:
+            logger.info("Deleting the %s Job %s/%s: superseded.", what, meta.get("namespace"), job_name)
+            client.delete(JOBS, job_name, meta.get("namespace"))
 
 
 def _create(client: Client, resource: Any, manifest: Mapping[str, Any], namespace: str | None) -> dict[str, Any] | None:
