@@ -89,8 +89,9 @@ def pool_status(
         selector = ",".join(f"{key}={value}" for key, value in sorted(pool.node_selector.items()))
         message = f"no schedulable node matches {selector or 'the pool'}"
         return entry | {"state": POOL_NO_NODES, "reason": "NoMatchingNodes", "message": message}
-    if unschedulable_reason(pool):
-        return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable_reason(pool)}
+    unschedulable = unschedulable_reason(pool)
+    if unschedulable:
+        return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable}
     entry["job"] = job_name
     if job is not None:
         return entry | job_state(job)
