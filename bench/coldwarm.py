@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 
-from compilecache.cacheenv import jax_cache_env  # noqa: E402
+from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
 
 FLOOR = """
 import json, sys, time

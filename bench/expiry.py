@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from compilecache.expiry import Policy, index_manifests, plan_expiry
-from compilecache.store import LocalStore, open_store
+from compilecache.cache.expiry import Policy, index_manifests, plan_expiry
+from compilecache.cache.store import LocalStore, open_store
 
 DAY = 86400.0
 ENTRY = zlib.compress((1).to_bytes(4, "big") + b"x" * 200)

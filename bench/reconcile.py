@@ -74,9 +74,9 @@ def _run(command: list[str], products: int, caches: int, done: Any) -> tuple[lis
 
 def _api_floor(products: int, caches: int) -> list[float]:
     """The same API calls as one reconciliation, made directly: no watch, no kopf, no operator."""
-    from compilecache.api import parse_spec
-    from compilecache.jobs import claim, warmup_job
-    from compilecache.pools import resolve_pools
+    from compilecache.controller.api import parse_spec
+    from compilecache.controller.jobs import claim, warmup_job
+    from compilecache.controller.pools import resolve_pools
 
     with tempfile.TemporaryDirectory() as tmp, running_emulator(Path(tmp)) as runner:
         kube = KubeClient(runner)

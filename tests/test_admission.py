@@ -10,10 +10,10 @@ import jsonpatch
 import pytest
 import yaml
 
-from compilecache import admission, jobs
-from compilecache.api import parse_spec
-from compilecache.cacheenv import jax_cache_env
-from compilecache.pools import resolve_pools
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.controller import admission, jobs
+from compilecache.controller.api import parse_spec
+from compilecache.controller.pools import resolve_pools
 from specs import cache, cluster
 
 GCS = {"gcs": {"bucket": "my-caches", "prefix": "caches/llama", "serviceAccountName": "cache-writer"}}

@@ -5,8 +5,8 @@ import pathlib
 import pytest
 import yaml
 
-from compilecache.api import DEFAULT_MOUNT_PATH, SpecError, parse_spec
-from compilecache.pools import resolve_pools
+from compilecache.controller.api import DEFAULT_MOUNT_PATH, SpecError, parse_spec
+from compilecache.controller.pools import resolve_pools
 from specs import cache_spec, cluster
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from compilecache.cacheenv import format_env, jax_cache_env
+from compilecache.cache.cacheenv import format_env, jax_cache_env
 from compilecache.cli import main
 from jaxhelpers import clean_env
 from specs import cache_spec

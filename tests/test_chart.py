@@ -448,7 +448,7 @@ def _operator_session(tmp: Path, argv: list[str], namespace: str, prepare: Any, 
     """Run the real operator with kopf options ``argv`` through ``scenario(kube)``; its API calls."""
     from kopf.testing import KopfRunner
 
-    from compilecache import handlers
+    from compilecache.controller import handlers
 
     with running_emulator(tmp, _add_resources(KubeEmulator())) as runner, pytest.MonkeyPatch.context() as patch:
         write_kubeconfig(SESSION_KUBECONFIG, runner.url)  # kopf's login and our client read it

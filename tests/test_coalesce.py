@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from compilecache.coalesce import Coalescer
+from compilecache.controller.coalesce import Coalescer
 
 
 def test_a_burst_during_a_pass_costs_one_more_pass():

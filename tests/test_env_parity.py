@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from compilecache import admission, jobs
-from compilecache.api import parse_spec
-from compilecache.pools import resolve_pools
+from compilecache.controller import admission, jobs
+from compilecache.controller.api import parse_spec
+from compilecache.controller.pools import resolve_pools
 from jaxhelpers import TINY_MODEL, clean_env, entry_files, run_cli, run_train
 from specs import cache, cache_spec, cluster
 

@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from compilecache.cli import main
-from compilecache.expirecmd import TERMINATION_LIMIT, termination_message
-from compilecache.expiry import (
+from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
     Build,
     Policy,
@@ -22,7 +20,9 @@ from compilecache.expiry import (
     newest_builds,
     plan_expiry,
 )
-from compilecache.store import Listing, LocalStore, StoredFile
+from compilecache.cache.store import Listing, LocalStore, StoredFile
+from compilecache.cli import main
+from compilecache.jobtools.expirecmd import TERMINATION_LIMIT, termination_message
 
 DAY = 86400.0
 NOW = 1_800_000_000.0
@@ -311,14 +311,14 @@ def test_local_store_scan_and_delete_are_idempotent(tmp_path: Path) -> None:
 def test_cron_slot_is_the_latest_scheduled_time_that_has_come(schedule: str, slot: str | None) -> None:
     from datetime import UTC, datetime
 
-    from compilecache.units import cron_slot
+    from compilecache.cache.units import cron_slot
 
     found = cron_slot(schedule, datetime(2026, 11, 21, 14, 34, 59, tzinfo=UTC))
     assert (found.strftime("%Y-%m-%dT%H:%M") if found else None) == slot
 
 
 def test_expiry_outcome_reads_the_newest_terminated_pod() -> None:
-    from compilecache.expiryjob import outcome
+    from compilecache.controller.expiryjob import outcome
 
     def pod(at: str, message: str) -> dict[str, Any]:
         terminated = {"finishedAt": at, "message": message}

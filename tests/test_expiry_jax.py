@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import gcsemulator
-from compilecache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env
 from jaxhelpers import TINY_WORKLOAD, clean_env, entry_files, probe_hits, run_cli, write_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]

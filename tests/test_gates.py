@@ -14,9 +14,9 @@ import jsonpatch
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache import admission, gates, handlers
-from compilecache.admission import GATE
-from compilecache.api import Consumers
+from compilecache.controller import admission, gates, handlers
+from compilecache.controller.admission import GATE
+from compilecache.controller.api import Consumers
 from specs import cluster
 from test_operator import NS, create_cache, status_of, wait_jobs, warm_and_expire
 

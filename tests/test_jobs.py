@@ -1,9 +1,9 @@
 """Warm-up Job and claim manifests: placement, GPUs, cache volume, env, security, names."""
 
-from compilecache import jobs
-from compilecache.api import parse_spec
-from compilecache.cacheenv import jax_cache_env
-from compilecache.pools import resolve_pools
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.controller import jobs
+from compilecache.controller.api import parse_spec
+from compilecache.controller.pools import resolve_pools
 from specs import GPU, cache, cache_spec, cluster
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache import handlers
-from compilecache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.controller import handlers
 from specs import GPU, PRODUCT, cache_spec, cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]

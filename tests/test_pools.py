@@ -2,8 +2,8 @@
 
 import pytest
 
-from compilecache.api import SpecError, parse_spec
-from compilecache.pools import pool_name, resolve_pools
+from compilecache.controller.api import SpecError, parse_spec
+from compilecache.controller.pools import pool_name, resolve_pools
 from specs import GPU, PRODUCT, cache_spec, cluster, node
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.runtime import config_updates, enable
 from jaxhelpers import clean_env, entry_files
 

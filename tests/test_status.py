@@ -2,8 +2,8 @@
 
 import pytest
 
-from compilecache import status
-from compilecache.pools import Pool
+from compilecache.controller import status
+from compilecache.controller.pools import Pool
 
 POOL = Pool("h100", {"p": "h100"}, (), "nvidia.com/gpu", nodes=3, gpus_per_node=8, gpus_per_pod=8, workloads=())
 

@@ -1,6 +1,6 @@
 import pytest
 
-from compilecache import units
+from compilecache.cache import units
 
 
 @pytest.mark.parametrize(

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.entries import EntryError, check_entry, entry_module, is_entry_name
+from compilecache.cache.errors import WarmError
+from compilecache.cache.store import LocalStore, StagedEntry, open_store
 from compilecache.cli import build_parser
-from compilecache.compiler import TargetRun
-from compilecache.entries import EntryError, check_entry, entry_module, is_entry_name
-from compilecache.errors import WarmError
-from compilecache.manifest import build_manifest, build_report, manifest_name, new_run_id
-from compilecache.store import LocalStore, StagedEntry, open_store
+from compilecache.jobtools.compiler import TargetRun
+from compilecache.jobtools.manifest import build_manifest, build_report, manifest_name, new_run_id
+from compilecache.jobtools.verify import differing_components, miss_messages
+from compilecache.jobtools.workload import parse_spec
 from compilecache.target import Target, check_target
-from compilecache.verify import differing_components, miss_messages
-from compilecache.workload import parse_spec
 from jaxhelpers import (
     REPO,
     TINY_MODEL,
@@ -173,7 +173,7 @@ def test_parse_spec_rejects_bad_workloads(spec: str) -> None:
 
 
 def test_jobs_are_capped_at_half_the_cores() -> None:
-    from compilecache.compiler import effective_jobs
+    from compilecache.jobtools.compiler import effective_jobs
 
     assert (effective_jobs(4, cpus=2), effective_jobs(4, cpus=16), effective_jobs(16, cpus=16)) == (1, 4, 8)
 
@@ -464,7 +464,7 @@ def test_unusable_cache_dir_is_a_one_line_error(tmp_path: Path, where: str) -> N
 
 
 def test_warm_module_does_not_import_jax() -> None:
-    modules = "compilecache, compilecache.warm, compilecache.envcmd, compilecache.demo, compilecache.runtime"
+    modules = "compilecache, compilecache.jobtools.warm, compilecache.envcmd, compilecache.demo, compilecache.runtime"
     code = f"import sys, {modules}; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"

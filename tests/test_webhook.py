@@ -28,8 +28,8 @@ import jsonpatch
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache import handlers, webhook
-from compilecache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.controller import handlers, webhook
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from specs import cluster
 from test_operator import NS, create_cache, wait_jobs, wait_phase, warm_and_expire

@@ -15,9 +15,12 @@ from collections.abc import Sequence
 
 # name → (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "operator": ("compilecache.runner", "run the operator (a thin wrapper over `kopf run`)"),
-    "warm": ("compilecache.warm", "compile workloads into a cache directory (runs in warm-up Jobs)"),
-    "expire": ("compilecache.expirecmd", "apply the lifecycle policy: expire old, oversized and corrupt entries"),
+    "operator": ("compilecache.controller.runner", "run the operator (a thin wrapper over `kopf run`)"),
+    "warm": ("compilecache.jobtools.warm", "compile workloads into a cache directory (runs in warm-up Jobs)"),
+    "expire": (
+        "compilecache.jobtools.expirecmd",
+        "apply the lifecycle policy: expire old, oversized and corrupt entries",
+    ),
     "env": ("compilecache.envcmd", "print the JAX cache environment a training process needs"),
     "demo": ("compilecache.demo", "warm the example workload, then time a fresh training process on it"),
 }

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compilecache.cacheenv import jax_cache_env
-from compilecache.store import META_DIR
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.store import META_DIR
 
 WORKLOAD = "examples.workloads.transformer:targets"
 

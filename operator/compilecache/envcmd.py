@@ -1,7 +1,7 @@
 """``compilecache env``: print the JAX cache environment a training process needs.
 
 ``compilecache env --cache-dir DIR`` prints ``KEY=VALUE`` lines from
-:func:`compilecache.cacheenv.jax_cache_env`, the same function the operator's
+:func:`compilecache.cache.cacheenv.jax_cache_env`, the same function the operator's
 Job and pod manifests use. ``compilecache env NAME -n NS`` reads a CompileCache
 from the cluster and prints the volume, mount and env YAML a pod needs to use
 it, for clusters without the admission webhook.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from compilecache.cacheenv import format_env, jax_cache_env
+from compilecache.cache.cacheenv import format_env, jax_cache_env
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the environment, or a one-line error."""
     if args.name is not None:
-        from compilecache.admission import print_snippet  # reads the cluster only for NAME
+        from compilecache.controller.admission import print_snippet  # reads the cluster only for NAME
 
         return print_snippet(args.name, args.namespace)
     if not args.cache_dir:

@@ -1,7 +1,7 @@
 """What a training process calls if it prefers a call to environment variables.
 
 ``compilecache.runtime.enable()`` applies exactly the settings of
-:func:`compilecache.cacheenv.jax_cache_env` through ``jax.config``, so a process
+:func:`compilecache.cache.cacheenv.jax_cache_env` through ``jax.config``, so a process
 configured either way computes the same cache keys as the warmer.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from compilecache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env
 
 # XLA_FLAGS is read once, when the backend starts; it cannot go through jax.config.
 _NOT_A_JAX_OPTION = frozenset({"XLA_FLAGS"})

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.errors import WarmError
+from compilecache.cache.errors import WarmError
 
 
 @dataclass(frozen=True)

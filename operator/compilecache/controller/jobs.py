@@ -7,10 +7,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache import api
-from compilecache.api import CacheSpec, Workload
-from compilecache.cacheenv import jax_cache_env
-from compilecache.pools import Pool
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.controller import api
+from compilecache.controller.api import CacheSpec, Workload
+from compilecache.controller.pools import Pool
 
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
 LABEL_POOL = "compilecache.dev/pool"
@@ -243,7 +243,7 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
 def cache_env(spec: CacheSpec) -> dict[str, str]:
     """The JAX cache environment of a cache: identical in its warm-up Jobs and in its training pods.
 
-    The one place that maps a spec to :func:`compilecache.cacheenv.jax_cache_env`; the pod
+    The one place that maps a spec to :func:`compilecache.cache.cacheenv.jax_cache_env`; the pod
     webhook and ``compilecache env NAME`` (``admission.py``) use it too.
     """
     jax = spec.warmup.jax

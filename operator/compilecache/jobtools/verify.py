@@ -1,5 +1,5 @@
 """``--verify``: in a fresh process, compile every target again against the
-published cache and require a hit. Runs as ``python -m compilecache.verify``.
+published cache and require a hit. Runs as ``python -m compilecache.jobtools.verify``.
 
 A fresh process has nothing in memory, so a hit proves that the published
 entries are sound, that their keys do not depend on the staging path, and
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.compiler import SETUP_TARGET, TargetRun
+from compilecache.jobtools.compiler import SETUP_TARGET, TargetRun
 from compilecache.target import Target
 
 # Verify must never write into the live cache: JAX writes with a plain write.
@@ -69,10 +69,10 @@ def main(argv: Sequence[str]) -> int:
     """Child entry point: ``REQUEST.json RESULT.json``."""
     import json
 
-    from compilecache.childproc import run_to_dict, write_result
-    from compilecache.compiler import CacheEvents, compile_targets, environment_facts, one_line
-    from compilecache.errors import WarmError
-    from compilecache.workload import load_targets
+    from compilecache.cache.errors import WarmError
+    from compilecache.jobtools.childproc import run_to_dict, write_result
+    from compilecache.jobtools.compiler import CacheEvents, compile_targets, environment_facts, one_line
+    from compilecache.jobtools.workload import load_targets
 
     request_path, result_path = argv[0], argv[1]
     request: dict[str, Any] = json.loads(Path(request_path).read_text())

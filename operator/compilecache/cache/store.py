@@ -28,8 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from compilecache.entries import ATIME_SUFFIX, EntryError, check_entry, is_entry_name, sha256_file
-from compilecache.errors import WarmError
+from compilecache.cache.entries import ATIME_SUFFIX, EntryError, check_entry, is_entry_name, sha256_file
+from compilecache.cache.errors import WarmError
 
 META_DIR = ".compilecache"
 MANIFESTS_DIR = f"{META_DIR}/manifests"

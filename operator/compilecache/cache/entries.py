@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from compilecache.errors import WarmError
+from compilecache.cache.errors import WarmError
 
 ENTRY_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"

@@ -1,6 +1,6 @@
 """The lifecycle policy: a listing, the run manifests, a policy and ``now`` → what to delete and why.
 
-Pure functions, no I/O: :mod:`compilecache.expirecmd` lists the store, reads
+Pure functions, no I/O: :mod:`compilecache.jobtools.expirecmd` lists the store, reads
 the manifests, checks the entries' bytes when asked (``damaged``) and deletes
 what :func:`plan_expiry` returns. Rules, in the order that names a deletion's
 reason (an entry is deleted once, for the first rule that takes it):
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from compilecache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
-from compilecache.store import Listing, StoredFile
+from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
+from compilecache.cache.store import Listing, StoredFile
 
 INTEGRITY = "integrity"
 KEEP_VERSIONS = "keepVersions"

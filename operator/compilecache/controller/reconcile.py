@@ -12,10 +12,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from compilecache import expiryjob, gates, jobs, status, units
-from compilecache.api import CacheSpec, Consumers, SpecError, parse_spec
-from compilecache.kube import COMPILECACHES, JOBS, NODES, PODS, PVCS, ApiError, Client
-from compilecache.pools import resolve_pools
+from compilecache.cache import units
+from compilecache.controller import expiryjob, gates, jobs, status
+from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_spec
+from compilecache.controller.kube import COMPILECACHES, JOBS, NODES, PODS, PVCS, ApiError, Client
+from compilecache.controller.pools import resolve_pools
 
 logger = logging.getLogger(__name__)
 

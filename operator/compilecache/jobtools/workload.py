@@ -7,7 +7,7 @@ import os
 import re
 import sys
 
-from compilecache.errors import WarmError
+from compilecache.cache.errors import WarmError
 from compilecache.target import Target, check_target
 
 _SPEC = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")

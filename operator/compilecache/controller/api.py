@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache import units
+from compilecache.cache import units
 
 GROUP = "compilecache.dev"
 VERSION = "v1alpha1"

@@ -20,10 +20,10 @@ from typing import Any, cast
 
 import kopf
 
-from compilecache import admission, api, expiryjob, jobs, webhook
-from compilecache.coalesce import Coalescer
-from compilecache.kube import COMPILECACHES, ApiError, Client
-from compilecache.reconcile import reconcile, release_gates
+from compilecache.controller import admission, api, expiryjob, jobs, webhook
+from compilecache.controller.coalesce import Coalescer
+from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.reconcile import reconcile, release_gates
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.pools import Pool
+from compilecache.controller.pools import Pool
 
 # Phases of a cache.
 PENDING = "Pending"

@@ -1,6 +1,6 @@
 """Run a user's script as ``__main__`` in this process, counting its cache activity.
 
-``python -m compilecache.scriptrun REQUEST.json RESULT.json PATH [ARGS...]``:
+``python -m compilecache.jobtools.scriptrun REQUEST.json RESULT.json PATH [ARGS...]``:
 the parent (``compilecache warm --script``) has already put the cache settings
 in the environment; this wrapper only adds the ``jax.monitoring`` listeners
 before the script runs, which a plain ``python PATH`` could not.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 def main(argv: Sequence[str]) -> int:
     """Child entry point."""
-    from compilecache.childproc import run_to_dict, write_result
-    from compilecache.compiler import CacheEvents, TargetRun, one_line
+    from compilecache.jobtools.childproc import run_to_dict, write_result
+    from compilecache.jobtools.compiler import CacheEvents, TargetRun, one_line
 
     result_path, script, script_args = argv[1], argv[2], list(argv[3:])
     run = TargetRun(workload=f"script:{script}", name=Path(script).name)
@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
     run.compile_seconds = time.perf_counter() - start
     facts = None
     if "jax" in sys.modules:
-        from compilecache.compiler import environment_facts
+        from compilecache.jobtools.compiler import environment_facts
 
         facts = environment_facts()
     write_result(result_path, {"runs": [run_to_dict(run)], "error": error, "code": code, "facts": facts})

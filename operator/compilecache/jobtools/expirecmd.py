@@ -2,7 +2,7 @@
 
 Lists the cache once, reads the run manifests, with ``--verify`` reads every entry
 old enough to be deleted (sha256 against its manifest, a full decompression),
-asks :func:`compilecache.expiry.plan_expiry` what to delete, prints a table of
+asks :func:`compilecache.cache.expiry.plan_expiry` what to delete, prints a table of
 deletions and reasons and a summary, then deletes (not with ``--dry-run``).
 
 Deleting is idempotent and safe to interrupt: each file is deleted on its own
@@ -28,10 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from compilecache import units
-from compilecache.entries import ATIME_SUFFIX, ENTRY_SUFFIX, EntryError, check_entry
-from compilecache.errors import WarmError
-from compilecache.expiry import (
+from compilecache.cache import units
+from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX, EntryError, check_entry
+from compilecache.cache.errors import WarmError
+from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_STAGING_GRACE_SECONDS,
     Plan,
@@ -40,7 +40,7 @@ from compilecache.expiry import (
     index_manifests,
     plan_expiry,
 )
-from compilecache.store import CacheStore, Listing, open_store
+from compilecache.cache.store import CacheStore, Listing, open_store
 
 SUMMARY_SCHEMA = "compilecache.dev/expiry/v1"
 TERMINATION_LOG = "/dev/termination-log"
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def policy_from_args(args: argparse.Namespace) -> Policy:
-    """The policy from the flags, with :mod:`compilecache.units`' parsers; a bad value is a :class:`WarmError`."""
+    """The policy from the flags, with :mod:`compilecache.cache.units`' parsers; a bad value is a :class:`WarmError`."""
 
     def parse(flag: str, function: Any, text: str | None) -> Any:
         if text is None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.compiler import TargetRun
+from compilecache.jobtools.compiler import TargetRun
 
 
 def run_child(

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the operator until it is stopped; return kopf's exit status."""
     import kopf.cli  # here, not at the top: `compilecache warm` must not pay for kopf
 
-    from compilecache import handlers
+    from compilecache.controller import handlers
 
     controls = kopf.cli.CLIControls(registry=handlers.registry)
     try:

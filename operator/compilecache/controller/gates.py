@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.admission import GATE
-from compilecache.api import Consumers
-from compilecache.jobs import LABEL_CACHE
-from compilecache.kube import PODS, ApiError, Client
+from compilecache.controller.admission import GATE
+from compilecache.controller.api import Consumers
+from compilecache.controller.jobs import LABEL_CACHE
+from compilecache.controller.kube import PODS, ApiError, Client
 
 logger = logging.getLogger(__name__)
 

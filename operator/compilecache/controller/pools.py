@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.api import CacheSpec, Discover, SpecError, Workload
+from compilecache.controller.api import CacheSpec, Discover, SpecError, Workload
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _POOL_NAME_MAX = 40  # leaves room for the cache name and a hash in a 63-character Job name

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from compilecache.compiler import TargetRun
-from compilecache.store import StagedEntry
+from compilecache.cache.store import StagedEntry
+from compilecache.jobtools.compiler import TargetRun
 
 MANIFEST_SCHEMA = "compilecache.dev/manifest/v1"
 REPORT_SCHEMA = "compilecache.dev/report/v1"

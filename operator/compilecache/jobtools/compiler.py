@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.errors import WarmError
+from compilecache.cache.errors import WarmError
 from compilecache.target import Target
 
 REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"

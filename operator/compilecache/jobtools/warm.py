@@ -4,10 +4,10 @@ Runs inside every warm-up Job (and by hand). Steps, each able to stop the run
 with a one-line error before anything reaches the live cache:
 
 1. open the cache (``--cache-dir``: a local path or ``gs://bucket/prefix``,
-   :mod:`compilecache.store`); a local cache gets a staging dir for this run,
+   :mod:`compilecache.cache.store`); a local cache gets a staging dir for this run,
    seeded with links to what is already published (JAX writes a GCS prefix
    directly: an object appears whole or not at all);
-2. set JAX's cache options (from :mod:`compilecache.cacheenv`) pointing at
+2. set JAX's cache options (from :mod:`compilecache.cache.cacheenv`) pointing at
    staging *before* JAX is imported, import each ``--workload`` and compile its
    targets (``--jobs`` at a time), and/or run ``--script`` under the same env;
 3. check every new entry and rename it into the cache (all or nothing; on GCS
@@ -29,12 +29,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compilecache.cacheenv import jax_cache_env
-from compilecache.entries import entry_name
-from compilecache.errors import VerifyError, WarmError
+from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.entries import entry_name
+from compilecache.cache.errors import VerifyError, WarmError
 
 if TYPE_CHECKING:
-    from compilecache.store import CacheStore
+    from compilecache.cache.store import CacheStore
 
 # Options the Job's environment may already carry (set by the operator from
 # jax_cache_env); command-line flags win, our defaults apply when neither is set.
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the warmer; print a one-line error and return non-zero on failure."""
-    from compilecache.manifest import dumps
+    from compilecache.jobtools.manifest import dumps
 
     try:
         report = warm(args)
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     """The whole run; returns the report or raises :class:`WarmError`."""
-    from compilecache.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
-    from compilecache.store import open_store
+    from compilecache.cache.store import open_store
+    from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
 
     script_args = _script_args(args)
     _check_args(args, script_args)
@@ -148,7 +148,7 @@ def _compile(
     staging_env: Mapping[str, str],
 ) -> tuple[list[Any], dict[str, Any]]:
     """Compile the workloads in this process and/or run the script in a child."""
-    from compilecache.compiler import TargetRun
+    from compilecache.jobtools.compiler import TargetRun
 
     runs: list[TargetRun] = []
     facts: dict[str, Any] = {}
@@ -167,10 +167,10 @@ def _compile_workloads(
     # The options must be in place before JAX reads them: the environment for
     # anything JAX has not imported yet, jax.config for anything it has.
     os.environ.update(staging_env)
-    from compilecache.compiler import SETUP_TARGET, CacheEvents, TargetRun, compile_targets, environment_facts
+    from compilecache.jobtools.compiler import SETUP_TARGET, CacheEvents, TargetRun, compile_targets, environment_facts
+    from compilecache.jobtools.workload import load_targets
     from compilecache.runtime import apply_env
     from compilecache.target import Target, check_unique
-    from compilecache.workload import load_targets
 
     apply_env(dict(staging_env))
     runs: list[TargetRun] = []
@@ -190,9 +190,9 @@ def _compile_workloads(
 
 
 def _run_script(script: str, script_args: Sequence[str], env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any]]:
-    from compilecache.childproc import run_child, run_from_dict
+    from compilecache.jobtools.childproc import run_child, run_from_dict
 
-    code, result, stderr = run_child("compilecache.scriptrun", {}, env, [script, *script_args])
+    code, result, stderr = run_child("compilecache.jobtools.scriptrun", {}, env, [script, *script_args])
     if code != 0 or "runs" not in result:
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
@@ -208,18 +208,18 @@ def _verify(
     runs: Sequence[Any],
 ) -> tuple[dict[str, Any], list[str]]:
     """Compile again in fresh processes against the published cache; list the misses."""
-    from compilecache.childproc import run_child, run_from_dict
-    from compilecache.verify import miss_messages, verify_env
+    from compilecache.jobtools.childproc import run_child, run_from_dict
+    from compilecache.jobtools.verify import miss_messages, verify_env
 
     env = verify_env(base_env, jax_env)
     fresh: list[Any] = []
     if args.workload:
-        code, result, stderr = run_child("compilecache.verify", {"workloads": args.workload, "jobs": 1}, env)
+        code, result, stderr = run_child("compilecache.jobtools.verify", {"workloads": args.workload, "jobs": 1}, env)
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or 'fresh process failed'}: {stderr[-400:]}")
         fresh += [run_from_dict(run) for run in result["runs"]]
     if args.script:
-        code, result, _ = run_child("compilecache.scriptrun", {}, env, [args.script, *script_args])
+        code, result, _ = run_child("compilecache.jobtools.scriptrun", {}, env, [args.script, *script_args])
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
         fresh += [run_from_dict(run) for run in result["runs"]]

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache import jobs, status, units
-from compilecache.api import CacheSpec
+from compilecache.cache import units
+from compilecache.controller import jobs, status
+from compilecache.controller.api import CacheSpec
 
 LABEL_EXPIRY_OF = "compilecache.dev/expiry-of"  # on expiry Jobs and pods (not LABEL_CACHE: no gate, no pool)
 CONTAINER = "expire"

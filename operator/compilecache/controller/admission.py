@@ -3,7 +3,7 @@
 The webhook (``handlers.mutate_pods``) and ``compilecache env NAME`` both build on
 this module, so a pod mutated by the webhook and a pod written by hand from the
 snippet get the same volume, mount and JAX settings as the warm-up Jobs
-(:func:`compilecache.jobs.cache_env`): one differing option and every step misses.
+(:func:`compilecache.controller.jobs.cache_env`): one differing option and every step misses.
 
 A mutation only ever adds. What the pod already has under one of our names (a
 volume, a mount path, an environment variable) stays as the user wrote it, and
@@ -19,9 +19,9 @@ from typing import Any
 
 import jsonpatch
 
-from compilecache import status
-from compilecache.api import CacheSpec, SpecError, parse_spec
-from compilecache.jobs import LABEL_CACHE, cache_env
+from compilecache.controller import status
+from compilecache.controller.api import CacheSpec, SpecError, parse_spec
+from compilecache.controller.jobs import LABEL_CACHE, cache_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
 ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
@@ -158,7 +158,7 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
 
     Idempotent: mutating the result again changes nothing. ``by_label`` False (the pod was
     chosen by ``consumers.podSelector``) also labels the pod with the cache's name, so that
-    the operator finds it to release its gate. Raises :class:`compilecache.api.SpecError`
+    the operator finds it to release its gate. Raises :class:`compilecache.controller.api.SpecError`
     on a cache whose spec is invalid.
     """
     spec = parse_spec(cache.get("spec"))
@@ -259,7 +259,7 @@ def print_snippet(name: str, namespace: str | None) -> int:
     """``compilecache env NAME -n NS``: print the pod snippet of a CompileCache read from the cluster."""
     import sys
 
-    from compilecache.kube import COMPILECACHES, ApiError, Client
+    from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 
     namespace = namespace or _current_namespace()
     try:
