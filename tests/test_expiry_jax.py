@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from collections.abc import Iterator
@@ -66,12 +67,21 @@ def test_entries_of_an_older_jaxlib_go_under_keep_versions(tmp_path: Path) -> No
     [current] = [json.loads(p.read_text()) for p in (cache / ".compilecache" / "manifests").glob("*.json")]
     # An entry an older jaxlib wrote on the same platform, and the manifest of that run, which says so.
     old_name = f"jit_old-{'0' * 64}-cache"
-    (cache / old_name).write_bytes(zlib.compress((1).to_bytes(4, "big") + b"old executable"))
+    old_bytes = zlib.compress((1).to_bytes(4, "big") + b"old executable")
+    (cache / old_name).write_bytes(old_bytes)
     older = {key: current[key] for key in ("backend", "device_kind")} | {"jax": "0.4.30", "jaxlib": "0.4.30"}
     old_manifest = {
         **older,
         "finished_at": "2025-01-01T00:00:00Z",
-        "entries": [{"file": old_name, "size": 1, "sha256": "0" * 64, "written_at": "2025-01-01T00:00:00Z", **older}],
+        "entries": [
+            {
+                "file": old_name,
+                "size": len(old_bytes),
+                "sha256": hashlib.sha256(old_bytes).hexdigest(),  # sound: only keepVersions may take it
+                "written_at": "2025-01-01T00:00:00Z",
+                **older,
+            }
+        ],
         "hits": [],
     }
     (cache / ".compilecache" / "manifests" / "20250101T000000Z-old-00000000.json").write_text(json.dumps(old_manifest))

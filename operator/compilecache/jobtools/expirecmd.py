@@ -1,6 +1,6 @@
 """``compilecache expire``: apply the lifecycle policy to a cache (a local dir or ``gs://``).
 
-Lists the cache once, reads the run manifests, with ``--verify`` reads every entry
+Lists the cache once, reads the run manifests, with ``--verify`` (the default) reads every entry
 old enough to be deleted (sha256 against its manifest, a full decompression),
 asks :func:`compilecache.cache.expiry.plan_expiry` what to delete, prints a table of
 deletions and reasons and a summary, then deletes (not with ``--dry-run``).
@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verify",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="drop truncated/corrupt/changed entries, orphan -atime files and old staging (reads every entry)",
+        default=True,
+        help="drop truncated/corrupt/changed entries, orphan -atime files and old staging; reads every entry "
+        "old enough to delete (default: on, as spec.lifecycle.verify; --no-verify skips the reads)",
     )
     parser.add_argument(
         "--grace", default=f"{int(DEFAULT_GRACE_SECONDS)}s", metavar="DURATION", help="never delete younger files"
