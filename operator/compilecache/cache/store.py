@@ -18,11 +18,14 @@ local staging under ``.compilecache/staging/<run_id>/``.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -274,12 +277,72 @@ class LocalStore:
         return parse_manifests((path.name, path.read_bytes()) for path in paths)
 
 
+# A GCS endpoint that accepts connections and never answers would hold gcsfs for its
+# aiohttp session's 300 s total timeout per attempt, six attempts (the expiry Job sat
+# in Expiring until its 2 h deadline). Every call here gives up once GCS has not
+# answered for this long and a request has failed meanwhile: well inside a minute.
+GCS_TIMEOUT_ENV = "COMPILECACHE_GCS_TIMEOUT"
+DEFAULT_GCS_TIMEOUT_SECONDS = 30.0
+_POLL_SECONDS = 0.2
+
+
+def gcs_timeout(environ: Mapping[str, str]) -> float:
+    """Seconds without an answer after which a GCS call fails (``$COMPILECACHE_GCS_TIMEOUT``, default 30)."""
+    text = environ.get(GCS_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_GCS_TIMEOUT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise WarmError(f"${GCS_TIMEOUT_ENV}={text!r}: expected seconds between 0 and 3600")
+    return seconds
+
+
+class _Answers:
+    """When GCS last answered, and the first request failure since: fed by aiohttp's trace hooks.
+
+    An answer is a response's status line and headers (``on_request_end``), an error status
+    included: GCS is alive then, and gcsfs's own bounded retries decide. A body that takes
+    long to download is not a stall: aiohttp's ``sock_read`` timeout (a third of the budget)
+    turns a silent socket into a failure, and only failures start the clock.
+    """
+
+    def __init__(self) -> None:
+        self.answered_at = time.monotonic()
+        self.failure: str | None = None
+
+    def reset(self) -> None:
+        self.answered_at, self.failure = time.monotonic(), None
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds since the last answer if a request failed meanwhile, else 0."""
+        return now - self.answered_at if self.failure is not None else 0.0
+
+    def trace_config(self) -> Any:
+        import aiohttp
+
+        async def answered(*_: Any) -> None:
+            self.answered_at, self.failure = time.monotonic(), None
+
+        async def failed(_session: Any, _context: Any, params: Any) -> None:
+            if self.failure is None:
+                error = params.exception
+                self.failure = f"{type(error).__name__}: {error}".strip().rstrip(":").splitlines()[0]
+
+        config = aiohttp.TraceConfig()
+        config.on_request_end.append(answered)
+        config.on_request_exception.append(failed)
+        return config
+
+
 class GCSStore:
     """A cache under ``gs://bucket/prefix``, through gcsfs (credentials from the environment)."""
 
     writes_in_place = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float | None = None) -> None:
         rest = url[len(GCS_SCHEME) :].rstrip("/")
         bucket, _, prefix = rest.partition("/")
         if not bucket:
@@ -287,18 +350,30 @@ class GCSStore:
         self.bucket = bucket
         self.root = f"{bucket}/{prefix.strip('/')}" if prefix.strip("/") else bucket
         self.url = f"{GCS_SCHEME}{self.root}"
+        self.timeout = gcs_timeout(os.environ) if timeout is None else timeout
         self._seeded: set[str] = set()
         self._fs: Any = None
+        self._answers = _Answers()
 
     @property
     def fs(self) -> Any:
         """The gcsfs filesystem, built on first use (importing gcsfs is slow, and optional)."""
         if self._fs is None:
             try:
+                import aiohttp
                 import gcsfs
             except ImportError as error:
                 raise WarmError("gs:// caches need gcsfs: install compilecache-operator[gcs] in this image") from error
-            self._fs = gcsfs.GCSFileSystem()
+            # Per request: connecting and each socket read wait at most a third of the budget
+            # (no total: a large entry downloads as long as bytes keep coming).
+            socket_seconds = self.timeout / 3
+            self._fs = gcsfs.GCSFileSystem(
+                requests_timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=socket_seconds, sock_read=socket_seconds
+                ),
+                session_kwargs={"trace_configs": [self._answers.trace_config()]},
+                skip_instance_cache=True,
+            )
         return self._fs
 
     def jax_dir(self) -> str:
@@ -337,7 +412,7 @@ class GCSStore:
     def write_manifest(self, name: str, data: bytes) -> str:
         """One upload: a GCS object appears whole or not at all."""
         path = f"{self.root}/{MANIFESTS_DIR}/{name}"
-        self._call(f"write manifest {name}", self.fs.pipe_file, path, data)
+        self._call(f"write manifest {name}", self.fs._pipe_file, path, data)
         return f"{GCS_SCHEME}{path}"
 
     def discard(self, workdir: str) -> None:
@@ -345,7 +420,7 @@ class GCSStore:
 
     def scan(self) -> Listing:
         """One paginated object listing of the prefix (1000 objects a request), metadata included."""
-        items = self._call("list", self.fs.ls, self.root, detail=True, refresh=True)
+        items = self._call("list", self.fs._ls, self.root, detail=True, refresh=True)
         files = []
         for item in items:
             name = item["name"].rsplit("/", 1)[-1]
@@ -355,17 +430,15 @@ class GCSStore:
 
     def read(self, name: str) -> bytes:
         """Download one object."""
-        data: bytes = self._call(f"read {name}", self.fs.cat_file, f"{self.root}/{name}")
+        data: bytes = self._call(f"read {name}", self.fs._cat_file, f"{self.root}/{name}")
         return data
 
     def delete(self, name: str) -> bool:
         """Delete one object; ``False`` when it is gone already."""
         try:
-            self.fs.rm_file(f"{self.root}/{name}")
-        except FileNotFoundError:
+            self._call(f"delete {name}", self.fs._rm_file, f"{self.root}/{name}")
+        except _NotFound:
             return False
-        except OSError as error:
-            raise WarmError(f"{self.url}: cannot delete {name}: {error}") from error
         finally:
             self.fs.invalidate_cache(self.root)
         return True
@@ -374,27 +447,50 @@ class GCSStore:
         """List the manifests, then fetch them together (gcsfs runs the downloads concurrently)."""
         folder = f"{self.root}/{MANIFESTS_DIR}"
         try:
-            listed = self.fs.ls(folder, detail=False, refresh=True)
-        except FileNotFoundError:
+            listed = self._call("list manifests", self.fs._ls, folder, detail=False, refresh=True)
+        except _NotFound:
             return [], []
         paths = sorted(path for path in listed if path.endswith(".json"))
         if not paths:
             return [], []
-        contents = self._call("read manifests", self.fs.cat, paths)
+        contents = self._call("read manifests", self.fs._cat, paths)
         return parse_manifests((path.rsplit("/", 1)[-1], contents[path]) for path in paths)
 
     def _call(self, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
-        # One-line errors (missing bucket, no credentials) instead of a gcsfs traceback.
+        """Run one gcsfs coroutine on gcsfs's loop and wait for it, within the timeout.
+
+        One-line errors (missing bucket, no credentials, no answer) instead of a gcsfs traceback.
+        """
+        fs = self.fs
+        self._answers.reset()
+        future = asyncio.run_coroutine_threadsafe(function(*args, **kwargs), fs.loop)
+        while not future.done():
+            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
+            if not future.done() and self._answers.stalled_for(time.monotonic()) > self.timeout:
+                future.cancel()
+                raise WarmError(
+                    f"{self.url}: {what}: GCS did not answer for {self.timeout:g}s ({self._answers.failure})"
+                )
         try:
-            return function(*args, **kwargs)
+            return future.result()
         except FileNotFoundError as error:
             if what == "list":
-                if not self.fs.exists(self.bucket):
+                if not self._call("check the bucket", fs._exists, self.bucket):
                     raise WarmError(f"{self.url}: bucket {self.bucket} does not exist or is not readable") from error
                 return []
-            raise WarmError(f"{self.url}: {what}: not found") from error
-        except (OSError, ValueError) as error:
-            raise WarmError(f"{self.url}: {what} failed: {error}") from error
+            raise _NotFound(f"{self.url}: {what}: not found") from error
+        except Exception as error:
+            # OSError, ValueError, and aiohttp and google-auth errors that gcsfs passes on after its retries.
+            raise WarmError(f"{self.url}: {what} failed: {_one_line(error)}") from error
+
+
+class _NotFound(WarmError):
+    """An object or folder that is not there (``delete`` and the manifests treat it as done)."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def _gcs_time(item: dict[str, Any]) -> float:
