@@ -13,6 +13,7 @@ import pytest
 
 import gcsemulator
 from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.entries import check_entry
 from jaxhelpers import TINY_WORKLOAD, clean_env, entry_files, probe_hits, run_cli, write_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]
@@ -130,3 +131,25 @@ def test_gcs_round_trip_warm_expire_hit(tmp_path: Path, gcs: dict[str, str]) -> 
     training = clean_env({**gcs, **jax_cache_env(url)}, [modules])
     assert probe_hits("tiny:targets", training) == {"req": 3, "hit": 2}
     assert probe_hits("tiny:targets", training) == {"req": 3, "hit": 3}
+
+
+@pytest.mark.usefixtures("gcs")
+def test_gcs_warm_replaces_a_damaged_object(tmp_path: Path, gcs: dict[str, str]) -> None:
+    import gcsfs
+
+    modules = write_module(tmp_path / "mods", "tiny", TINY_WORKLOAD)
+    env = clean_env(gcs, [modules])
+    url = "gs://cache/team/repair"
+    first = run_cli(["warm", "--cache-dir", url, "--workload", "tiny:targets", "--no-verify"], env)
+    assert first.returncode == 0, first.stderr
+    fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
+    victim = sorted(p for p in fs.ls("cache/team/repair", refresh=True) if p.endswith("-cache"))[0]
+    fs.pipe_file(victim, fs.cat_file(victim)[:100])
+
+    report = tmp_path / "report.json"
+    second = run_cli(["warm", "--cache-dir", url, "--workload", "tiny:targets", "--report", str(report)], env)
+    assert second.returncode == 0, second.stderr
+    warmed = json.loads(report.read_text())
+    assert [r["file"] for r in warmed["repaired"]] == [victim.rsplit("/", 1)[-1]]
+    assert warmed["verify"]["hits"] == 3 and warmed["entries"] == 1
+    check_entry(fs.cat_file(victim))

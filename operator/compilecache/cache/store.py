@@ -20,24 +20,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from compilecache.cache.entries import ATIME_SUFFIX, EntryError, check_entry, is_entry_name, sha256_file
+from compilecache.cache.entries import (
+    ATIME_SUFFIX,
+    EntryError,
+    check_entry,
+    entry_problem,
+    is_entry_name,
+    sha256_file,
+)
 from compilecache.cache.errors import WarmError
 
 META_DIR = ".compilecache"
 MANIFESTS_DIR = f"{META_DIR}/manifests"
 STAGING_DIR = f"{META_DIR}/staging"
 GCS_SCHEME = "gs://"
+_READERS = 8  # concurrent entry reads: GCS latency or disk, not CPU, bounds them
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,14 @@ class CacheStore(Protocol):
 
     def prepare(self, run_id: str) -> str:
         """Get ready for a warm run; return where JAX writes during it (staging or the cache)."""
+        ...
+
+    def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
+        """Keep damaged published entries out of this run's sight; its fresh ones replace them atomically.
+
+        JAX must not see a damaged entry: it would miss, recompile and, as the file
+        exists, never write a sound one (JAX's ``LRUCache.put`` skips existing keys).
+        """
         ...
 
     def new_entries(self, workdir: str) -> list[str]:
@@ -130,6 +148,25 @@ def is_cache_file(name: str) -> bool:
     return is_entry_name(name) or (name.endswith(ATIME_SUFFIX) and is_entry_name(name[: -len(ATIME_SUFFIX)] + "-cache"))
 
 
+def unsound_entries(store: CacheStore, names: Iterable[str], digests: Mapping[str, str]) -> dict[str, str]:
+    """Entry name → why its bytes cannot be relied on (sha256 against its manifest's, then a full check).
+
+    An entry gone meanwhile (another expiry) is not judged. Reads run concurrently.
+    """
+
+    def problem(name: str) -> str | None:
+        try:
+            data = store.read(name)
+        except (FileNotFoundError, WarmError):
+            return None
+        return entry_problem(data, digests.get(name))
+
+    names = list(names)
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        found = dict(zip(names, pool.map(problem, names), strict=True))
+    return {name: why for name, why in found.items() if why is not None}
+
+
 def parse_manifests(named: Iterable[tuple[str, bytes]]) -> tuple[list[dict[str, Any]], list[str]]:
     """Decode manifest documents; a broken one is reported, never fatal (expiry must still run)."""
     documents, problems = [], []
@@ -155,6 +192,8 @@ class LocalStore:
         self.root = root.absolute()
         self.url = str(self.root)
         self._seeded: dict[str, set[str]] = {}
+        # Per staging dir: damaged published entries to replace, by the identity of the damaged file.
+        self._replace: dict[str, dict[str, tuple[int, int, int, int]]] = {}
 
     def jax_dir(self) -> str:
         """The cache directory itself."""
@@ -182,6 +221,18 @@ class LocalStore:
         self._seeded[str(staging)] = seeded
         return str(staging)
 
+    def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
+        """Remove the damaged entries' links from staging, so that JAX compiles them again there,
+        and remember which file each one is: :meth:`publish` renames the fresh entry over it."""
+        seeded = self._seeded.get(workdir, set())
+        replace = self._replace.setdefault(workdir, {})
+        for name in damaged:
+            (Path(workdir) / name).unlink(missing_ok=True)
+            seeded.discard(name)
+            # Deleted meanwhile (an expiry): the fresh entry is simply new.
+            with contextlib.suppress(FileNotFoundError):
+                replace[name] = _identity(self.root / name)
+
     def new_entries(self, workdir: str) -> list[str]:
         """Entries JAX wrote into staging during this run."""
         seeded = self._seeded.get(workdir, set())
@@ -207,12 +258,16 @@ class LocalStore:
             checked.append((name, len(data), sha256_file(path)))
         if bad:
             raise EntryError(f"{len(bad)} unsound entries, nothing published: " + "; ".join(bad))
+        replace = self._replace.get(workdir, {})
         result = []
         for name, size, digest in checked:
             target = self.root / name
             # Same key, same program: if a concurrent run published it first, keep
-            # theirs rather than replace a file a training process may be reading.
-            published = not target.exists()
+            # theirs rather than replace a file a training process may be reading;
+            # unless it is still the damaged file found at prepare. rename() swaps the
+            # directory entry atomically: a reader opens the old file or the new one,
+            # never a partial one, and one that has the old file open keeps reading it.
+            published = not target.exists() or (name in replace and _identity(target) == replace[name])
             if published:
                 os.rename(staging / name, target)
             result.append(StagedEntry(name, size, digest, published))
@@ -231,6 +286,7 @@ class LocalStore:
         """Remove staging (links and any unpublished entries) and forget it."""
         shutil.rmtree(workdir, ignore_errors=True)
         self._seeded.pop(workdir, None)
+        self._replace.pop(workdir, None)
 
     def scan(self) -> Listing:
         """One ``scandir`` of the top level (its stat is cached per entry) and one of staging."""
@@ -385,6 +441,13 @@ class GCSStore:
         self._seeded = {item.name for item in self.scan().files}
         return self.url
 
+    def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
+        """Delete the damaged objects: JAX then uploads fresh ones, each whole (a GCS object
+        appears whole or not at all), and a reader meanwhile misses as it would on the damaged one."""
+        for name in damaged:
+            self.delete(name)
+            self._seeded.discard(name)
+
     def new_entries(self, workdir: str) -> list[str]:
         """Entries listed now that were not listed when the run started."""
         return sorted(
@@ -501,6 +564,12 @@ def _gcs_time(item: dict[str, Any]) -> float:
     if isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return 0.0
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    """Which file a path names now: device, inode, size, modification time (ns)."""
+    stat = path.stat(follow_symlinks=False)
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _link_or_symlink(source: Path, link: Path) -> None:
