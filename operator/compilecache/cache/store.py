@@ -23,7 +23,6 @@ import concurrent.futures
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -33,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from compilecache.cache import nofollow
 from compilecache.cache.entries import (
     ATIME_SUFFIX,
     EntryError,
@@ -75,6 +75,7 @@ class Listing:
 
     files: tuple[StoredFile, ...]  # entries and -atime sidecars at the top level
     staging: tuple[StoredFile, ...] = ()  # staging dirs of runs (local stores only)
+    notes: tuple[str, ...] = ()  # what the scan left alone and why (symbolic links)
 
 
 class CacheStore(Protocol):
@@ -207,6 +208,12 @@ class LocalStore:
         """
         staging = self.root / STAGING_DIR / run_id
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Staging and manifests are written and later deleted by path: a link on the
+            # way would take both out of the cache.
+            for folder in (META_DIR, STAGING_DIR, MANIFESTS_DIR):
+                if nofollow.is_link(self.root, folder):
+                    raise WarmError(f"cache dir {self.root}: {folder} is a symbolic link; remove it")
             staging.mkdir(parents=True)
             (self.root / MANIFESTS_DIR).mkdir(exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
@@ -214,10 +221,11 @@ class LocalStore:
         except OSError as error:
             raise WarmError(f"cache dir {self.root} is not writable: {error.strerror or error}") from error
         seeded: set[str] = set()
-        for path in self.root.iterdir():
-            if is_entry_name(path.name) and path.is_file():
-                _link_or_symlink(path, staging / path.name)
-                seeded.add(path.name)
+        with os.scandir(self.root) as listing:
+            for item in listing:
+                if is_entry_name(item.name) and item.is_file(follow_symlinks=False):
+                    _link_or_symlink(self.root / item.name, staging / item.name)
+                    seeded.add(item.name)
         self._seeded[str(staging)] = seeded
         return str(staging)
 
@@ -275,62 +283,86 @@ class LocalStore:
 
     def write_manifest(self, name: str, data: bytes) -> str:
         """Write to a temporary name, then rename: readers never see half a manifest."""
-        folder = self.root / MANIFESTS_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary = folder / f".{name}.tmp"
-        temporary.write_bytes(data)
-        os.rename(temporary, folder / name)
-        return str(folder / name)
+        nofollow.write_new(self.root, f"{MANIFESTS_DIR}/{name}", data)
+        return str(self.root / MANIFESTS_DIR / name)
 
     def discard(self, workdir: str) -> None:
         """Remove staging (links and any unpublished entries) and forget it."""
-        shutil.rmtree(workdir, ignore_errors=True)
+        with contextlib.suppress(OSError, WarmError):
+            nofollow.remove_tree(self.root, os.path.relpath(workdir, self.root))
         self._seeded.pop(workdir, None)
         self._replace.pop(workdir, None)
 
     def scan(self) -> Listing:
-        """One ``scandir`` of the top level (its stat is cached per entry) and one of staging."""
+        """One ``scandir`` of the top level (its stat is cached per entry) and one of staging.
+
+        Nothing is followed: an entry or a folder that is a symbolic link is not listed
+        (so never read or deleted) but named in the listing's notes.
+        """
         if not self.root.is_dir():
             raise WarmError(f"cache dir {self.root} does not exist or is not a directory")
-        files = []
+        files, notes = [], []
         with os.scandir(self.root) as listing:
             for item in listing:
-                if is_cache_file(item.name) and item.is_file(follow_symlinks=False):
+                if not is_cache_file(item.name):
+                    continue
+                if item.is_symlink():
+                    notes.append(str(nofollow.LinkError(item.name)))
+                elif item.is_file(follow_symlinks=False):
                     stat = item.stat(follow_symlinks=False)
                     files.append(StoredFile(item.name, stat.st_size, stat.st_mtime))
         staging = []
-        folder = self.root / STAGING_DIR
-        if folder.is_dir():
-            with os.scandir(folder) as runs:
+        try:
+            with nofollow.open_dir(self.root, STAGING_DIR) as folder, os.scandir(folder) as runs:
                 for item in runs:
-                    # A staging dir's mtime moves with every entry JAX writes into it.
-                    staging.append(StoredFile(f"{STAGING_DIR}/{item.name}", 0, item.stat().st_mtime))
-        return Listing(tuple(files), tuple(staging))
+                    name = f"{STAGING_DIR}/{item.name}"
+                    if item.is_symlink():
+                        notes.append(str(nofollow.LinkError(name)))
+                    elif item.is_dir(follow_symlinks=False):
+                        # A staging dir's mtime moves with every entry JAX writes into it.
+                        staging.append(StoredFile(name, 0, item.stat(follow_symlinks=False).st_mtime))
+        except nofollow.LinkError as error:
+            notes.append(str(error))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return Listing(tuple(files), tuple(staging), tuple(notes))
 
     def read(self, name: str) -> bytes:
-        """The file's bytes."""
-        return (self.root / name).read_bytes()
+        """The file's bytes (a link is not read: :class:`~compilecache.cache.nofollow.LinkError`)."""
+        return nofollow.read_bytes(self.root, name)
 
     def delete(self, name: str) -> bool:
-        """``unlink`` (a reader with the file open keeps reading it) or remove a staging dir."""
-        path = self.root / name
-        if name.startswith(STAGING_DIR + "/"):
-            existed = path.exists()
-            shutil.rmtree(path, ignore_errors=True)
-            return existed
+        """``unlink`` (a reader with the file open keeps reading it) or remove a staging dir.
+
+        Never through a link: a staging dir or a folder above it that became a link since
+        the scan is left alone (``False``); an entry that became a link loses the link only.
+        """
         try:
-            path.unlink()
-        except FileNotFoundError:
+            if name.startswith(STAGING_DIR + "/"):
+                return nofollow.remove_tree(self.root, name)
+            return nofollow.unlink(self.root, name)
+        except nofollow.LinkError:
             return False
-        return True
 
     def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot)."""
-        folder = self.root / MANIFESTS_DIR
-        if not folder.is_dir():
+        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot); links are not read."""
+        named, problems = [], []
+        try:
+            with nofollow.open_dir(self.root, MANIFESTS_DIR) as folder:
+                names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
+        except nofollow.LinkError as error:
+            return [], [f"manifests not read: {error}"]
+        except (FileNotFoundError, NotADirectoryError):
             return [], []
-        paths = sorted(path for path in folder.glob("*.json") if not path.name.startswith("."))
-        return parse_manifests((path.name, path.read_bytes()) for path in paths)
+        for name in names:
+            try:
+                named.append((name, nofollow.read_bytes(self.root, f"{MANIFESTS_DIR}/{name}")))
+            except nofollow.LinkError as error:
+                problems.append(f"manifest not read: {error}")
+            except FileNotFoundError:
+                continue
+        documents, unreadable = parse_manifests(named)
+        return documents, [*problems, *unreadable]
 
 
 # A GCS endpoint that accepts connections and never answers would hold gcsfs for its

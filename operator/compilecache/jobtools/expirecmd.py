@@ -126,7 +126,7 @@ def expire(store: CacheStore, policy: Policy, *, dry_run: bool, now: float) -> d
     plan = plan_expiry(listing, index, policy, now, damaged)
     if not dry_run:
         apply(store, plan)
-    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=problems)
+    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=[*listing.notes, *problems])
 
 
 def check_bytes(
