@@ -260,6 +260,22 @@ def test_expire_command_dry_run_table_json_and_idempotence(tmp_path: Path, capsy
     assert json.loads(capsys.readouterr().out)["deletions"] == []
 
 
+@pytest.mark.parametrize(("flags", "checked"), [([], True), (["--verify"], True), (["--no-verify"], False)])
+def test_expire_verifies_unless_told_not_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], checked: bool
+) -> None:
+    # Regression: verify defaulted to off, although the README documents it as on by default.
+    cache = tmp_path / "cache"
+    _fill(cache, {"sound": 1, "short": 1})
+    short = cache / name("short")
+    short.write_bytes(_entry()[:-5])
+    os.utime(short, (time.time() - DAY, time.time() - DAY))
+    assert main(["expire", "--cache-dir", str(cache), "--json", *flags]) == 0
+    deletions = json.loads(capsys.readouterr().out)["deletions"]
+    assert [(d["name"], d["rule"]) for d in deletions] == ([(short.name, "integrity")] if checked else [])
+    assert short.exists() is not checked
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 
 import gcsemulator
 from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.entries import check_entry
 from jaxhelpers import TINY_WORKLOAD, clean_env, entry_files, probe_hits, run_cli, write_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]
@@ -66,12 +68,21 @@ def test_entries_of_an_older_jaxlib_go_under_keep_versions(tmp_path: Path) -> No
     [current] = [json.loads(p.read_text()) for p in (cache / ".compilecache" / "manifests").glob("*.json")]
     # An entry an older jaxlib wrote on the same platform, and the manifest of that run, which says so.
     old_name = f"jit_old-{'0' * 64}-cache"
-    (cache / old_name).write_bytes(zlib.compress((1).to_bytes(4, "big") + b"old executable"))
+    old_bytes = zlib.compress((1).to_bytes(4, "big") + b"old executable")
+    (cache / old_name).write_bytes(old_bytes)
     older = {key: current[key] for key in ("backend", "device_kind")} | {"jax": "0.4.30", "jaxlib": "0.4.30"}
     old_manifest = {
         **older,
         "finished_at": "2025-01-01T00:00:00Z",
-        "entries": [{"file": old_name, "size": 1, "sha256": "0" * 64, "written_at": "2025-01-01T00:00:00Z", **older}],
+        "entries": [
+            {
+                "file": old_name,
+                "size": len(old_bytes),
+                "sha256": hashlib.sha256(old_bytes).hexdigest(),  # sound: only keepVersions may take it
+                "written_at": "2025-01-01T00:00:00Z",
+                **older,
+            }
+        ],
         "hits": [],
     }
     (cache / ".compilecache" / "manifests" / "20250101T000000Z-old-00000000.json").write_text(json.dumps(old_manifest))
@@ -120,3 +131,25 @@ def test_gcs_round_trip_warm_expire_hit(tmp_path: Path, gcs: dict[str, str]) -> 
     training = clean_env({**gcs, **jax_cache_env(url)}, [modules])
     assert probe_hits("tiny:targets", training) == {"req": 3, "hit": 2}
     assert probe_hits("tiny:targets", training) == {"req": 3, "hit": 3}
+
+
+@pytest.mark.usefixtures("gcs")
+def test_gcs_warm_replaces_a_damaged_object(tmp_path: Path, gcs: dict[str, str]) -> None:
+    import gcsfs
+
+    modules = write_module(tmp_path / "mods", "tiny", TINY_WORKLOAD)
+    env = clean_env(gcs, [modules])
+    url = "gs://cache/team/repair"
+    first = run_cli(["warm", "--cache-dir", url, "--workload", "tiny:targets", "--no-verify"], env)
+    assert first.returncode == 0, first.stderr
+    fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
+    victim = sorted(p for p in fs.ls("cache/team/repair", refresh=True) if p.endswith("-cache"))[0]
+    fs.pipe_file(victim, fs.cat_file(victim)[:100])
+
+    report = tmp_path / "report.json"
+    second = run_cli(["warm", "--cache-dir", url, "--workload", "tiny:targets", "--report", str(report)], env)
+    assert second.returncode == 0, second.stderr
+    warmed = json.loads(report.read_text())
+    assert [r["file"] for r in warmed["repaired"]] == [victim.rsplit("/", 1)[-1]]
+    assert warmed["verify"]["hits"] == 3 and warmed["entries"] == 1
+    check_entry(fs.cat_file(victim))

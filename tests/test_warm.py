@@ -375,6 +375,50 @@ def test_a_truncated_entry_is_never_published(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_damaged_published_entry_is_replaced_atomically_by_the_next_warm(tmp_path: Path) -> None:
+    # Regression: the warmer reused a truncated or bit-flipped published entry; JAX missed it,
+    # recompiled, never overwrote the existing file, verify missed, and the pool stayed Failed.
+    modules = write_module(tmp_path / "mods", "tiny", TINY_WORKLOAD)
+    env = clean_env(pythonpath=[modules])
+    cache = tmp_path / "cache"
+    first = run_cli(["warm", "--cache-dir", str(cache), "--workload", "tiny:targets"], env)
+    assert first.returncode == 0, first.stderr
+    truncated, flipped, sound = (cache / name for name in entry_files(cache))
+    sound_bytes = sound.read_bytes()
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    flipped.write_bytes(bytes(data))
+    reader = flipped.open("rb")  # a training process that has the damaged file open
+
+    report_path = tmp_path / "report.json"
+    second = run_cli(
+        ["warm", "--cache-dir", str(cache), "--workload", "tiny:targets", "--report", str(report_path)], env
+    )
+    assert second.returncode == 0, second.stderr
+    report = json.loads(report_path.read_text())
+    assert {r["file"] for r in report["repaired"]} == {truncated.name, flipped.name}
+    assert report["verify"]["ok"] and report["verify"]["hits"] == 3
+    assert f"replacing damaged entry {truncated.name}: " in second.stdout
+    # Replaced by rename, not rewritten in place: the open reader still sees the old bytes, whole.
+    with reader:
+        assert reader.read() == bytes(data)
+    manifests = [json.loads(p.read_text()) for p in (cache / ".compilecache" / "manifests").glob("*.json")]
+    latest = max(manifests, key=lambda m: len(m["repaired"]))
+    written = {entry["file"]: entry for entry in latest["entries"]}
+    assert set(written) == {truncated.name, flipped.name}
+    for path in (truncated, flipped):
+        check_entry(path.read_bytes())
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == written[path.name]["sha256"]
+        assert written[path.name]["published"]
+    assert sound.read_bytes() == sound_bytes  # a sound entry is reused, not replaced
+    assert list((cache / ".compilecache" / "staging").iterdir()) == []
+    training = clean_env(jax_cache_env(str(cache)), [modules])
+    assert probe_hits("tiny:targets", training) == {"req": 3, "hit": 3}
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_script_is_warmed_published_and_verified(tmp_path: Path) -> None:
     script = tmp_path / "compile_only.py"
     script.write_text(

@@ -81,6 +81,17 @@ def check_entry(data: bytes) -> EntryInfo:
     return EntryInfo(compression, seconds, len(raw) - _TIME_BYTES)
 
 
+def entry_problem(data: bytes, expected_sha256: str | None = None) -> str | None:
+    """Why an entry's bytes must not be relied on (changed since its manifest, or unsound), else ``None``."""
+    if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
+        return "sha256 differs from the manifest's (changed after it was published)"
+    try:
+        check_entry(data)
+    except EntryError as error:
+        return str(error)
+    return None
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in chunks (entries reach hundreds of MB)."""
     digest = hashlib.sha256()

@@ -18,23 +18,36 @@ local staging under ``.compilecache/staging/<run_id>/``.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import os
-import shutil
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from compilecache.cache.entries import ATIME_SUFFIX, EntryError, check_entry, is_entry_name, sha256_file
+from compilecache.cache import nofollow
+from compilecache.cache.entries import (
+    ATIME_SUFFIX,
+    EntryError,
+    check_entry,
+    entry_problem,
+    is_entry_name,
+    sha256_file,
+)
 from compilecache.cache.errors import WarmError
 
 META_DIR = ".compilecache"
 MANIFESTS_DIR = f"{META_DIR}/manifests"
 STAGING_DIR = f"{META_DIR}/staging"
 GCS_SCHEME = "gs://"
+_READERS = 8  # concurrent entry reads: GCS latency or disk, not CPU, bounds them
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,7 @@ class Listing:
 
     files: tuple[StoredFile, ...]  # entries and -atime sidecars at the top level
     staging: tuple[StoredFile, ...] = ()  # staging dirs of runs (local stores only)
+    notes: tuple[str, ...] = ()  # what the scan left alone and why (symbolic links)
 
 
 class CacheStore(Protocol):
@@ -78,6 +92,14 @@ class CacheStore(Protocol):
 
     def prepare(self, run_id: str) -> str:
         """Get ready for a warm run; return where JAX writes during it (staging or the cache)."""
+        ...
+
+    def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
+        """Keep damaged published entries out of this run's sight; its fresh ones replace them atomically.
+
+        JAX must not see a damaged entry: it would miss, recompile and, as the file
+        exists, never write a sound one (JAX's ``LRUCache.put`` skips existing keys).
+        """
         ...
 
     def new_entries(self, workdir: str) -> list[str]:
@@ -127,6 +149,25 @@ def is_cache_file(name: str) -> bool:
     return is_entry_name(name) or (name.endswith(ATIME_SUFFIX) and is_entry_name(name[: -len(ATIME_SUFFIX)] + "-cache"))
 
 
+def unsound_entries(store: CacheStore, names: Iterable[str], digests: Mapping[str, str]) -> dict[str, str]:
+    """Entry name → why its bytes cannot be relied on (sha256 against its manifest's, then a full check).
+
+    An entry gone meanwhile (another expiry) is not judged. Reads run concurrently.
+    """
+
+    def problem(name: str) -> str | None:
+        try:
+            data = store.read(name)
+        except (FileNotFoundError, WarmError):
+            return None
+        return entry_problem(data, digests.get(name))
+
+    names = list(names)
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        found = dict(zip(names, pool.map(problem, names), strict=True))
+    return {name: why for name, why in found.items() if why is not None}
+
+
 def parse_manifests(named: Iterable[tuple[str, bytes]]) -> tuple[list[dict[str, Any]], list[str]]:
     """Decode manifest documents; a broken one is reported, never fatal (expiry must still run)."""
     documents, problems = [], []
@@ -152,6 +193,8 @@ class LocalStore:
         self.root = root.absolute()
         self.url = str(self.root)
         self._seeded: dict[str, set[str]] = {}
+        # Per staging dir: damaged published entries to replace, by the identity of the damaged file.
+        self._replace: dict[str, dict[str, tuple[int, int, int, int]]] = {}
 
     def jax_dir(self) -> str:
         """The cache directory itself."""
@@ -165,6 +208,12 @@ class LocalStore:
         """
         staging = self.root / STAGING_DIR / run_id
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Staging and manifests are written and later deleted by path: a link on the
+            # way would take both out of the cache.
+            for folder in (META_DIR, STAGING_DIR, MANIFESTS_DIR):
+                if nofollow.is_link(self.root, folder):
+                    raise WarmError(f"cache dir {self.root}: {folder} is a symbolic link; remove it")
             staging.mkdir(parents=True)
             (self.root / MANIFESTS_DIR).mkdir(exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
@@ -172,12 +221,25 @@ class LocalStore:
         except OSError as error:
             raise WarmError(f"cache dir {self.root} is not writable: {error.strerror or error}") from error
         seeded: set[str] = set()
-        for path in self.root.iterdir():
-            if is_entry_name(path.name) and path.is_file():
-                _link_or_symlink(path, staging / path.name)
-                seeded.add(path.name)
+        with os.scandir(self.root) as listing:
+            for item in listing:
+                if is_entry_name(item.name) and item.is_file(follow_symlinks=False):
+                    _link_or_symlink(self.root / item.name, staging / item.name)
+                    seeded.add(item.name)
         self._seeded[str(staging)] = seeded
         return str(staging)
+
+    def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
+        """Remove the damaged entries' links from staging, so that JAX compiles them again there,
+        and remember which file each one is: :meth:`publish` renames the fresh entry over it."""
+        seeded = self._seeded.get(workdir, set())
+        replace = self._replace.setdefault(workdir, {})
+        for name in damaged:
+            (Path(workdir) / name).unlink(missing_ok=True)
+            seeded.discard(name)
+            # Deleted meanwhile (an expiry): the fresh entry is simply new.
+            with contextlib.suppress(FileNotFoundError):
+                replace[name] = _identity(self.root / name)
 
     def new_entries(self, workdir: str) -> list[str]:
         """Entries JAX wrote into staging during this run."""
@@ -204,12 +266,16 @@ class LocalStore:
             checked.append((name, len(data), sha256_file(path)))
         if bad:
             raise EntryError(f"{len(bad)} unsound entries, nothing published: " + "; ".join(bad))
+        replace = self._replace.get(workdir, {})
         result = []
         for name, size, digest in checked:
             target = self.root / name
             # Same key, same program: if a concurrent run published it first, keep
-            # theirs rather than replace a file a training process may be reading.
-            published = not target.exists()
+            # theirs rather than replace a file a training process may be reading;
+            # unless it is still the damaged file found at prepare. rename() swaps the
+            # directory entry atomically: a reader opens the old file or the new one,
+            # never a partial one, and one that has the old file open keeps reading it.
+            published = not target.exists() or (name in replace and _identity(target) == replace[name])
             if published:
                 os.rename(staging / name, target)
             result.append(StagedEntry(name, size, digest, published))
@@ -217,61 +283,146 @@ class LocalStore:
 
     def write_manifest(self, name: str, data: bytes) -> str:
         """Write to a temporary name, then rename: readers never see half a manifest."""
-        folder = self.root / MANIFESTS_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary = folder / f".{name}.tmp"
-        temporary.write_bytes(data)
-        os.rename(temporary, folder / name)
-        return str(folder / name)
+        nofollow.write_new(self.root, f"{MANIFESTS_DIR}/{name}", data)
+        return str(self.root / MANIFESTS_DIR / name)
 
     def discard(self, workdir: str) -> None:
         """Remove staging (links and any unpublished entries) and forget it."""
-        shutil.rmtree(workdir, ignore_errors=True)
+        with contextlib.suppress(OSError, WarmError):
+            nofollow.remove_tree(self.root, os.path.relpath(workdir, self.root))
         self._seeded.pop(workdir, None)
+        self._replace.pop(workdir, None)
 
     def scan(self) -> Listing:
-        """One ``scandir`` of the top level (its stat is cached per entry) and one of staging."""
+        """One ``scandir`` of the top level (its stat is cached per entry) and one of staging.
+
+        Nothing is followed: an entry or a folder that is a symbolic link is not listed
+        (so never read or deleted) but named in the listing's notes.
+        """
         if not self.root.is_dir():
             raise WarmError(f"cache dir {self.root} does not exist or is not a directory")
-        files = []
+        files, notes = [], []
         with os.scandir(self.root) as listing:
             for item in listing:
-                if is_cache_file(item.name) and item.is_file(follow_symlinks=False):
+                if not is_cache_file(item.name):
+                    continue
+                if item.is_symlink():
+                    notes.append(str(nofollow.LinkError(item.name)))
+                elif item.is_file(follow_symlinks=False):
                     stat = item.stat(follow_symlinks=False)
                     files.append(StoredFile(item.name, stat.st_size, stat.st_mtime))
         staging = []
-        folder = self.root / STAGING_DIR
-        if folder.is_dir():
-            with os.scandir(folder) as runs:
+        try:
+            with nofollow.open_dir(self.root, STAGING_DIR) as folder, os.scandir(folder) as runs:
                 for item in runs:
-                    # A staging dir's mtime moves with every entry JAX writes into it.
-                    staging.append(StoredFile(f"{STAGING_DIR}/{item.name}", 0, item.stat().st_mtime))
-        return Listing(tuple(files), tuple(staging))
+                    name = f"{STAGING_DIR}/{item.name}"
+                    if item.is_symlink():
+                        notes.append(str(nofollow.LinkError(name)))
+                    elif item.is_dir(follow_symlinks=False):
+                        # A staging dir's mtime moves with every entry JAX writes into it.
+                        staging.append(StoredFile(name, 0, item.stat(follow_symlinks=False).st_mtime))
+        except nofollow.LinkError as error:
+            notes.append(str(error))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return Listing(tuple(files), tuple(staging), tuple(notes))
 
     def read(self, name: str) -> bytes:
-        """The file's bytes."""
-        return (self.root / name).read_bytes()
+        """The file's bytes (a link is not read: :class:`~compilecache.cache.nofollow.LinkError`)."""
+        return nofollow.read_bytes(self.root, name)
 
     def delete(self, name: str) -> bool:
-        """``unlink`` (a reader with the file open keeps reading it) or remove a staging dir."""
-        path = self.root / name
-        if name.startswith(STAGING_DIR + "/"):
-            existed = path.exists()
-            shutil.rmtree(path, ignore_errors=True)
-            return existed
+        """``unlink`` (a reader with the file open keeps reading it) or remove a staging dir.
+
+        Never through a link: a staging dir or a folder above it that became a link since
+        the scan is left alone (``False``); an entry that became a link loses the link only.
+        """
         try:
-            path.unlink()
-        except FileNotFoundError:
+            if name.startswith(STAGING_DIR + "/"):
+                return nofollow.remove_tree(self.root, name)
+            return nofollow.unlink(self.root, name)
+        except nofollow.LinkError:
             return False
-        return True
 
     def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot)."""
-        folder = self.root / MANIFESTS_DIR
-        if not folder.is_dir():
+        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot); links are not read."""
+        named, problems = [], []
+        try:
+            with nofollow.open_dir(self.root, MANIFESTS_DIR) as folder:
+                names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
+        except nofollow.LinkError as error:
+            return [], [f"manifests not read: {error}"]
+        except (FileNotFoundError, NotADirectoryError):
             return [], []
-        paths = sorted(path for path in folder.glob("*.json") if not path.name.startswith("."))
-        return parse_manifests((path.name, path.read_bytes()) for path in paths)
+        for name in names:
+            try:
+                named.append((name, nofollow.read_bytes(self.root, f"{MANIFESTS_DIR}/{name}")))
+            except nofollow.LinkError as error:
+                problems.append(f"manifest not read: {error}")
+            except FileNotFoundError:
+                continue
+        documents, unreadable = parse_manifests(named)
+        return documents, [*problems, *unreadable]
+
+
+# A GCS endpoint that accepts connections and never answers would hold gcsfs for its
+# aiohttp session's 300 s total timeout per attempt, six attempts (the expiry Job sat
+# in Expiring until its 2 h deadline). Every call here gives up once GCS has not
+# answered for this long and a request has failed meanwhile: well inside a minute.
+GCS_TIMEOUT_ENV = "COMPILECACHE_GCS_TIMEOUT"
+DEFAULT_GCS_TIMEOUT_SECONDS = 30.0
+_POLL_SECONDS = 0.2
+
+
+def gcs_timeout(environ: Mapping[str, str]) -> float:
+    """Seconds without an answer after which a GCS call fails (``$COMPILECACHE_GCS_TIMEOUT``, default 30)."""
+    text = environ.get(GCS_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_GCS_TIMEOUT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise WarmError(f"${GCS_TIMEOUT_ENV}={text!r}: expected seconds between 0 and 3600")
+    return seconds
+
+
+class _Answers:
+    """When GCS last answered, and the first request failure since: fed by aiohttp's trace hooks.
+
+    An answer is a response's status line and headers (``on_request_end``), an error status
+    included: GCS is alive then, and gcsfs's own bounded retries decide. A body that takes
+    long to download is not a stall: aiohttp's ``sock_read`` timeout (a third of the budget)
+    turns a silent socket into a failure, and only failures start the clock.
+    """
+
+    def __init__(self) -> None:
+        self.answered_at = time.monotonic()
+        self.failure: str | None = None
+
+    def reset(self) -> None:
+        self.answered_at, self.failure = time.monotonic(), None
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds since the last answer if a request failed meanwhile, else 0."""
+        return now - self.answered_at if self.failure is not None else 0.0
+
+    def trace_config(self) -> Any:
+        import aiohttp
+
+        async def answered(*_: Any) -> None:
+            self.answered_at, self.failure = time.monotonic(), None
+
+        async def failed(_session: Any, _context: Any, params: Any) -> None:
+            if self.failure is None:
+                error = params.exception
+                self.failure = f"{type(error).__name__}: {error}".strip().rstrip(":").splitlines()[0]
+
+        config = aiohttp.TraceConfig()
+        config.on_request_end.append(answered)
+        config.on_request_exception.append(failed)
+        return config
 
 
 class GCSStore:
@@ -279,7 +430,7 @@ class GCSStore:
 
     writes_in_place = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float | None = None) -> None:
         rest = url[len(GCS_SCHEME) :].rstrip("/")
         bucket, _, prefix = rest.partition("/")
         if not bucket:
@@ -287,18 +438,30 @@ class GCSStore:
         self.bucket = bucket
         self.root = f"{bucket}/{prefix.strip('/')}" if prefix.strip("/") else bucket
         self.url = f"{GCS_SCHEME}{self.root}"
+        self.timeout = gcs_timeout(os.environ) if timeout is None else timeout
         self._seeded: set[str] = set()
         self._fs: Any = None
+        self._answers = _Answers()
 
     @property
     def fs(self) -> Any:
         """The gcsfs filesystem, built on first use (importing gcsfs is slow, and optional)."""
         if self._fs is None:
             try:
+                import aiohttp
                 import gcsfs
             except ImportError as error:
                 raise WarmError("gs:// caches need gcsfs: install compilecache-operator[gcs] in this image") from error
-            self._fs = gcsfs.GCSFileSystem()
+            # Per request: connecting and each socket read wait at most a third of the budget
+            # (no total: a large entry downloads as long as bytes keep coming).
+            socket_seconds = self.timeout / 3
+            self._fs = gcsfs.GCSFileSystem(
+                requests_timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=socket_seconds, sock_read=socket_seconds
+                ),
+                session_kwargs={"trace_configs": [self._answers.trace_config()]},
+                skip_instance_cache=True,
+            )
         return self._fs
 
     def jax_dir(self) -> str:
@@ -309,6 +472,13 @@ class GCSStore:
         """Check the bucket is reachable and remember what is there; JAX writes into the prefix."""
         self._seeded = {item.name for item in self.scan().files}
         return self.url
+
+    def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
+        """Delete the damaged objects: JAX then uploads fresh ones, each whole (a GCS object
+        appears whole or not at all), and a reader meanwhile misses as it would on the damaged one."""
+        for name in damaged:
+            self.delete(name)
+            self._seeded.discard(name)
 
     def new_entries(self, workdir: str) -> list[str]:
         """Entries listed now that were not listed when the run started."""
@@ -337,7 +507,7 @@ class GCSStore:
     def write_manifest(self, name: str, data: bytes) -> str:
         """One upload: a GCS object appears whole or not at all."""
         path = f"{self.root}/{MANIFESTS_DIR}/{name}"
-        self._call(f"write manifest {name}", self.fs.pipe_file, path, data)
+        self._call(f"write manifest {name}", self.fs._pipe_file, path, data)
         return f"{GCS_SCHEME}{path}"
 
     def discard(self, workdir: str) -> None:
@@ -345,7 +515,7 @@ class GCSStore:
 
     def scan(self) -> Listing:
         """One paginated object listing of the prefix (1000 objects a request), metadata included."""
-        items = self._call("list", self.fs.ls, self.root, detail=True, refresh=True)
+        items = self._call("list", self.fs._ls, self.root, detail=True, refresh=True)
         files = []
         for item in items:
             name = item["name"].rsplit("/", 1)[-1]
@@ -355,17 +525,15 @@ class GCSStore:
 
     def read(self, name: str) -> bytes:
         """Download one object."""
-        data: bytes = self._call(f"read {name}", self.fs.cat_file, f"{self.root}/{name}")
+        data: bytes = self._call(f"read {name}", self.fs._cat_file, f"{self.root}/{name}")
         return data
 
     def delete(self, name: str) -> bool:
         """Delete one object; ``False`` when it is gone already."""
         try:
-            self.fs.rm_file(f"{self.root}/{name}")
-        except FileNotFoundError:
+            self._call(f"delete {name}", self.fs._rm_file, f"{self.root}/{name}")
+        except _NotFound:
             return False
-        except OSError as error:
-            raise WarmError(f"{self.url}: cannot delete {name}: {error}") from error
         finally:
             self.fs.invalidate_cache(self.root)
         return True
@@ -374,27 +542,50 @@ class GCSStore:
         """List the manifests, then fetch them together (gcsfs runs the downloads concurrently)."""
         folder = f"{self.root}/{MANIFESTS_DIR}"
         try:
-            listed = self.fs.ls(folder, detail=False, refresh=True)
-        except FileNotFoundError:
+            listed = self._call("list manifests", self.fs._ls, folder, detail=False, refresh=True)
+        except _NotFound:
             return [], []
         paths = sorted(path for path in listed if path.endswith(".json"))
         if not paths:
             return [], []
-        contents = self._call("read manifests", self.fs.cat, paths)
+        contents = self._call("read manifests", self.fs._cat, paths)
         return parse_manifests((path.rsplit("/", 1)[-1], contents[path]) for path in paths)
 
     def _call(self, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
-        # One-line errors (missing bucket, no credentials) instead of a gcsfs traceback.
+        """Run one gcsfs coroutine on gcsfs's loop and wait for it, within the timeout.
+
+        One-line errors (missing bucket, no credentials, no answer) instead of a gcsfs traceback.
+        """
+        fs = self.fs
+        self._answers.reset()
+        future = asyncio.run_coroutine_threadsafe(function(*args, **kwargs), fs.loop)
+        while not future.done():
+            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
+            if not future.done() and self._answers.stalled_for(time.monotonic()) > self.timeout:
+                future.cancel()
+                raise WarmError(
+                    f"{self.url}: {what}: GCS did not answer for {self.timeout:g}s ({self._answers.failure})"
+                )
         try:
-            return function(*args, **kwargs)
+            return future.result()
         except FileNotFoundError as error:
             if what == "list":
-                if not self.fs.exists(self.bucket):
+                if not self._call("check the bucket", fs._exists, self.bucket):
                     raise WarmError(f"{self.url}: bucket {self.bucket} does not exist or is not readable") from error
                 return []
-            raise WarmError(f"{self.url}: {what}: not found") from error
-        except (OSError, ValueError) as error:
-            raise WarmError(f"{self.url}: {what} failed: {error}") from error
+            raise _NotFound(f"{self.url}: {what}: not found") from error
+        except Exception as error:
+            # OSError, ValueError, and aiohttp and google-auth errors that gcsfs passes on after its retries.
+            raise WarmError(f"{self.url}: {what} failed: {_one_line(error)}") from error
+
+
+class _NotFound(WarmError):
+    """An object or folder that is not there (``delete`` and the manifests treat it as done)."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def _gcs_time(item: dict[str, Any]) -> float:
@@ -405,6 +596,12 @@ def _gcs_time(item: dict[str, Any]) -> float:
     if isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return 0.0
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    """Which file a path names now: device, inode, size, modification time (ns)."""
+    stat = path.stat(follow_symlinks=False)
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _link_or_symlink(source: Path, link: Path) -> None:

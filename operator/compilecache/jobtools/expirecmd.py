@@ -1,6 +1,6 @@
 """``compilecache expire``: apply the lifecycle policy to a cache (a local dir or ``gs://``).
 
-Lists the cache once, reads the run manifests, with ``--verify`` reads every entry
+Lists the cache once, reads the run manifests, with ``--verify`` (the default) reads every entry
 old enough to be deleted (sha256 against its manifest, a full decompression),
 asks :func:`compilecache.cache.expiry.plan_expiry` what to delete, prints a table of
 deletions and reasons and a summary, then deletes (not with ``--dry-run``).
@@ -23,13 +23,12 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX, EntryError, check_entry
+from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
 from compilecache.cache.errors import WarmError
 from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
@@ -40,12 +39,11 @@ from compilecache.cache.expiry import (
     index_manifests,
     plan_expiry,
 )
-from compilecache.cache.store import CacheStore, Listing, open_store
+from compilecache.cache.store import CacheStore, Listing, open_store, unsound_entries
 
 SUMMARY_SCHEMA = "compilecache.dev/expiry/v1"
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096  # bytes of a container's termination message that Kubernetes keeps
-_READERS = 8  # concurrent reads under --verify: GCS latency, not CPU, bounds them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verify",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="drop truncated/corrupt/changed entries, orphan -atime files and old staging (reads every entry)",
+        default=True,
+        help="drop truncated/corrupt/changed entries, orphan -atime files and old staging; reads every entry "
+        "old enough to delete (default: on, as spec.lifecycle.verify; --no-verify skips the reads)",
     )
     parser.add_argument(
         "--grace", default=f"{int(DEFAULT_GRACE_SECONDS)}s", metavar="DURATION", help="never delete younger files"
@@ -127,38 +126,19 @@ def expire(store: CacheStore, policy: Policy, *, dry_run: bool, now: float) -> d
     plan = plan_expiry(listing, index, policy, now, damaged)
     if not dry_run:
         apply(store, plan)
-    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=problems)
+    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=[*listing.notes, *problems])
 
 
 def check_bytes(
     store: CacheStore, listing: Listing, digests: Mapping[str, str], policy: Policy, now: float
 ) -> dict[str, str]:
     """Entry name → why its bytes are unsound, for every entry old enough to be deleted."""
-    import hashlib
-
     names = [
         item.name
         for item in listing.files
         if item.name.endswith(ENTRY_SUFFIX) and now - item.mtime >= policy.grace_seconds
     ]
-
-    def problem(name: str) -> str | None:
-        try:
-            data = store.read(name)
-        except (FileNotFoundError, WarmError):
-            return None  # deleted meanwhile (another expiry): nothing to judge
-        expected = digests.get(name)
-        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-            return "sha256 differs from the manifest's (changed after it was published)"
-        try:
-            check_entry(data)
-        except EntryError as error:
-            return str(error)
-        return None
-
-    with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        found = dict(zip(names, pool.map(problem, names), strict=True))
-    return {name: why for name, why in found.items() if why is not None}
+    return unsound_entries(store, names, digests)
 
 
 def apply(store: CacheStore, plan: Plan) -> None:

@@ -68,6 +68,7 @@ def build_manifest(
     finished_at: str,
     workloads: Sequence[str],
     verify: Mapping[str, Any] | None = None,
+    repaired: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every entry this run wrote (size, sha256, versions, device, workload, target,
     compile seconds, time) and every entry it hit, plus the per-target records."""
@@ -101,6 +102,8 @@ def build_manifest(
         "hits": list(_hit_records(runs, finished_at)),
         "targets": [target_record(run, sizes) for run in runs],
         "verify": dict(verify) if verify is not None else None,
+        # Damaged published entries this run found and replaced with its own (listed under entries).
+        "repaired": [{"file": name, "reason": why} for name, why in sorted((repaired or {}).items())],
     }
 
 
@@ -120,6 +123,7 @@ def build_report(manifest: Mapping[str, Any], manifest_path: str | None, error: 
         "bytes": sum(int(entry["size"]) for entry in entries),
         "hits": len(manifest.get("hits", [])),
         "verify": manifest.get("verify"),
+        "repaired": list(manifest.get("repaired", [])),
         "started_at": manifest.get("started_at"),
         "finished_at": manifest.get("finished_at"),
     }

@@ -11,7 +11,10 @@ with a one-line error before anything reaches the live cache:
    staging *before* JAX is imported, import each ``--workload`` and compile its
    targets (``--jobs`` at a time), and/or run ``--script`` under the same env;
 3. check every new entry and rename it into the cache (all or nothing; on GCS
-   an unsound object is deleted and the run fails);
+   an unsound object is deleted and the run fails); a published entry this run
+   could hit whose bytes are damaged (truncated, corrupt, or not the sha256 its
+   manifest recorded) is kept out of the run's sight in step 1 and replaced here
+   by the fresh one, atomically (``rename`` over it; on GCS, deleted first);
 4. with ``--verify``: in a fresh process, compile every target again against
    the published cache and require a hit;
 5. write the run's manifest into the cache and the ``--report`` JSON.
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.cache.entries import entry_name
+from compilecache.cache.entries import entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
 
 if TYPE_CHECKING:
@@ -98,6 +101,10 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     started = utc_now()
     workdir = store.prepare(run_id)
     try:
+        damaged = _damaged_entries(store)
+        store.set_aside(workdir, damaged)
+        for name, why in sorted(damaged.items()):
+            print(f"  replacing damaged entry {name}: {why}")
         staging_env = jax_cache_env(workdir, **options)
         runs, facts = _compile(args, script_args, base_env, staging_env)
         staged = store.publish(workdir, _own_entries(store, workdir, runs))
@@ -119,6 +126,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         finished_at=utc_now(),
         workloads=[*args.workload, *([f"script:{args.script}"] if args.script else [])],
         verify=verify_result,
+        repaired=damaged,
     )
     manifest_path = store.write_manifest(manifest_name(run_id), dumps(manifest))
     error = _verify_error(problems) if problems else None
@@ -129,6 +137,41 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         failure.report = report  # type: ignore[attr-defined]
         raise failure
     return report
+
+
+def _damaged_entries(store: CacheStore) -> dict[str, str]:
+    """Published entries this run could hit whose bytes are damaged: name → why.
+
+    JAX keeps a damaged entry forever (it misses, recompiles and never overwrites an
+    existing file), so the warmer checks what it would reuse: each entry's bytes against
+    the sha256 its manifest recorded, and a full decompression. Entries recorded for
+    another jax/jaxlib build are skipped: this image's keys can never name them.
+    """
+    from compilecache.cache.expiry import expected_digests, index_manifests
+    from compilecache.cache.store import unsound_entries
+
+    manifests, _ = store.read_manifests()
+    index = index_manifests(manifests)
+    installed = _installed_versions()
+    if installed not in {(build.jax, build.jaxlib) for build in index.builds_seen}:
+        installed = None  # no run of this build recorded (or versions read differently): check all
+    names = []
+    for item in store.scan().files:
+        record = index.entries.get(item.name)
+        build = record.build if record else None
+        if is_entry_name(item.name) and (installed is None or build is None or (build.jax, build.jaxlib) == installed):
+            names.append(item.name)
+    return unsound_entries(store, names, expected_digests(index))
+
+
+def _installed_versions() -> tuple[str, str] | None:
+    """jax and jaxlib versions of this image, without importing JAX (options must be set first)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax"), version("jaxlib")
+    except PackageNotFoundError:
+        return None
 
 
 def _own_entries(store: CacheStore, workdir: str, runs: Sequence[Any]) -> list[str]:

@@ -1,0 +1,146 @@
+"""File operations below a cache root that never follow a symbolic link.
+
+:class:`compilecache.cache.store.LocalStore` deletes, reads and lists through these.
+The cache root itself is opened once, following links (it is a mount path the user
+chose); every name below it is opened relative to its parent's descriptor with
+``O_NOFOLLOW``, so a link anywhere below the root (``.compilecache`` itself, its
+``staging`` or ``manifests`` folder, a run's staging folder, an entry) is reported
+as :class:`LinkError` and never crossed, whatever it points at (inside the cache or
+out of it). Descriptors, not paths: a link swapped in between a check and the
+operation is not followed either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from compilecache.cache.errors import WarmError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class LinkError(WarmError):
+    """A symbolic link where the cache keeps a file or a directory: left alone, never followed."""
+
+    def __init__(self, relative: str) -> None:
+        super().__init__(f"{relative} is a symbolic link: not followed, left alone")
+        self.relative = relative
+
+
+@contextlib.contextmanager
+def open_dir(root: Path, relative: str = "") -> Iterator[int]:
+    """A descriptor of ``root/relative``, each component below ``root`` opened without following links.
+
+    Raises :class:`LinkError` naming the first component that is a link, ``FileNotFoundError``
+    when one is missing, ``NotADirectoryError`` when one is a plain file.
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        walked: list[str] = []
+        for part in [p for p in relative.split("/") if p]:
+            if part in (".", ".."):
+                raise WarmError(f"{relative}: '.' and '..' are not cache names")
+            walked.append(part)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as error:
+                _raise_if_link(error, fd, part, "/".join(walked))
+                raise
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def is_link(root: Path, relative: str) -> bool:
+    """True when ``relative`` (below ``root``) or one of its parents is a symbolic link."""
+    parent, name = _split(relative)
+    try:
+        with open_dir(root, parent) as fd:
+            return stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode)
+    except LinkError:
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def read_bytes(root: Path, relative: str) -> bytes:
+    """The bytes of a plain file below ``root``; :class:`LinkError` if it or a parent is a link."""
+    parent, name = _split(relative)
+    with open_dir(root, parent) as folder:
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
+        except OSError as error:
+            _raise_if_link(error, folder, name, relative)
+            raise
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def unlink(root: Path, relative: str) -> bool:
+    """Remove one file (a link: the link alone; ``unlink`` never follows the last name);
+    ``False`` when it is gone. :class:`LinkError` if a parent is a link."""
+    parent, name = _split(relative)
+    try:
+        with open_dir(root, parent) as folder:
+            os.unlink(name, dir_fd=folder)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def remove_tree(root: Path, relative: str) -> bool:
+    """Remove a directory and what is in it; ``False`` when it is gone.
+
+    :class:`LinkError` if it or a parent is a link: nothing is removed then. Inside it,
+    ``shutil.rmtree`` with a ``dir_fd`` walks by descriptor and unlinks links without
+    following them (``shutil.rmtree.avoids_symlink_attacks`` on this platform).
+    """
+    parent, name = _split(relative)
+    try:
+        with open_dir(root, parent) as folder:
+            mode = os.lstat(name, dir_fd=folder).st_mode
+            if stat.S_ISLNK(mode):
+                raise LinkError(relative)
+            if not stat.S_ISDIR(mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", relative)
+            # rmtree re-checks the top (lstat, then open and compare) before it descends.
+            shutil.rmtree(name, dir_fd=folder, ignore_errors=True)
+            return True
+    except FileNotFoundError:
+        return False
+
+
+def write_new(root: Path, relative: str, data: bytes) -> None:
+    """Write a file under a temporary name in its folder, then rename it into place (readers never
+    see half of it); the folder is reached without following links."""
+    parent, name = _split(relative)
+    temporary = f".{name}.tmp"
+    with open_dir(root, parent) as folder:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+
+
+def _split(relative: str) -> tuple[str, str]:
+    parent, _, name = relative.strip("/").rpartition("/")
+    if not name or name in (".", ".."):
+        raise WarmError(f"{relative!r} is not a cache file name")
+    return parent, name
+
+
+def _raise_if_link(error: OSError, folder: int, name: str, relative: str) -> None:
+    # O_NOFOLLOW on a link fails with ELOOP; O_DIRECTORY|O_NOFOLLOW may say ENOTDIR instead.
+    if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+        with contextlib.suppress(OSError):
+            if stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode):
+                raise LinkError(relative) from None
