@@ -34,11 +34,13 @@ from chartrender import (
     render,
     wildcards,
 )
+from compilecache.controller.admission import selector_matches
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from kubeemulator import KubeEmulator
 from specs import cache_spec, cluster
 
 CC = "compilecache.dev/v1alpha1/compilecaches"
+_PROD = {"key": "env", "operator": "In", "values": ["prod"]}
 JOBS = "batch/v1/jobs"
 WATCHED = "team-a"
 
@@ -54,6 +56,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         }
     },
     "namespaces": {"watchNamespaces": [WATCHED, "team-b"], "logLevel": "debug"},
+    "own-namespace-selector": {
+        "webhook": {"namespaceSelector": {"matchLabels": {"team": "ml"}, "matchExpressions": [_PROD]}}
+    },
     "replicas-2": {"replicas": 2, "logLevel": "quiet"},
     "replicas-2-namespaces": {"replicas": 2, "watchNamespaces": [WATCHED]},
     "pinned-image": {
@@ -79,6 +84,9 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
 # Rules the chart grants that no recorded session uses, each with why it stays. Keep it short.
 NOT_RECORDED: dict[tuple[str, str, str], str] = {
     ("get", "batch", "jobs"): "reconcile._create reads a Job back after a 409 on create (two passes racing)",
+    ("update", "compilecache.dev", "compilecaches/finalizers"): (
+        "no call: OwnerReferencesPermissionEnforcement checks it when a Job or claim sets blockOwnerDeletion"
+    ),
 }
 
 # Requests the chart needs no rule for: discovery (/api, /apis, /apis/GROUP/VERSION) is granted to
@@ -292,11 +300,24 @@ def test_peering_with_more_than_one_replica(rendered):
     assert not only(namespaced, "ClusterKopfPeering")
 
 
-def webhook_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+def webhooks_of(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     config = one(objects, "MutatingWebhookConfiguration")
-    assert len(config["webhooks"]) == 1
-    webhook: dict[str, Any] = config["webhooks"][0]
-    return webhook
+    return {webhook["name"]: webhook for webhook in config["webhooks"]}
+
+
+def webhook_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The webhook for pods labelled with a cache (the one every install uses)."""
+    return webhooks_of(objects)["pods.compilecache.dev"]
+
+
+def webhooks_sent(objects: list[dict[str, Any]], namespace_labels: dict[str, str], pod_labels: dict[str, str]):
+    """The webhooks an API server sends a new pod to, by their selectors (as `rules` match every pod)."""
+    return sorted(
+        name
+        for name, webhook in webhooks_of(objects).items()
+        if selector_matches(webhook["namespaceSelector"], namespace_labels)
+        and selector_matches(webhook["objectSelector"], pod_labels)
+    )
 
 
 @pytest.mark.slow
@@ -308,7 +329,12 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
     assert webhook["sideEffects"] == "None"
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["timeoutSeconds"] == 5
-    assert webhook["objectSelector"] == {"matchExpressions": [{"key": "compilecache.dev/cache", "operator": "Exists"}]}
+    assert webhook["objectSelector"] == {
+        "matchExpressions": [
+            {"key": "compilecache.dev/cache", "operator": "Exists"},
+            {"key": "compilecache.dev/inject", "operator": "NotIn", "values": ["false"]},
+        ]
+    }
     assert webhook["rules"] == [
         {
             "operations": ["CREATE"],
@@ -341,10 +367,17 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
     secret_name = volume["secret"]["secretName"]
 
     selector = webhook["namespaceSelector"]["matchExpressions"]
+    injection = {"key": "compilecache.dev/injection", "operator": "NotIn", "values": ["enabled"]}
     if name == "namespaces":
-        assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [WATCHED, "team-b"]}]
+        served = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [WATCHED, "team-b"]}
     else:
-        assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+        served = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+    assert selector == [injection, served]
+    # The namespace-wide webhook differs only in its selectors: everything else is the same call.
+    selected = webhooks_of(objects)["selected-pods.compilecache.dev"]
+    same = {key: value for key, value in selected.items() if key not in ("name", "objectSelector", "namespaceSelector")}
+    assert same == {key: value for key, value in webhook.items() if key in same}
+    assert selected["namespaceSelector"]["matchExpressions"] == [injection | {"operator": "In"}, served]
 
     config = one(objects, "MutatingWebhookConfiguration")
     if name == "cert-manager":
@@ -365,6 +398,44 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
         assert b"PRIVATE KEY-----" in base64.b64decode(secret["data"]["tls.key"])
         assert "annotations" not in config["metadata"]
         assert not only(objects, "Certificate")
+
+
+# (namespace labels, pod labels) → the webhooks that must see the pod: consumers.podSelector works in a
+# namespace labelled compilecache.dev/injection=enabled (Istio's convention), the cache label anywhere.
+ROUTES = [
+    ({}, {}, []),
+    ({}, {"app": "llama-train"}, []),
+    ({}, {"compilecache.dev/cache": "llama"}, ["pods.compilecache.dev"]),
+    ({}, {"compilecache.dev/cache": "llama", "compilecache.dev/inject": "false"}, []),
+    ({"compilecache.dev/injection": "enabled"}, {"app": "llama-train"}, ["selected-pods.compilecache.dev"]),
+    ({"compilecache.dev/injection": "enabled"}, {"compilecache.dev/cache": "x"}, ["selected-pods.compilecache.dev"]),
+    ({"compilecache.dev/injection": "enabled"}, {"app": "x", "compilecache.dev/inject": "false"}, []),
+    ({"compilecache.dev/injection": "disabled"}, {"app": "llama-train"}, []),
+    ({"compilecache.dev/injection": "disabled"}, {"compilecache.dev/cache": "x"}, ["pods.compilecache.dev"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("namespace_labels", "pod_labels", "expected"), ROUTES)
+def test_each_pod_reaches_the_webhook_once_by_label_or_by_namespace(rendered, namespace_labels, pod_labels, expected):
+    namespace = {"kubernetes.io/metadata.name": "team-a"} | namespace_labels
+    assert webhooks_sent(rendered["defaults"], namespace, pod_labels) == expected
+    # kube-system is never served, whatever its labels say.
+    system = namespace | {"kubernetes.io/metadata.name": "kube-system"}
+    assert webhooks_sent(rendered["defaults"], system, pod_labels) == []
+
+
+@pytest.mark.slow
+def test_an_own_namespace_selector_narrows_both_webhooks(rendered):
+    objects = rendered["own-namespace-selector"]
+    enabled = {"compilecache.dev/injection": "enabled"}
+    labelled = {"compilecache.dev/cache": "llama"}
+    assert webhooks_sent(objects, {"team": "ml", "env": "prod"}, labelled) == ["pods.compilecache.dev"]
+    assert webhooks_sent(objects, {"team": "ml", "env": "prod"} | enabled, {"app": "x"}) == [
+        "selected-pods.compilecache.dev"
+    ]
+    assert webhooks_sent(objects, {"team": "ml", "env": "dev"}, labelled) == []
+    assert webhooks_sent(objects, {"team": "ops", "env": "prod"} | enabled, {"app": "x"}) == []
 
 
 @pytest.mark.slow

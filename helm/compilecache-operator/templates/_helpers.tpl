@@ -99,6 +99,13 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [compilecache.dev]
   resources: [compilecaches/status]
   verbs: [patch]
+# Jobs and claims the operator creates name their cache as owner with blockOwnerDeletion, which an
+# API server with OwnerReferencesPermissionEnforcement (OpenShift) admits only from a user who may
+# update the owner's finalizers (kubernetes.io/docs/reference/access-authn-authz/admission-controllers/
+# #ownerreferencespermissionenforcement). The operator itself never writes finalizers.
+- apiGroups: [compilecache.dev]
+  resources: [compilecaches/finalizers]
+  verbs: [update]
 # Warm-up Jobs: kopf watches them (label compilecache.dev/cache); the reconciliation lists,
 # creates and deletes (older spec hashes) them, and reads one back after a 409 on create.
 - apiGroups: [batch]
