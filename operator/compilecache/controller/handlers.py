@@ -2,8 +2,10 @@
 
 Level-triggered on purpose: watch events of the cache and of its Jobs, and a
 periodic resync (for Nodes coming and going, and gate timeouts), all run the same
-pass. Training pods come in through the mutating webhook (``mutate_pods``) and,
-while gated, through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
+pass. A pass that failed is retried after a growing, bounded delay (``coalesce.Backoff``):
+kopf does not retry event handlers, and the resync skips a cache while its retry waits.
+Training pods come in through the mutating webhook (``mutate_pods``) and, while gated,
+through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
 progress annotations and no finalizer are needed, so an uninstalled operator never
 blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
 """
@@ -21,8 +23,9 @@ from typing import Any, cast
 import kopf
 
 from compilecache.controller import admission, api, expiryjob, jobs, webhook
-from compilecache.controller.coalesce import Coalescer
+from compilecache.controller.coalesce import Backoff, Coalescer
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.plan import describe_error
 from compilecache.controller.reconcile import reconcile, release_gates
 
 logger = logging.getLogger(__name__)
@@ -59,18 +62,30 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.client = await asyncio.to_thread(Client.from_environment)
     memo.known = set()
     memo.passes = Coalescer()
+    memo.backoff = Backoff()
+    memo.loop = asyncio.get_running_loop()
+    memo.retries = {}  # (namespace, name) → the asyncio.TimerHandle of its pending retry
+    memo.retrying = set()  # the retries' running tasks
     interval = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.resync = asyncio.create_task(_resync_forever(memo, interval))
 
 
 @kopf.on.cleanup(registry=registry)
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the periodic resync."""
-    task = memo.get("resync")
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    """Stop the periodic resync and the retries; make passes still running end at their next API call."""
+    client = memo.get("client")
+    if client is not None:
+        client.close()
+    for handle in (memo.get("retries") or {}).values():
+        handle.cancel()
+    tasks = [memo.get("resync"), *(memo.get("retrying") or ())]
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+    for task in tasks:
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 @kopf.on.event(*CACHES, registry=registry)
@@ -181,17 +196,54 @@ def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
 
 
 def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
+    key = (namespace, name)
+    error: BaseException | None
     try:
-        reconcile(memo.client, namespace, name)
-    except ApiError as exc:
-        # Event handlers are not retried by kopf; the periodic resync is the retry.
-        logger.error("Reconciling %s/%s failed, will retry on resync: %s", namespace, name, exc)
+        error = reconcile(memo.client, namespace, name).error
+    except Exception as exc:  # the cache could not even be read (reconcile records everything else)
+        error = exc
+    if error is None:
+        memo.backoff.succeeded(key)
+        return
+    if memo.client.closed:  # stopping: no retry, and no noise
+        return
+    delay = memo.backoff.failed(key)
+    # A traceback only for what is not an API answer: that is a bug to report.
+    logger.error(
+        "Reconciling %s/%s failed (%d in a row), retrying in %gs: %s",
+        namespace,
+        name,
+        memo.backoff.failures(key),
+        delay,
+        describe_error(error),
+        exc_info=None if isinstance(error, ApiError) else error,
+    )
+    memo.loop.call_soon_threadsafe(_arm_retry, memo, key, delay)
+
+
+def _arm_retry(memo: kopf.Memo, key: tuple[str, str], delay: float) -> None:
+    """(In the loop.) Retry ``key`` in ``delay`` seconds, replacing a retry armed before."""
+    if memo.client.closed:
+        return
+    previous = memo.retries.pop(key, None)
+    if previous is not None:
+        previous.cancel()
+    memo.retries[key] = memo.loop.call_later(delay, _retry, memo, key)
+
+
+def _retry(memo: kopf.Memo, key: tuple[str, str]) -> None:
+    memo.retries.pop(key, None)
+    task = memo.loop.create_task(asyncio.to_thread(_reconcile, memo, *key))
+    memo.retrying.add(task)
+    task.add_done_callback(memo.retrying.discard)
 
 
 async def _resync_forever(memo: kopf.Memo, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         for namespace, name in sorted(memo.known):
+            if (namespace, name) in memo.retries:  # failing: its own retry comes, with backoff
+                continue
             try:
                 await asyncio.to_thread(_reconcile, memo, namespace, name)
             except Exception:  # a resync must survive one cache's failure, and retry it next round
