@@ -13,6 +13,7 @@ blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import copy
 import logging
@@ -37,6 +38,7 @@ CACHES = (api.GROUP, api.VERSION, api.PLURAL)
 registry = kopf.OperatorRegistry()
 RESYNC_SECONDS_ENV = "COMPILECACHE_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
+PASS_WORKERS = 4  # passes of different caches at once (one cache never runs two: the coalescer)
 
 
 @kopf.on.login(registry=registry)
@@ -65,7 +67,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.backoff = Backoff()
     memo.loop = asyncio.get_running_loop()
     memo.retries = {}  # (namespace, name) → the asyncio.TimerHandle of its pending retry
-    memo.retrying = set()  # the retries' running tasks
+    memo.workers = concurrent.futures.ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="compilecache-pass")
     interval = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.resync = asyncio.create_task(_resync_forever(memo, interval))
 
@@ -78,14 +80,14 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         client.close()
     for handle in (memo.get("retries") or {}).values():
         handle.cancel()
-    tasks = [memo.get("resync"), *(memo.get("retrying") or ())]
-    for task in tasks:
-        if task is not None:
-            task.cancel()
-    for task in tasks:
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    workers = memo.get("workers")
+    if workers is not None:
+        workers.shutdown(wait=False, cancel_futures=True)  # the pass in flight ends at its next call
+    task = memo.get("resync")
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @kopf.on.event(*CACHES, registry=registry)
@@ -179,20 +181,44 @@ def pod_held(
     assert namespace is not None  # Pods are namespaced
     if type == "DELETED":
         return
-    name = labels[jobs.LABEL_CACHE]
+    _submit(memo, _release_one, memo, namespace, labels[jobs.LABEL_CACHE], copy.deepcopy(dict(body)))
+
+
+def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]) -> None:
     try:
         cache = memo.client.get(COMPILECACHES, name, namespace)
     except ApiError as exc:
         logger.error("Reading cache %s/%s for a gated pod failed, will retry on resync: %s", namespace, name, exc)
         return
     ready = cache is not None and admission.is_ready(cache)
-    release_gates(memo.client, namespace, name, cache, ready=ready, pods=[copy.deepcopy(dict(body))])
+    release_gates(memo.client, namespace, name, cache, ready=ready, pods=[pod])
 
 
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
     # Job events and cache events arrive on different kopf workers; the coalescer runs one
     # pass at a time per cache and folds a burst of triggers into one more pass.
-    memo.passes.trigger((namespace, name), lambda key: _pass(memo, namespace, name))
+    _submit(memo, memo.passes.trigger, (namespace, name), lambda key: _pass(memo, namespace, name))
+
+
+def _submit(memo: kopf.Memo, fn: Any, *args: Any) -> None:
+    """Run ``fn`` on the operator's own workers, not in kopf's handler thread.
+
+    kopf waits for its sync handlers to return before it shuts down; a pass blocked on an
+    unreachable API would hold the shutdown for the timeouts of every call it makes. Ours
+    are not waited for: at cleanup the client is closed, and a pass in flight ends at its
+    next call (the one in flight ends by its timeout).
+    """
+    try:
+        memo.workers.submit(_logged, fn, *args)
+    except RuntimeError:  # the workers were shut down: the operator is stopping
+        logger.debug("Not starting %s: the operator is stopping.", getattr(fn, "__name__", fn))
+
+
+def _logged(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # a worker has no caller to raise to
+        logger.exception("A pass failed unexpectedly.")
 
 
 def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
@@ -208,6 +234,9 @@ def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
     if memo.client.closed:  # stopping: no retry, and no noise
         return
     delay = memo.backoff.failed(key)
+    if delay is None:  # a retry is armed already; this pass was another trigger's
+        logger.warning("Reconciling %s/%s failed again: %s", namespace, name, describe_error(error))
+        return
     # A traceback only for what is not an API answer: that is a bug to report.
     logger.error(
         "Reconciling %s/%s failed (%d in a row), retrying in %gs: %s",
@@ -222,7 +251,7 @@ def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
 
 
 def _arm_retry(memo: kopf.Memo, key: tuple[str, str], delay: float) -> None:
-    """(In the loop.) Retry ``key`` in ``delay`` seconds, replacing a retry armed before."""
+    """(In the loop.) Retry ``key`` in ``delay`` seconds."""
     if memo.client.closed:
         return
     previous = memo.retries.pop(key, None)
@@ -233,18 +262,14 @@ def _arm_retry(memo: kopf.Memo, key: tuple[str, str], delay: float) -> None:
 
 def _retry(memo: kopf.Memo, key: tuple[str, str]) -> None:
     memo.retries.pop(key, None)
-    task = memo.loop.create_task(asyncio.to_thread(_reconcile, memo, *key))
-    memo.retrying.add(task)
-    task.add_done_callback(memo.retrying.discard)
+    memo.backoff.due(key)
+    _reconcile(memo, *key)
 
 
 async def _resync_forever(memo: kopf.Memo, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         for namespace, name in sorted(memo.known):
-            if (namespace, name) in memo.retries:  # failing: its own retry comes, with backoff
+            if memo.backoff.pending((namespace, name)):  # failing: its own retry comes, with backoff
                 continue
-            try:
-                await asyncio.to_thread(_reconcile, memo, namespace, name)
-            except Exception:  # a resync must survive one cache's failure, and retry it next round
-                logger.exception("Resync of %s/%s failed.", namespace, name)
+            _reconcile(memo, namespace, name)

@@ -33,6 +33,7 @@ REQUEST_TIMEOUT = (3.0, 10.0)
 CONNECT_RETRIES = 1
 REPORTING_COMPONENT = "compilecache-operator"
 STOPPING = "OperatorStopping"
+UNREACHABLE = "Unreachable"
 
 
 class ApiError(Exception):
@@ -131,6 +132,8 @@ class Client:
             response.read()
         except kubernetes.client.ApiException as exc:
             raise _api_error(exc.status or 0, exc.reason or "", exc.body) from None
+        except urllib3.exceptions.HTTPError as exc:  # no answer at all: refused, timed out, reset
+            raise ApiError(0, UNREACHABLE, f"{type(exc).__name__}: {exc}") from None
         data = response.data or b""
         if not 200 <= response.status < 300:
             raise _api_error(response.status, response.reason or "", data)
