@@ -247,7 +247,10 @@ def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
         describe_error(error),
         exc_info=None if isinstance(error, ApiError) else error,
     )
-    memo.loop.call_soon_threadsafe(_arm_retry, memo, key, delay)
+    try:
+        memo.loop.call_soon_threadsafe(_arm_retry, memo, key, delay)
+    except RuntimeError:  # the loop closed meanwhile: the operator stopped
+        memo.backoff.succeeded(key)
 
 
 def _arm_retry(memo: kopf.Memo, key: tuple[str, str], delay: float) -> None:
