@@ -4,7 +4,7 @@ Runs each operator as a subprocess against the Kubernetes API emulator (over rea
 HTTP), creates CompileCaches on a cluster of N GPU products, and measures:
 
 - latency: CompileCache created → all its warm-up Jobs created (ours, polled every 50 ms)
-  vs. the API floor: the same calls (read the cache and claim, list Nodes and Jobs, create
+  vs. the API floor: the same calls (read the cache, its pods, claim, Nodes and Jobs, create
   each Job, patch the status) made directly in sequence, with no operator at all. The
   emulator's own cost per request dominates both and grows with the objects it holds;
 - memory: peak RSS (VmHWM) of the operator process vs. a bare kopf operator that only
@@ -87,12 +87,17 @@ def _api_floor(products: int, caches: int) -> list[float]:
             name = f"cache-{index}"
             kube.create(CC, {"metadata": {"name": name}, "spec": cache_spec()}, "default")
             started = time.perf_counter()
+            # The reads of one pass (snapshot.observe), then its writes (act).
             obj = kube.get(CC, name, "default") or {}
             spec = parse_spec(obj["spec"])
-            if kube.get("v1/persistentvolumeclaims", "jax-cache", "default") is None:
-                kube.create("v1/persistentvolumeclaims", claim(obj, spec) or {}, "default")
-            pools = resolve_pools(spec, kube.list("v1/nodes"))
+            kube.list("v1/pods", "default", f"compilecache.dev/cache={name}")
+            existing = kube.get("v1/persistentvolumeclaims", "jax-cache", "default")
+            kube.list("batch/v1/jobs", "default", f"compilecache.dev/expiry-of={name}")
+            nodes = kube.list("v1/nodes")
             kube.list("batch/v1/jobs", "default", f"compilecache.dev/cache={name}")
+            if existing is None:
+                kube.create("v1/persistentvolumeclaims", claim(obj, spec) or {}, "default")
+            pools = resolve_pools(spec, nodes)
             for pool in pools:
                 kube.create("batch/v1/jobs", warmup_job(obj, spec, pool), "default")
             kube.patch(CC, name, {"status": {"phase": "Warming"}}, "default", subresource="status")

@@ -252,3 +252,26 @@ def test_example_training_job_opts_in_and_trains_the_warmed_model() -> None:
     assert {key: env_of(train)[key] for key in warmed} == warmed
     assert env_of(train)["JAX_COMPILATION_CACHE_DIR"] == "/var/cache/compilecache"
     assert result.pod["spec"]["schedulingGates"] == [{"name": admission.GATE}]
+
+
+@pytest.mark.parametrize("length", [63, 64, 253])
+def test_selector_match_on_a_name_that_is_no_label_value_fails_open(length: int) -> None:
+    # A CompileCache name may be a 253-character DNS subdomain; a label value stops at 63. The real
+    # API server refuses a pod with a longer label value, so the webhook must not add one.
+    name = ("a" * (length - 1) + "z")[:length]
+    long = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
+    long["metadata"]["name"] = name
+    result = admission.admit(pod({"app": "llama-train"}), [long])
+    if length <= 63:
+        assert result.pod["metadata"]["labels"]["compilecache.dev/cache"] == name
+    else:
+        assert result.pod == pod({"app": "llama-train"})
+        assert len(result.warnings) == 1 and "not a valid label value" in result.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [("", True), ("a", True), ("a.b_c-d", True), ("x" * 63, True), ("x" * 64, False), ("-a", False), ("a.", False)],
+)
+def test_label_values(value: str, valid: bool) -> None:
+    assert admission.is_label_value(value) is valid

@@ -81,3 +81,19 @@ def test_sequential_failure_frees_the_key():
         coalescer.trigger("a", boom)
     ran = []
     assert coalescer.trigger("a", ran.append) is True and ran == ["a"]
+
+
+def test_backoff_grows_once_per_retry_up_to_the_limit_and_resets_on_success():
+    from compilecache.controller.coalesce import Backoff
+
+    backoff = Backoff(first=1, factor=2, limit=5)
+    delays = []
+    for _ in range(5):
+        delays.append(backoff.failed("a"))
+        assert backoff.failed("a") is None  # another trigger's pass failed while the retry waits
+        assert backoff.pending("a")
+        backoff.due("a")
+    assert delays == [1, 2, 4, 5, 5]
+    assert backoff.failures("a") == 5 and backoff.failed("b") == 1  # per key
+    backoff.succeeded("a")
+    assert backoff.failed("a") == 1 and backoff.failures("a") == 1

@@ -17,7 +17,8 @@ import pytest
 from kopf.testing import KopfRunner
 
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.controller import handlers
+from compilecache.controller import expiryjob, handlers
+from compilecache.controller.api import parse_spec
 from specs import GPU, PRODUCT, cache_spec, cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
@@ -194,12 +195,27 @@ def test_one_pool_fails_degraded_then_all_fail_failed(kube_env, nodes, operator)
     jobs = wait_jobs(kube_env, 2)
     finish(kube_env, jobs["nvidia-h100-80gb-hbm3"], succeeded=True)
     finish(kube_env, jobs["nvidia-a100-sxm4-40gb"], succeeded=False)
+    # A Degraded cache still prunes and checks what it holds: expiry runs over the pool that warmed.
+    expiring = wait_phase(kube_env, "Expiring")
+    assert "nvidia-a100-sxm4-40gb" in expiring["message"]
+    job = expiry_job(kube_env)
+    h100_job = jobs["nvidia-h100-80gb-hbm3"]["metadata"]["name"]
+    assert (
+        job["metadata"]["name"]
+        == expiryjob.expiry_job(kube_env.get(CC, "llama", NS), parse_spec(cache_spec()), [h100_job])["metadata"]["name"]
+    )
+    finish_expiry(kube_env, job)
     status = wait_phase(kube_env, "Degraded")
     failed = next(pool for pool in status["pools"] if pool["state"] == "Failed")
     assert (failed["name"], failed["reason"]) == ("nvidia-a100-sxm4-40gb", "BackoffLimitExceeded")
-    assert "nvidia-a100-sxm4-40gb" in status["message"]
+    assert "nvidia-a100-sxm4-40gb" in status["message"] and "warmed and expired" in status["message"]
+    expired = next(c for c in status["conditions"] if c["type"] == "Expired")
+    assert (expired["status"], expired["reason"]) == ("True", "Expired")
+    assert status["cache"]["entries"] == 3 and status["cache"]["lastExpired"]
     warnings = [e for e in kube_env.list("v1/events", NS) if e["type"] == "Warning"]
     assert {"PoolFailed", "Degraded"} <= {e["reason"] for e in warnings}
+    time.sleep(1.5)  # resyncs pass: it stays Degraded, with one expiry Job
+    assert status_of(kube_env)["phase"] == "Degraded" and len(kube_env.list(JOBS, NS, f"{EXPIRY}=llama")) == 1
 
 
 def test_all_pools_fail(kube_env, nodes, operator):

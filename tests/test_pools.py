@@ -75,3 +75,44 @@ def test_pool_names_are_dns_labels(value, expected):
         assert name == expected
     else:
         assert name != pool_name(value + "y")  # shortened names stay distinct
+
+
+def test_label_values_differing_only_in_case_are_two_pools_with_two_names():
+    nodes = [node("upper", "NVIDIA-H100-80GB-HBM3"), node("lower", "nvidia-h100-80gb-hbm3", 4)]
+    pools = resolve_pools(parse_spec(cache_spec()), nodes)
+    assert len(pools) == 2
+    names = [p.name for p in pools]
+    assert len(set(names)) == 2
+    by_value = {p.node_selector[PRODUCT]: p for p in pools}
+    # The value that is a pool name already keeps it; the other one is told apart by a hash.
+    assert by_value["nvidia-h100-80gb-hbm3"].name == "nvidia-h100-80gb-hbm3"
+    assert by_value["NVIDIA-H100-80GB-HBM3"].name.startswith("nvidia-h100-80gb-hbm3-")
+    assert {p.name: (p.nodes, p.gpus_per_node) for p in pools}[by_value["nvidia-h100-80gb-hbm3"].name] == (1, 4)
+    # Deterministic: the same nodes in another order give the same names.
+    assert [p.name for p in resolve_pools(parse_spec(cache_spec()), nodes[::-1])] == names
+    # And one Job each: the names differ, and so do the Job names.
+    from compilecache.controller import jobs
+
+    cache = {"metadata": {"name": "llama", "namespace": "default", "uid": "u"}, "spec": cache_spec()}
+    job_names = {jobs.warmup_job(cache, parse_spec(cache_spec()), pool)["metadata"]["name"] for pool in pools}
+    assert len(job_names) == 2
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["NVIDIA-H100-80GB-HBM3", "nvidia-h100-80gb-hbm3"],
+        ["Tesla.T4", "Tesla_T4", "tesla-t4"],
+        ["A" * 80, "a" * 80, "a" * 79 + "B"],
+        ["x", "X", "-x-", "x_"],
+    ],
+)
+def test_pool_names_are_distinct_dns_labels(values):
+    import re
+
+    from compilecache.controller.pools import pool_names
+
+    names = pool_names(values)
+    assert len(set(names.values())) == len(values)
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", name) for name in names.values()), names
+    assert pool_names(list(reversed(values))) == names

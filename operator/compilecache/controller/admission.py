@@ -13,6 +13,7 @@ the reason is recorded in the ``compilecache.dev/skipped`` annotation.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,9 @@ GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its
 ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
 VOLUME = "compilecache"  # the name of the cache volume in a training pod
 DEFAULT_SERVICE_ACCOUNT = "default"
+# k8s.io/apimachinery/pkg/util/validation: qualifiedNameFmt-style label values, 63 characters at most.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_VALUE_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -87,11 +91,27 @@ def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) -> Mutati
     if choice.name is None:
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(choice.warning,) if choice.warning else ())
     cache = next(cache for cache in caches if cache["metadata"]["name"] == choice.name)
+    if not choice.by_label and not is_label_value(choice.name):
+        # The pod would get the label compilecache.dev/cache=NAME (how its gate is found), and the
+        # API server refuses the whole pod for a bad label value: fail open instead.
+        warning = (
+            f"CompileCache {choice.name} matches the pod by podSelector, but its name is not a valid label "
+            f"value (at most 63 characters), so the pod cannot be labelled {LABEL_CACHE}; "
+            "it runs without a cache"
+        )
+        return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
     try:
         return mutate(pod, cache, by_label=choice.by_label)
     except SpecError as exc:
         warning = f"CompileCache {choice.name} has an invalid spec ({exc}); the pod runs without a cache"
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
+
+
+def is_label_value(value: str) -> bool:
+    """Whether ``value`` is a valid Kubernetes label value: at most 63 characters, alphanumerics and
+    ``-_.`` inside, alphanumeric at both ends, or empty (apimachinery's ``IsValidLabelValue``).
+    """
+    return len(value) <= _LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value) is not None
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

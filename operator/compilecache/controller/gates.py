@@ -130,9 +130,23 @@ def sync(
     """
     if pods is None:
         pods = client.list(PODS, namespace, labels={LABEL_CACHE: name})
+    releases = plan(pods, consumers, ready=ready, now=now)
+    return apply(client, namespace, name, cache, consumers, releases, pods)
+
+
+def apply(
+    client: Client,
+    namespace: str | None,
+    name: str,
+    cache: Mapping[str, Any] | None,
+    consumers: Consumers | None,
+    releases: Sequence[Release],
+    pods: Sequence[Mapping[str, Any]],
+) -> dict[str, int]:
+    """Patch the pods of ``releases`` (planned from ``pods``), post Events, and return ``status.consumers``."""
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     timed_out: list[str] = []
-    for release in plan(pods, consumers, ready=ready, now=now):
+    for release in releases:
         try:
             patched = client.json_patch(PODS, release.pod, release.patch, namespace)
         except ApiError as exc:

@@ -2,8 +2,10 @@
 
 Level-triggered on purpose: watch events of the cache and of its Jobs, and a
 periodic resync (for Nodes coming and going, and gate timeouts), all run the same
-pass. Training pods come in through the mutating webhook (``mutate_pods``) and,
-while gated, through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
+pass. A pass that failed is retried after a growing, bounded delay (``coalesce.Backoff``):
+kopf does not retry event handlers, and the resync skips a cache while its retry waits.
+Training pods come in through the mutating webhook (``mutate_pods``) and, while gated,
+through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
 progress annotations and no finalizer are needed, so an uninstalled operator never
 blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
 """
@@ -11,6 +13,7 @@ blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import copy
 import logging
@@ -21,8 +24,9 @@ from typing import Any, cast
 import kopf
 
 from compilecache.controller import admission, api, expiryjob, jobs, webhook
-from compilecache.controller.coalesce import Coalescer
+from compilecache.controller.coalesce import Backoff, Coalescer
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.plan import describe_error
 from compilecache.controller.reconcile import reconcile, release_gates
 
 logger = logging.getLogger(__name__)
@@ -34,6 +38,7 @@ CACHES = (api.GROUP, api.VERSION, api.PLURAL)
 registry = kopf.OperatorRegistry()
 RESYNC_SECONDS_ENV = "COMPILECACHE_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
+PASS_WORKERS = 4  # passes of different caches at once (one cache never runs two: the coalescer)
 
 
 @kopf.on.login(registry=registry)
@@ -59,13 +64,25 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.client = await asyncio.to_thread(Client.from_environment)
     memo.known = set()
     memo.passes = Coalescer()
+    memo.backoff = Backoff()
+    memo.loop = asyncio.get_running_loop()
+    memo.retries = {}  # (namespace, name) → the asyncio.TimerHandle of its pending retry
+    memo.workers = concurrent.futures.ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="compilecache-pass")
     interval = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.resync = asyncio.create_task(_resync_forever(memo, interval))
 
 
 @kopf.on.cleanup(registry=registry)
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the periodic resync."""
+    """Stop the periodic resync and the retries; make passes still running end at their next API call."""
+    client = memo.get("client")
+    if client is not None:
+        client.close()
+    for handle in (memo.get("retries") or {}).values():
+        handle.cancel()
+    workers = memo.get("workers")
+    if workers is not None:
+        workers.shutdown(wait=False, cancel_futures=True)  # the pass in flight ends at its next call
     task = memo.get("resync")
     if task is not None:
         task.cancel()
@@ -164,35 +181,98 @@ def pod_held(
     assert namespace is not None  # Pods are namespaced
     if type == "DELETED":
         return
-    name = labels[jobs.LABEL_CACHE]
+    _submit(memo, _release_one, memo, namespace, labels[jobs.LABEL_CACHE], copy.deepcopy(dict(body)))
+
+
+def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]) -> None:
     try:
         cache = memo.client.get(COMPILECACHES, name, namespace)
     except ApiError as exc:
         logger.error("Reading cache %s/%s for a gated pod failed, will retry on resync: %s", namespace, name, exc)
         return
     ready = cache is not None and admission.is_ready(cache)
-    release_gates(memo.client, namespace, name, cache, ready=ready, pods=[copy.deepcopy(dict(body))])
+    release_gates(memo.client, namespace, name, cache, ready=ready, pods=[pod])
 
 
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
     # Job events and cache events arrive on different kopf workers; the coalescer runs one
     # pass at a time per cache and folds a burst of triggers into one more pass.
-    memo.passes.trigger((namespace, name), lambda key: _pass(memo, namespace, name))
+    _submit(memo, memo.passes.trigger, (namespace, name), lambda key: _pass(memo, namespace, name))
+
+
+def _submit(memo: kopf.Memo, fn: Any, *args: Any) -> None:
+    """Run ``fn`` on the operator's own workers, not in kopf's handler thread.
+
+    kopf waits for its sync handlers to return before it shuts down; a pass blocked on an
+    unreachable API would hold the shutdown for the timeouts of every call it makes. Ours
+    are not waited for: at cleanup the client is closed, and a pass in flight ends at its
+    next call (the one in flight ends by its timeout).
+    """
+    try:
+        memo.workers.submit(_logged, fn, *args)
+    except RuntimeError:  # the workers were shut down: the operator is stopping
+        logger.debug("Not starting %s: the operator is stopping.", getattr(fn, "__name__", fn))
+
+
+def _logged(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # a worker has no caller to raise to
+        logger.exception("A pass failed unexpectedly.")
 
 
 def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
+    key = (namespace, name)
+    error: BaseException | None
     try:
-        reconcile(memo.client, namespace, name)
-    except ApiError as exc:
-        # Event handlers are not retried by kopf; the periodic resync is the retry.
-        logger.error("Reconciling %s/%s failed, will retry on resync: %s", namespace, name, exc)
+        error = reconcile(memo.client, namespace, name).error
+    except Exception as exc:  # the cache could not even be read (reconcile records everything else)
+        error = exc
+    if error is None:
+        memo.backoff.succeeded(key)
+        return
+    if memo.client.closed:  # stopping: no retry, and no noise
+        return
+    delay = memo.backoff.failed(key)
+    if delay is None:  # a retry is armed already; this pass was another trigger's
+        logger.warning("Reconciling %s/%s failed again: %s", namespace, name, describe_error(error))
+        return
+    # A traceback only for what is not an API answer: that is a bug to report.
+    logger.error(
+        "Reconciling %s/%s failed (%d in a row), retrying in %gs: %s",
+        namespace,
+        name,
+        memo.backoff.failures(key),
+        delay,
+        describe_error(error),
+        exc_info=None if isinstance(error, ApiError) else error,
+    )
+    try:
+        memo.loop.call_soon_threadsafe(_arm_retry, memo, key, delay)
+    except RuntimeError:  # the loop closed meanwhile: the operator stopped
+        memo.backoff.succeeded(key)
+
+
+def _arm_retry(memo: kopf.Memo, key: tuple[str, str], delay: float) -> None:
+    """(In the loop.) Retry ``key`` in ``delay`` seconds."""
+    if memo.client.closed:
+        return
+    previous = memo.retries.pop(key, None)
+    if previous is not None:
+        previous.cancel()
+    memo.retries[key] = memo.loop.call_later(delay, _retry, memo, key)
+
+
+def _retry(memo: kopf.Memo, key: tuple[str, str]) -> None:
+    memo.retries.pop(key, None)
+    memo.backoff.due(key)
+    _reconcile(memo, *key)
 
 
 async def _resync_forever(memo: kopf.Memo, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         for namespace, name in sorted(memo.known):
-            try:
-                await asyncio.to_thread(_reconcile, memo, namespace, name)
-            except Exception:  # a resync must survive one cache's failure, and retry it next round
-                logger.exception("Resync of %s/%s failed.", namespace, name)
+            if memo.backoff.pending((namespace, name)):  # failing: its own retry comes, with backoff
+                continue
+            _reconcile(memo, namespace, name)

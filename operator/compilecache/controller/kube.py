@@ -18,13 +18,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
+import urllib3
 
 logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read: a hung API call must not hang a handler forever
+# Connect and read timeouts of one call, and one more try only for a connection that failed
+# (never a read: a POST must not be sent twice, and a hung API must fail the pass, not stall it).
+# They bound how long a pass takes to notice an unreachable API, and so the operator's shutdown:
+# a stopping operator's client fails every new call at once (Client.close), so a shutdown waits
+# for at most the one call in flight. (urllib3's default would retry 3 times: 4 × the timeout.)
+REQUEST_TIMEOUT = (3.0, 10.0)
+CONNECT_RETRIES = 1
 REPORTING_COMPONENT = "compilecache-operator"
+STOPPING = "OperatorStopping"
+UNREACHABLE = "Unreachable"
 
 
 class ApiError(Exception):
@@ -72,6 +81,17 @@ class Client:
 
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self._api = api_client
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: every call fails at once."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop: calls from now on fail at once (so passes in flight end promptly); idle connections close."""
+        self._closed = True
+        self._api.close()
 
     @classmethod
     def from_environment(cls) -> Client:
@@ -81,6 +101,9 @@ class Client:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config(client_configuration=configuration)
+        configuration.retries = urllib3.Retry(
+            total=CONNECT_RETRIES, connect=CONNECT_RETRIES, read=0, status=0, redirect=0, raise_on_status=False
+        )
         return cls(kubernetes.client.ApiClient(configuration))
 
     def request(
@@ -93,6 +116,8 @@ class Client:
         content_type: str = "application/json",
     ) -> Any:
         """Make one API call and return the decoded JSON; raise :class:`ApiError` on a non-2xx answer."""
+        if self._closed:
+            raise ApiError(0, STOPPING, "the operator is stopping; the call was not made")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         method_, url, headers_, body_, post = self._api.param_serialize(
             method=method,
@@ -107,6 +132,8 @@ class Client:
             response.read()
         except kubernetes.client.ApiException as exc:
             raise _api_error(exc.status or 0, exc.reason or "", exc.body) from None
+        except urllib3.exceptions.HTTPError as exc:  # no answer at all: refused, timed out, reset
+            raise ApiError(0, UNREACHABLE, f"{type(exc).__name__}: {exc}") from None
         data = response.data or b""
         if not 200 <= response.status < 300:
             raise _api_error(response.status, response.reason or "", data)

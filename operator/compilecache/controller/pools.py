@@ -90,7 +90,23 @@ def discover_groups(discover: Discover, nodes: Sequence[Mapping[str, Any]]) -> l
             if discover.group_by in labels
         }
     )
-    return [(pool_name(value), {**discover.node_selector, discover.group_by: value}) for value in values]
+    names = pool_names(values)
+    return [(names[value], {**discover.node_selector, discover.group_by: value}) for value in values]
+
+
+def pool_names(values: Sequence[str]) -> dict[str, str]:
+    """Distinct DNS-label pool names for distinct label values (see :func:`pool_name`).
+
+    Label values are case-sensitive and pool names are not: ``NVIDIA-H100-80GB-HBM3`` and
+    ``nvidia-h100-80gb-hbm3`` are two groups of nodes. Where plain names collide, each value
+    that is not its name already gets a hash of the value, so every group keeps its own pool
+    (and Job); a value without a collision keeps its readable name.
+    """
+    plain = {value: pool_name(value) for value in values}
+    taken: dict[str, int] = {}
+    for name in plain.values():
+        taken[name] = taken.get(name, 0) + 1
+    return {value: name if taken[name] == 1 or name == value else _hashed(name, value) for value, name in plain.items()}
 
 
 def pool_name(label_value: str) -> str:
@@ -101,7 +117,13 @@ def pool_name(label_value: str) -> str:
     name = _NOT_DNS.sub("-", label_value.lower()).strip("-") or "pool"
     if len(name) <= _POOL_NAME_MAX and name == label_value.lower():
         return name
+    return _hashed(name, label_value)
+
+
+def _hashed(name: str, label_value: str) -> str:
     digest = hashlib.sha256(label_value.encode()).hexdigest()[:6]
+    if name.endswith(f"-{digest}"):  # already hashed (shortened): the hash of this very value
+        return name
     return f"{name[: _POOL_NAME_MAX - 7].rstrip('-')}-{digest}"
 
 

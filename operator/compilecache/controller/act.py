@@ -1,0 +1,93 @@
+"""Act: apply a plan (``plan.py``) to the API and record what came of it. No decisions here.
+
+Creation tolerates "exists" (another pass, or an operator restarted mid-pass, created
+it first) and stops at the first object the API refuses, returning the refusal: the
+pass then plans again with it (``Snapshot.after``), so what a refusal means (a pool
+Failed, the expiry Failed) is decided in the pure part like everything else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compilecache.controller import gates, status
+from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.plan import Create, Delete, Plan
+from compilecache.controller.snapshot import Cache, Obj
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Created:
+    """What a round of creations came to: the names created (or found existing), and a refusal."""
+
+    created: frozenset[str] = frozenset()
+    rejected: Mapping[str, str] = field(default_factory=dict)
+
+
+def is_refusal(exc: ApiError) -> bool:
+    """Whether the API refused the object itself, so the same request would fail the same way.
+
+    Any 4xx but 408 (timeout), 409 (exists: not a failure) and 429 (throttled): those pass.
+    Authorisation (401/403) counts: a missing RBAC rule or an exhausted ResourceQuota is
+    answered with the reason, which the status must show rather than a silent retry loop.
+    """
+    return 400 <= exc.status < 500 and exc.status not in (408, 409, 429)
+
+
+def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> Created:
+    """Create in order; stop at the first refusal. Other API errors raise (the pass fails and is retried)."""
+    created: set[str] = set()
+    for item in creates:
+        try:
+            client.create(item.resource, item.manifest, namespace)
+        except ApiError as exc:
+            if is_refusal(exc):
+                logger.warning("The API refused %s %s/%s: %s", item.resource.plural, namespace, item.name, exc)
+                return Created(frozenset(created), {item.name: exc.message or str(exc)})
+            if exc.status != 409:
+                raise
+        created.add(item.name)
+    return Created(frozenset(created))
+
+
+def delete(client: Client, namespace: str | None, deletes: Sequence[Delete]) -> None:
+    """Delete (in the background, with what they own); an object already gone is fine."""
+    for item in deletes:
+        logger.info("Deleting %s %s/%s: %s.", item.resource.plural, namespace, item.name, item.why)
+        client.delete(item.resource, item.name, namespace)
+
+
+def release(client: Client, cache: Cache, plan: Plan, pods: Sequence[Obj]) -> dict[str, int] | None:
+    """Release the pods the plan names; return ``status.consumers``, or ``None`` when the pod API failed.
+
+    A failure is logged, not raised: the warm-up must go on where the operator may not patch
+    pods, and the next pass (or the pod's own event) retries.
+    """
+    try:
+        return gates.apply(client, cache.namespace, cache.name, cache.obj, cache.consumers, plan.releases, pods)
+    except ApiError as exc:
+        logger.warning("Releasing the pods of cache %s/%s failed, will retry: %s", cache.namespace, cache.name, exc)
+        return None
+
+
+def record(client: Client, cache: Cache, new: Mapping[str, Any], events: Sequence[status.Event]) -> bool:
+    """Patch the status where it changed and post the plan's Events; ``False`` if the cache is gone."""
+    old = cache.status
+    keys = set(old) | set(new)
+    patch = {key: new.get(key) for key in keys if old.get(key) != new.get(key)}
+    if not patch:
+        return True
+    try:
+        client.patch(COMPILECACHES, cache.name, {"status": patch}, cache.namespace, subresource="status")
+    except ApiError as exc:
+        if exc.status == 404:  # deleted during this pass: nothing left to report on
+            return False
+        raise
+    for event in events:
+        client.post_event(cache.obj, event.type, event.reason, event.message)
+    return True

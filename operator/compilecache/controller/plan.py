@@ -1,0 +1,358 @@
+"""Plan: one pure function from a pass's snapshot to what the pass does (no I/O).
+
+:func:`plan` decides everything a pass of a CompileCache does — the claim and Jobs to
+create, the superseded Jobs to delete, the training pods to release, the new status
+and its Events — from a :class:`~compilecache.controller.snapshot.Snapshot` and the
+time. ``act.py`` applies the result and cannot make a decision; when the API refuses
+a creation, the pass plans again with the refusal in the snapshot (``Snapshot.after``).
+:func:`failed` is the plan of a pass that raised: a status that says what failed,
+and the gate releases that must happen anyway.
+
+Every Job is named deterministically from the cache, the pool and a hash of what it
+compiles, so planning twice from the same cluster never creates a Job twice.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compilecache.cache import units
+from compilecache.controller import expiryjob, gates, jobs, status
+from compilecache.controller.api import CacheSpec, SpecError
+from compilecache.controller.kube import JOBS, PVCS, ApiError, Resource
+from compilecache.controller.pools import Pool, resolve_pools
+from compilecache.controller.snapshot import Cache, Obj, Snapshot
+from compilecache.controller.status import Event
+
+# The condition that says the last pass failed; absent after a pass that succeeded.
+RECONCILED_CONDITION = "Reconciled"
+RECONCILE_ERROR = "ReconcileError"
+JOB_REJECTED = "JobRejected"
+EXPIRY_REJECTED = "ExpiryRejected"
+CLAIM_REJECTED = "ClaimRejected"
+INVALID_SPEC = "InvalidSpec"
+
+# The status fields every pass decides afresh; all others (pools it cannot see on bad
+# input, the cache's contents, what other handlers record) are carried over as they are.
+# (`consumers` is counted by act from the pods after the releases.)
+_DECIDED = ("phase", "message", "specHash", "conditions", "observedGeneration")
+
+
+@dataclass(frozen=True)
+class Create:
+    """An object to create."""
+
+    resource: Resource
+    manifest: Obj
+
+    @property
+    def name(self) -> str:
+        """The object's name (deterministic: the key of ``Snapshot.created``/``rejected``)."""
+        return str(self.manifest["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class Delete:
+    """An object to delete, and why (for the log)."""
+
+    resource: Resource
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pass does: create, delete, release, and the status and Events to record."""
+
+    status: Mapping[str, Any]
+    creates: tuple[Create, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    releases: tuple[gates.Release, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the new status is Ready (training pods go, new ones are not gated)."""
+        return self.status.get("phase") == status.READY
+
+
+def plan(snapshot: Snapshot, now: str) -> Plan:
+    """Decide one pass from ``snapshot`` at ``now`` (RFC 3339, as Kubernetes writes times)."""
+    cache = snapshot.cache
+    old = cache.status
+    try:
+        if cache.error is not None:
+            raise cache.error
+        assert cache.spec is not None  # parsed when there is no error
+        new, creates, deletes = _decide(snapshot, cache.spec, now)
+    except SpecError as exc:
+        new = _base(old, cache.generation) | {
+            "phase": status.FAILED,
+            "message": f"invalid spec: {exc}",
+            "conditions": [_condition(cache, status.READY_CONDITION, False, INVALID_SPEC, str(exc), now)],
+        }
+        creates, deletes = [], []
+    ready = new.get("phase") == status.READY
+    releases = gates.plan(snapshot.pods, cache.consumers, ready=ready, now=_parse_time(now))
+    return Plan(
+        status=new,
+        creates=tuple(creates),
+        deletes=tuple(deletes),
+        releases=tuple(releases),
+        events=tuple(status.transitions(old, new)),
+    )
+
+
+def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) -> Plan:
+    """The plan of a pass that raised ``error``: say what failed, keep serving if Ready, release what is due.
+
+    A Ready cache stays Ready: its published entries did not turn bad because the operator
+    could not finish a pass, and new training pods must not be gated by an operator hiccup.
+    Anything else is Failed until a retry succeeds. Nothing is created or deleted.
+    """
+    old = cache.status
+    detail = describe_error(error)
+    keep_ready = old.get("phase") == status.READY
+    conditions = [c for c in old.get("conditions") or [] if c.get("type") != RECONCILED_CONDITION]
+    if keep_ready:
+        phase, message = status.READY, f"ready; the last pass failed, retrying: {detail}"
+    else:
+        phase, message = status.FAILED, f"the operator's pass failed, retrying: {detail}"
+        conditions = [c for c in conditions if c.get("type") != status.READY_CONDITION]
+        conditions.insert(0, _condition(cache, status.READY_CONDITION, False, RECONCILE_ERROR, detail, now))
+    conditions.append(_condition(cache, RECONCILED_CONDITION, False, RECONCILE_ERROR, detail, now))
+    new = {key: value for key, value in old.items() if key not in ("phase", "message", "conditions")} | {
+        "phase": phase,
+        "message": message,
+        "conditions": conditions,
+    }
+    events = status.transitions(old, new)
+    before = _find_condition(old, RECONCILED_CONDITION)
+    if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
+        events.append(Event("Warning", RECONCILE_ERROR, message))
+    releases = gates.plan(pods, cache.consumers, ready=keep_ready, now=_parse_time(now))
+    return Plan(status=new, releases=tuple(releases), events=tuple(events))
+
+
+def describe_error(error: BaseException) -> str:
+    """One line about what failed: the API's answer, or the exception's type and text."""
+    if isinstance(error, ApiError):
+        return f"API error {error}"
+    return f"{type(error).__name__}: {error}"
+
+
+def schedule_slot(spec: CacheSpec, now: str) -> str | None:
+    """The latest ``spec.schedule`` time that has come: a token for the warm-up Jobs' hash (``None``: no schedule).
+
+    A schedule that cannot be evaluated is bad input: :class:`SpecError` naming ``spec.schedule``.
+    """
+    if spec.schedule is None:
+        return None
+    try:
+        when = units.cron_slot(spec.schedule, _parse_time(now))
+    except (ValueError, TypeError) as exc:
+        raise SpecError("spec.schedule", str(exc)) from None
+    return when.strftime("%Y%m%dT%H%MZ") if when else None
+
+
+def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, Any], list[Create], list[Delete]]:
+    cache = snapshot.cache
+    old = cache.status
+    conditions = old.get("conditions") or []
+
+    def cond(type_: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        return _condition(cache, type_, ok, reason, message, now)
+
+    creates: list[Create] = []
+    deletes: list[Delete] = []
+    storage_ok, storage_reason, storage_message, claim = _storage(snapshot, spec)
+    if claim is not None:
+        creates.append(claim)
+    spec_hash = jobs.cache_hash(cache.obj, spec)
+    storage_condition = cond(status.STORAGE_READY, storage_ok, storage_reason, storage_message)
+    if not storage_ok:
+        return (
+            _base(old, cache.generation)
+            | {
+                "phase": status.FAILED if storage_reason == CLAIM_REJECTED else status.PENDING,
+                "message": storage_message,
+                "specHash": spec_hash,
+                "conditions": [cond(status.READY_CONDITION, False, storage_reason, storage_message), storage_condition],
+            },
+            creates,
+            deletes,
+        )
+
+    pools = resolve_pools(spec, snapshot.nodes)
+    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, schedule_slot(spec, now))
+    creates += job_creates
+    deletes += job_deletes
+    phase, message = status.phase_of(entries)
+    warmed = phase in (status.READY, status.DEGRADED)
+    pools_condition = cond(status.POOLS_WARMED, warmed, phase, message)
+    # Until this generation's expiry runs, the last one's condition and cache counts stand.
+    expired_condition = next((c for c in conditions if c.get("type") == expiryjob.EXPIRED_CONDITION), None)
+    extra: dict[str, Any] = {}
+    if warmed:
+        # Degraded too: a partly failed warm-up still prunes and checks what the cache holds
+        # (a corrupt entry that failed a pool's verify is exactly what expiry removes).
+        outcome, expiry_creates, expiry_deletes = _expiry(snapshot, spec, entries)
+        creates += expiry_creates
+        deletes += expiry_deletes
+        expired = outcome.phase == status.READY
+        expired_condition = cond(expiryjob.EXPIRED_CONDITION, expired, outcome.reason, outcome.message)
+        if phase == status.READY:
+            phase, message = outcome.phase, outcome.message
+        else:  # Degraded: it stays Degraded once expired, and says what expiry did
+            phase, message = (phase if expired else outcome.phase), f"{message}; {outcome.message}"
+        extra["cache"] = expiryjob.cache_status(
+            outcome.summary if expired else None,
+            old.get("cache") or {},
+            expiryjob.last_warmed(entries),
+            outcome.finished_at if expired else None,
+        )
+    if status.keeps_serving(old, spec_hash, phase):
+        phase, message = status.READY, f"ready; refreshing: {message}"
+    ready = phase == status.READY
+    new = (
+        _base(old, cache.generation)
+        | extra
+        | {
+            "phase": phase,
+            "message": message,
+            "specHash": spec_hash,
+            "poolsReady": status.pools_ready(entries),
+            "pools": entries,
+            "conditions": [
+                cond(status.READY_CONDITION, ready, phase, message),
+                storage_condition,
+                pools_condition,
+                *([expired_condition] if expired_condition else []),
+            ],
+        }
+    )
+    return new, creates, deletes
+
+
+def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Create | None]:
+    """Whether the storage is usable (ready, reason, message), and the claim to create if asked."""
+    if spec.gcs is not None:
+        # The operator holds no GCS credentials; the warm-up Job's access is its check.
+        return True, "GCS", f"cache at {spec.gcs.url}", None
+    assert spec.pvc is not None
+    claim_name = spec.pvc.claim_name
+    existing = snapshot.claim
+    if existing is None:
+        manifest = jobs.claim(snapshot.cache.obj, spec)
+        if manifest is None:
+            return False, "ClaimNotFound", f"PersistentVolumeClaim {claim_name} does not exist", None
+        if claim_name in snapshot.rejected:
+            message = f"creating PersistentVolumeClaim {claim_name} was refused: {snapshot.rejected[claim_name]}"
+            return False, CLAIM_REJECTED, message, None
+        create = None if claim_name in snapshot.created else Create(PVCS, manifest)
+        return True, "ClaimCreated", f"created PersistentVolumeClaim {claim_name}", create
+    phase = (existing.get("status") or {}).get("phase", "Pending")
+    if phase == "Lost":
+        return False, "ClaimLost", f"PersistentVolumeClaim {claim_name} lost its volume", None
+    return True, "ClaimFound", f"PersistentVolumeClaim {claim_name} is {phase}", None
+
+
+def _warmups(
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None
+) -> tuple[list[dict[str, Any]], list[Create], list[Delete]]:
+    """``status.pools``, the warm-up Jobs to create, and the superseded ones to delete."""
+    cache = snapshot.cache
+    observed = {job["metadata"]["name"]: job for job in snapshot.jobs}
+    previous = {pool.get("name"): pool for pool in cache.status.get("pools") or []}
+    entries: list[dict[str, Any]] = []
+    creates: list[Create] = []
+    wanted: set[str] = set()
+    for pool in pools:
+        manifest = jobs.warmup_job(cache.obj, spec, pool, slot)
+        job_name = str(manifest["metadata"]["name"])
+        job = observed.get(job_name)
+        if job is None and job_name in snapshot.rejected:
+            # The API refused the Job (e.g. 422): it fails the same way until the spec changes, and
+            # its name (and so this record) changes with the spec. The record stops the retries.
+            entry = status.pool_status(pool, job_name, None, None) | {
+                "state": status.POOL_FAILED,
+                "reason": JOB_REJECTED,
+                "message": f"the API refused the warm-up Job: {snapshot.rejected[job_name]}",
+            }
+        else:
+            entry = status.pool_status(pool, job_name, job, previous.get(pool.name))
+        if entry.get("job") == job_name:
+            wanted.add(job_name)
+            # A finished record whose Job was cleaned up by its TTL is not re-run.
+            if job is None and entry.get("reason") == "JobCreated" and job_name not in snapshot.created:
+                creates.append(Create(JOBS, manifest))
+        entries.append(entry)
+    return entries, creates, _superseded(cache, snapshot.jobs, keep=wanted, what="warm-up")
+
+
+def _expiry(
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Mapping[str, Any]]
+) -> tuple[expiryjob.Outcome, list[Create], list[Delete]]:
+    """The step between "every pool finished" and Ready: the expiry Job of the warmed pools, and its outcome.
+
+    One expiry Job per (succeeded warm-up Jobs, lifecycle) (``expiryjob.expiry_hash``); Jobs of
+    earlier ones are deleted. The summary comes from the finished pod's termination message.
+    """
+    cache = snapshot.cache
+    warmups = [str(pool["job"]) for pool in pools if pool.get("state") == status.POOL_SUCCEEDED and pool.get("job")]
+    manifest = expiryjob.expiry_job(cache.obj, spec, warmups)
+    job_name = str(manifest["metadata"]["name"])
+    deletes = _superseded(cache, snapshot.expiry_jobs, keep={job_name}, what="expiry")
+    job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)
+    if job is not None:
+        finished = status.job_state(job)["state"] in status.FINISHED
+        pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name] if finished else []
+        return expiryjob.outcome(job, pods), [], deletes
+    refused = snapshot.rejected.get(job_name)
+    if refused is not None:
+        message = f"expiry Job {job_name} was refused by the API: {refused}"
+        return expiryjob.Outcome(status.FAILED, EXPIRY_REJECTED, message), [], deletes
+    expired = _find_condition(cache.status, expiryjob.EXPIRED_CONDITION)
+    refused_before = str(expired.get("message", "")).startswith(f"expiry Job {job_name} ")
+    if expired.get("reason") == EXPIRY_REJECTED and refused_before:
+        # Refused before: the same Job would be refused again; a lifecycle or warm-up change renames it.
+        return expiryjob.Outcome(status.FAILED, EXPIRY_REJECTED, str(expired["message"])), [], deletes
+    creates = [] if job_name in snapshot.created else [Create(JOBS, manifest)]
+    return expiryjob.outcome(None, []), creates, deletes
+
+
+def _superseded(cache: Cache, observed: Sequence[Obj], *, keep: set[str], what: str) -> list[Delete]:
+    # Only the cache's own Jobs (by owner uid): a Job of a deleted-and-recreated namesake is not ours.
+    deletes = []
+    for job in observed:
+        job_name = str(job["metadata"]["name"])
+        owners = {ref.get("uid") for ref in job["metadata"].get("ownerReferences") or []}
+        if job_name not in keep and cache.uid in owners:
+            deletes.append(Delete(JOBS, job_name, f"superseded {what} Job"))
+    return deletes
+
+
+def _condition(cache: Cache, type_: str, ok: bool, reason: str, message: str, now: str) -> dict[str, Any]:
+    previous = cache.status.get("conditions") or []
+    return status.condition(type_, ok, reason, message, now=now, generation=cache.generation, previous=previous)
+
+
+def _find_condition(status_: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    found: Mapping[str, Any] = next((c for c in status_.get("conditions") or [] if c.get("type") == type_), {})
+    return found
+
+
+def _base(old: Mapping[str, Any], generation: int | None) -> dict[str, Any]:
+    return {key: value for key, value in old.items() if key not in _DECIDED} | {"observedGeneration": generation}
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def _parse_time(value: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))

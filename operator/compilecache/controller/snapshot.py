@@ -1,0 +1,124 @@
+"""Observe: what one pass of a CompileCache decides on, read from the API into one value.
+
+A pass is observe → plan → act (``reconcile.py``). This module is the observe step:
+:class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
+why the spec does not parse), and :class:`Snapshot` adds everything else the pure
+``plan.plan`` needs: the claim, the Nodes, the cache's warm-up and expiry Jobs, the
+expiry Jobs' pods and the training pods it gates. :func:`observe` makes the reads;
+it decides nothing (it reads the claim only where the spec names one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from compilecache.controller import expiryjob, jobs
+from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_spec
+from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, Client
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A CompileCache as one pass sees it: the object as read, and its spec parsed or the reason it is not."""
+
+    obj: Obj  # as read: manifests take it for ownerReferences and the rewarm annotation
+    spec: CacheSpec | None
+    error: SpecError | None = None
+
+    @classmethod
+    def read(cls, obj: Obj) -> Cache:
+        """Parse the object's spec once; bad input becomes ``error`` (naming the field), never an exception."""
+        try:
+            return cls(obj, parse_spec(obj.get("spec")))
+        except SpecError as exc:
+            return cls(obj, None, exc)
+        except Exception as exc:  # a parser bug must not take the pass (and the gates) down with it
+            return cls(obj, None, SpecError("spec", f"cannot be read ({type(exc).__name__}: {exc})"))
+
+    @property
+    def meta(self) -> Obj:
+        """The object's metadata."""
+        meta: Obj = self.obj.get("metadata") or {}
+        return meta
+
+    @property
+    def name(self) -> str:
+        """The cache's name."""
+        return str(self.meta["name"])
+
+    @property
+    def namespace(self) -> str | None:
+        """The cache's namespace."""
+        namespace = self.meta.get("namespace")
+        return None if namespace is None else str(namespace)
+
+    @property
+    def uid(self) -> str | None:
+        """The cache's uid: what its Jobs' ownerReferences name."""
+        return self.meta.get("uid")
+
+    @property
+    def generation(self) -> int | None:
+        """``metadata.generation``: the spec version a status describes."""
+        return self.meta.get("generation")
+
+    @property
+    def status(self) -> Obj:
+        """The status recorded so far (``{}`` for a new cache)."""
+        status: Obj = self.obj.get("status") or {}
+        return status
+
+    @property
+    def consumers(self) -> Consumers:
+        """The consumer settings; a spec that does not parse still gets the defaults (and so a gateTimeout)."""
+        return self.spec.consumers if self.spec is not None else Consumers()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one pass decides on. ``created`` and ``rejected`` record this pass's own creations."""
+
+    cache: Cache
+    pods: tuple[Obj, ...] = ()  # training pods labelled with the cache (gated or released)
+    claim: Obj | None = None  # the PVC the spec names, if it exists (None too for a GCS cache)
+    nodes: tuple[Obj, ...] = ()
+    jobs: tuple[Obj, ...] = ()  # warm-up Jobs labelled with the cache
+    expiry_jobs: tuple[Obj, ...] = ()
+    expiry_pods: tuple[Obj, ...] = ()  # the pods of the expiry Jobs (by their job-name label)
+    created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
+    rejected: Mapping[str, str] = field(default_factory=dict)  # objects the API refused: name → its message
+
+    def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
+        """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
+        return dataclasses.replace(self, created=self.created | created, rejected={**self.rejected, **rejected})
+
+
+def observe_pods(client: Client, cache: Cache) -> tuple[Obj, ...]:
+    """The training pods that use the cache (labelled by the user or by the webhook)."""
+    return tuple(client.list(PODS, cache.namespace, labels={jobs.LABEL_CACHE: cache.name}))
+
+
+def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
+    """Read the rest of the snapshot. A spec that does not parse needs nothing more: its plan is Failed."""
+    if cache.spec is None:
+        return Snapshot(cache, pods=pods)
+    namespace, name = cache.namespace, cache.name
+    claim = client.get(PVCS, cache.spec.pvc.claim_name, namespace) if cache.spec.pvc is not None else None
+    expiry_jobs = tuple(client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name}))
+    expiry_pods: list[Obj] = []
+    for job in expiry_jobs:  # one, rarely two (a superseded one not yet deleted)
+        expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+    return Snapshot(
+        cache,
+        pods=pods,
+        claim=claim,
+        nodes=tuple(client.list(NODES)),
+        jobs=tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name})),
+        expiry_jobs=expiry_jobs,
+        expiry_pods=tuple(expiry_pods),
+    )
