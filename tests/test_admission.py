@@ -75,6 +75,12 @@ def test_not_ready_gates_ready_does_not_and_gate_false_does_not() -> None:
     gated = admission.mutate(pod(LABELLED), cache()).pod
     assert gated["spec"]["schedulingGates"] == [{"name": "compilecache.dev/warm"}]
     assert "schedulingGates" not in admission.mutate(pod(LABELLED), ready(cache())).pod["spec"]
+    # Degraded has settled: the pools that warmed are served, and nothing would lift a gate sooner.
+    degraded = cache() | {"status": {"phase": "Degraded"}}
+    assert "schedulingGates" not in admission.mutate(pod(LABELLED), degraded).pod["spec"]
+    for phase in ("Pending", "Warming", "Expiring", "Failed"):
+        waiting = cache() | {"status": {"phase": phase}}
+        assert admission.mutate(pod(LABELLED), waiting).pod["spec"]["schedulingGates"] == [{"name": admission.GATE}]
     ungated = cache(consumers={"gate": False})
     assert "schedulingGates" not in admission.mutate(pod(LABELLED), ungated).pod["spec"]
 

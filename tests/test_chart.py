@@ -83,7 +83,6 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
 
 # Rules the chart grants that no recorded session uses, each with why it stays. Keep it short.
 NOT_RECORDED: dict[tuple[str, str, str], str] = {
-    ("get", "batch", "jobs"): "reconcile._create reads a Job back after a 409 on create (two passes racing)",
     ("update", "compilecache.dev", "compilecaches/finalizers"): (
         "no call: OwnerReferencesPermissionEnforcement checks it when a Job or claim sets blockOwnerDeletion"
     ),

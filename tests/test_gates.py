@@ -14,7 +14,7 @@ import jsonpatch
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache.controller import admission, gates, handlers
+from compilecache.controller import admission, gates, handlers, status
 from compilecache.controller.admission import GATE
 from compilecache.controller.api import Consumers
 from specs import cluster
@@ -39,28 +39,32 @@ def gated_pod(
 
 
 @pytest.mark.parametrize(
-    ("consumers", "ready", "age", "reason"),
+    ("consumers", "phase", "age", "reason"),
     [
-        (Consumers(), True, 0, gates.CACHE_READY),
-        (Consumers(), False, 0, None),
-        (Consumers(), False, 1799, None),
-        (Consumers(), False, 1800, gates.GATE_TIMEOUT),
-        (Consumers(gate_timeout_seconds=1), False, 1, gates.GATE_TIMEOUT),
-        (Consumers(gate=False), False, 0, gates.GATE_DISABLED),
-        (None, False, 0, gates.CACHE_DELETED),
+        (Consumers(), status.READY, 0, gates.CACHE_READY),
+        # Settled with some pools failed: the pods start on what warmed rather than wait out the timeout.
+        (Consumers(), status.DEGRADED, 0, gates.CACHE_DEGRADED),
+        (Consumers(), status.WARMING, 0, None),
+        (Consumers(), status.EXPIRING, 0, None),
+        (Consumers(), status.FAILED, 0, None),
+        (Consumers(), None, 1799, None),
+        (Consumers(), status.PENDING, 1800, gates.GATE_TIMEOUT),
+        (Consumers(gate_timeout_seconds=1), status.WARMING, 1, gates.GATE_TIMEOUT),
+        (Consumers(gate=False), status.WARMING, 0, gates.GATE_DISABLED),
+        (None, None, 0, gates.CACHE_DELETED),
     ],
 )
-def test_reason_to_release(consumers: Consumers | None, ready: bool, age: int, reason: str | None) -> None:
+def test_reason_to_release(consumers: Consumers | None, phase: str | None, age: int, reason: str | None) -> None:
     now = NOW + datetime.timedelta(seconds=age)
-    assert gates.reason_to_release(gated_pod(), consumers, ready=ready, now=now) == reason
+    assert gates.reason_to_release(gated_pod(), consumers, phase=phase, now=now) == reason
 
 
 def test_ungated_or_untimed_pods() -> None:
     free = gated_pod()
     free["spec"]["schedulingGates"] = [OTHER_GATE]
-    assert gates.reason_to_release(free, None, ready=True, now=NOW) is None
+    assert gates.reason_to_release(free, None, phase=status.READY, now=NOW) is None
     untimed = gated_pod(created="")
-    assert gates.reason_to_release(untimed, Consumers(), ready=False, now=NOW) == gates.GATE_TIMEOUT
+    assert gates.reason_to_release(untimed, Consumers(), phase=status.WARMING, now=NOW) == gates.GATE_TIMEOUT
 
 
 def test_release_patch_removes_only_our_gate_and_records_why() -> None:
@@ -90,7 +94,7 @@ def test_plan_and_counts() -> None:
     pods = [gated_pod("a"), gated_pod("b", created="2026-11-21T09:00:00Z"), gated_pod("c")]
     pods[2]["spec"]["schedulingGates"] = []
     pods[2]["metadata"]["annotations"] = {gates.ANNOTATION_RELEASED: "CacheReady 2026-11-21T09:59:00Z"}
-    releases = gates.plan(pods, Consumers(), ready=False, now=NOW)
+    releases = gates.plan(pods, Consumers(), phase=status.WARMING, now=NOW)
     assert [(r.pod, r.reason) for r in releases] == [("b", gates.GATE_TIMEOUT)]
     assert gates.counts(pods) == {"gated": 2, "released": 1}
 

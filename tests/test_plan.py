@@ -8,6 +8,7 @@ passes as a cluster would (Jobs created, running, finishing, refused, cleaned up
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import itertools
 import json
@@ -145,6 +146,22 @@ def test_a_degraded_cache_expires_what_warmed_and_stays_degraded() -> None:
     assert "warm-up failed on 1 of 2 pools" in done.status["message"] and "expired" in done.status["message"]
     expired = next(c for c in done.status["conditions"] if c["type"] == "Expired")
     assert expired["status"] == "True" and done.status["cache"]["entries"] == 2
+
+
+def test_gated_pods_wait_while_a_degraded_cache_expires_and_start_once_it_settles() -> None:
+    snap, _ = degraded("")
+    pod = gated_pod("p", NOW)
+    waiting = plan.plan(dataclasses.replace(snap, pods=(pod,)), NOW)
+    assert waiting.status["phase"] == status.EXPIRING and waiting.releases == ()
+    snap, _ = degraded("Complete")
+    settled = plan.plan(dataclasses.replace(snap, pods=(pod,)), NOW)
+    assert settled.status["phase"] == status.DEGRADED
+    assert [(r.pod, r.reason) for r in settled.releases] == [("p", gates.CACHE_DEGRADED)]
+    # A failed pass keeps a settled Degraded cache serving.
+    error = ApiError(500, "Internal Server Error", "etcd timeout")
+    hiccup = plan.failed(Cache.read(with_status(cache(), settled.status)), [pod], error, NOW)
+    assert hiccup.status["phase"] == status.DEGRADED
+    assert [r.reason for r in hiccup.releases] == [gates.CACHE_DEGRADED]
 
 
 def test_a_refused_expiry_job_is_failed_and_not_retried() -> None:

@@ -106,11 +106,11 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [compilecache.dev]
   resources: [compilecaches/finalizers]
   verbs: [update]
-# Warm-up Jobs: kopf watches them (label compilecache.dev/cache); the reconciliation lists,
-# creates and deletes (older spec hashes) them, and reads one back after a 409 on create.
+# Warm-up and expiry Jobs: kopf watches them (by label); a pass lists, creates and deletes (older
+# spec hashes) them. A 409 on create needs no read: the next list shows the Job.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, delete]
+  verbs: [list, watch, create, delete]
 # The cache's claim: read, and created when spec.storage.pvc.create asks for it.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]

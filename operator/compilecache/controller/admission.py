@@ -143,9 +143,9 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
     return True
 
 
-def is_ready(cache: Mapping[str, Any]) -> bool:
-    """Whether the cache's recorded phase is Ready."""
-    return (cache.get("status") or {}).get("phase") == status.READY
+def is_serving(cache: Mapping[str, Any]) -> bool:
+    """Whether training pods may start on the cache now: its recorded phase is Ready or Degraded."""
+    return (cache.get("status") or {}).get("phase") in status.SERVING
 
 
 def cache_volume(spec: CacheSpec) -> dict[str, Any] | None:
@@ -207,7 +207,7 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
             skipped += _mutate_container(container, mount, env_list(spec))
 
     notes: list[str] = []
-    if spec.consumers.gate and not is_ready(cache):
+    if spec.consumers.gate and not is_serving(cache):
         gates = pod_spec.setdefault("schedulingGates", [])
         if not any(gate.get("name") == GATE for gate in gates):
             gates.append({"name": GATE})

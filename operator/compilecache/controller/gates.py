@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compilecache.controller import status
 from compilecache.controller.admission import GATE
 from compilecache.controller.api import Consumers
 from compilecache.controller.jobs import LABEL_CACHE
@@ -31,6 +32,7 @@ ANNOTATION_RELEASED = "compilecache.dev/released"  # why and when the gate was r
 
 # Why a gate is removed.
 CACHE_READY = "CacheReady"
+CACHE_DEGRADED = "CacheDegraded"  # settled with some pools failed: what warmed is served
 GATE_TIMEOUT = "GateTimeout"
 GATE_DISABLED = "GateDisabled"
 CACHE_DELETED = "CacheDeleted"
@@ -62,18 +64,20 @@ def counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 
 def reason_to_release(
-    pod: Mapping[str, Any], consumers: Consumers | None, *, ready: bool, now: datetime.datetime
+    pod: Mapping[str, Any], consumers: Consumers | None, *, phase: str | None, now: datetime.datetime
 ) -> str | None:
     """Why the gated ``pod`` should be released now, or ``None`` to keep it waiting.
 
-    ``consumers`` is ``None`` when the cache no longer exists.
+    ``consumers`` is ``None`` when the cache no longer exists; ``phase`` is the cache's phase.
     """
     if not is_gated(pod):
         return None
     if consumers is None:
         return CACHE_DELETED
-    if ready:
+    if phase == status.READY:
         return CACHE_READY
+    if phase == status.DEGRADED:
+        return CACHE_DEGRADED
     if not consumers.gate:
         return GATE_DISABLED
     created = _parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
@@ -100,12 +104,12 @@ def release_patch(pod: Mapping[str, Any], reason: str, now: datetime.datetime) -
 
 
 def plan(
-    pods: Sequence[Mapping[str, Any]], consumers: Consumers | None, *, ready: bool, now: datetime.datetime
+    pods: Sequence[Mapping[str, Any]], consumers: Consumers | None, *, phase: str | None, now: datetime.datetime
 ) -> list[Release]:
     """The releases due now among ``pods`` (the pods of one cache)."""
     releases = []
     for pod in pods:
-        reason = reason_to_release(pod, consumers, ready=ready, now=now)
+        reason = reason_to_release(pod, consumers, phase=phase, now=now)
         if reason is not None:
             releases.append(Release(pod["metadata"]["name"], reason, release_patch(pod, reason, now)))
     return releases
@@ -118,7 +122,7 @@ def sync(
     cache: Mapping[str, Any] | None,
     consumers: Consumers | None,
     *,
-    ready: bool,
+    phase: str | None,
     now: datetime.datetime,
     pods: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, int]:
@@ -130,7 +134,7 @@ def sync(
     """
     if pods is None:
         pods = client.list(PODS, namespace, labels={LABEL_CACHE: name})
-    releases = plan(pods, consumers, ready=ready, now=now)
+    releases = plan(pods, consumers, phase=phase, now=now)
     return apply(client, namespace, name, cache, consumers, releases, pods)
 
 

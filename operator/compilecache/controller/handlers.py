@@ -190,8 +190,8 @@ def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]
     except ApiError as exc:
         logger.error("Reading cache %s/%s for a gated pod failed, will retry on resync: %s", namespace, name, exc)
         return
-    ready = cache is not None and admission.is_ready(cache)
-    release_gates(memo.client, namespace, name, cache, ready=ready, pods=[pod])
+    phase = (cache.get("status") or {}).get("phase") if cache is not None else None
+    release_gates(memo.client, namespace, name, cache, phase=phase, pods=[pod])
 
 
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:

@@ -95,8 +95,7 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
             "conditions": [_condition(cache, status.READY_CONDITION, False, INVALID_SPEC, str(exc), now)],
         }
         creates, deletes = [], []
-    ready = new.get("phase") == status.READY
-    releases = gates.plan(snapshot.pods, cache.consumers, ready=ready, now=_parse_time(now))
+    releases = gates.plan(snapshot.pods, cache.consumers, phase=new.get("phase"), now=_parse_time(now))
     return Plan(
         status=new,
         creates=tuple(creates),
@@ -107,18 +106,18 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
 
 
 def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) -> Plan:
-    """The plan of a pass that raised ``error``: say what failed, keep serving if Ready, release what is due.
+    """The plan of a pass that raised ``error``: say what failed, keep serving if serving, release what is due.
 
-    A Ready cache stays Ready: its published entries did not turn bad because the operator
-    could not finish a pass, and new training pods must not be gated by an operator hiccup.
+    A Ready (or Degraded) cache keeps its phase: its published entries did not turn bad because
+    the operator could not finish a pass, and new training pods must not be gated by an operator hiccup.
     Anything else is Failed until a retry succeeds. Nothing is created or deleted.
     """
     old = cache.status
     detail = describe_error(error)
-    keep_ready = old.get("phase") == status.READY
+    keep_serving = old.get("phase") in status.SERVING
     conditions = [c for c in old.get("conditions") or [] if c.get("type") != RECONCILED_CONDITION]
-    if keep_ready:
-        phase, message = status.READY, f"ready; the last pass failed, retrying: {detail}"
+    if keep_serving:
+        phase, message = old["phase"], f"{old['phase'].lower()}; the last pass failed, retrying: {detail}"
     else:
         phase, message = status.FAILED, f"the operator's pass failed, retrying: {detail}"
         conditions = [c for c in conditions if c.get("type") != status.READY_CONDITION]
@@ -133,7 +132,7 @@ def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) ->
     before = _find_condition(old, RECONCILED_CONDITION)
     if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
         events.append(Event("Warning", RECONCILE_ERROR, message))
-    releases = gates.plan(pods, cache.consumers, ready=keep_ready, now=_parse_time(now))
+    releases = gates.plan(pods, cache.consumers, phase=phase if keep_serving else None, now=_parse_time(now))
     return Plan(status=new, releases=tuple(releases), events=tuple(events))
 
 

@@ -38,7 +38,7 @@ def reconcile(client: Client, namespace: str, name: str, *, now: str | None = No
     """Run one pass over the named cache. Raises only when the cache itself cannot be read."""
     obj = client.get(COMPILECACHES, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
-        release_gates(client, namespace, name, None, ready=False)  # no pod waits for a cache that is gone
+        release_gates(client, namespace, name, None, phase=None)  # no pod waits for a cache that is gone
         return Outcome(None)
     cache = Cache.read(obj)
     when = now or utcnow()
@@ -82,7 +82,7 @@ def release_gates(
     name: str,
     cache: Mapping[str, Any] | None,
     *,
-    ready: bool,
+    phase: str | None,
     pods: list[dict[str, Any]] | None = None,
 ) -> dict[str, int] | None:
     """Release the training pods held for this cache that are due (``gates.py``); return ``status.consumers``.
@@ -94,7 +94,7 @@ def release_gates(
     consumers = Cache.read(cache).consumers if cache is not None else None
     when = datetime.datetime.now(datetime.UTC)
     try:
-        return gates.sync(client, namespace, name, cache, consumers, ready=ready, now=when, pods=pods)
+        return gates.sync(client, namespace, name, cache, consumers, phase=phase, now=when, pods=pods)
     except ApiError as exc:
         logger.warning("Releasing the pods of cache %s/%s failed, will retry: %s", namespace, name, exc)
         return None

@@ -111,6 +111,11 @@ def unschedulable_reason(pool: Pool) -> str | None:
     return None
 
 
+# Phases in which training pods may start on the cache: Ready, and Degraded, whose warm-up has
+# settled (the pools that warmed are served and expired; a pod of a failed pool would wait in vain).
+SERVING = (READY, DEGRADED)
+
+
 def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """The cache's phase and message from its pools' states (before expiry)."""
     active = [pool for pool in pools if pool.get("state") != POOL_NO_NODES]
