@@ -1,5 +1,7 @@
 """Warm-up Job and claim manifests: placement, GPUs, cache volume, env, security, names."""
 
+import pytest
+
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.controller import jobs
 from compilecache.controller.api import parse_spec
@@ -114,3 +116,17 @@ def test_claim_is_owned_only_when_asked():
 
     brought = cache(storage={"pvc": {"claimName": "mine"}})
     assert jobs.claim(brought, parse_spec(brought["spec"])) is None
+
+
+def test_a_cache_name_too_long_for_a_label_fails_naming_metadata_name():
+    # issue 9: a 64-character name became a label value the API server refuses (422, retried forever).
+    from compilecache.controller.api import SpecError
+
+    obj = cache(name="c" * 64)
+    spec = parse_spec(obj["spec"])
+    pool = resolve_pools(spec, cluster())[0]
+    with pytest.raises(SpecError) as info:
+        jobs.warmup_job(obj, spec, pool)
+    assert info.value.field == "metadata.name"
+    with pytest.raises(SpecError):
+        jobs.claim(obj, spec)
