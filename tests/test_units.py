@@ -18,7 +18,7 @@ def test_bytes_parse(text, expected):
     assert units.parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["200GB", "Gi", "", "1.2.3Gi", "-5Gi", True, "ten"])
+@pytest.mark.parametrize("text", ["200GB", "Gi", "", "1.2.3Gi", "-5Gi", True, "ten", "1e99999999"])
 def test_bytes_reject_malformed(text):
     with pytest.raises(ValueError):
         units.parse_bytes(text)

@@ -53,7 +53,10 @@ def parse_quantity(text: str | int | float) -> Decimal:
         return number * _BINARY[suffix]
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
-    return number * Decimal(10) ** int(suffix[1:])
+    try:
+        return number * Decimal(10) ** int(suffix[1:])
+    except ArithmeticError as exc:  # decimal.Overflow on 1e9999999: past any real quantity
+        raise ValueError(f"not a quantity: {text!r} (out of range)") from exc
 
 
 def parse_bytes(text: str | int) -> int:

@@ -601,8 +601,10 @@ def _check_resources(resources: Mapping[str, Any], gpu_resources: set[str]) -> N
         limit = parsed["limits"].get(name)
         if limit is not None and request > limit:
             raise SpecError(f"spec.warmup.resources.requests.{name}", f"must not exceed limits.{name}")
-        if "/" in name and limit != request:  # extended resources cannot be overcommitted
-            raise SpecError(f"spec.warmup.resources.limits.{name}", f"must be set and equal requests.{name}")
+        if "/" in name and limit is None:  # extended resources cannot be overcommitted
+            raise SpecError(f"spec.warmup.resources.requests.{name}", f"needs limits.{name} set to the same amount")
+        if "/" in name and limit != request:
+            raise SpecError(f"spec.warmup.resources.limits.{name}", f"must equal requests.{name}")
 
 
 def _check_value_from(value: Any, path: str) -> None:
