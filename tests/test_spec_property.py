@@ -217,7 +217,8 @@ def test_admitted_specs_give_valid_objects_or_name_the_field(example: tuple[dict
 
 
 @pytest.mark.slow
-@settings(derandomize=True, max_examples=1000, deadline=None, suppress_health_check=_HEALTH)
+@pytest.mark.timeout(900)
+@settings(derandomize=True, max_examples=500, deadline=None, suppress_health_check=_HEALTH)
 @given(examples())
 def test_admitted_specs_long_run(example: tuple[dict[str, Any], list[Any]]) -> None:
     event(check(*example, KUBERNETES_VERSIONS[-1:]))
