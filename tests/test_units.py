@@ -110,7 +110,15 @@ def test_every_checked_schedule_has_a_slot_or_none(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(14 * 86400, "2w"), (12 * 86400, "12d"), (1.2096e6, "2w"), (90, "90s"), (5400, "90m"), (1.5, "1.5s")],
+    [
+        (14 * 86400, "1209600s"),
+        (12 * 86400, "1036800s"),
+        (1.2096e6, "1209600s"),
+        (90, "90s"),
+        (1.5, "1.5s"),
+        (1e-7, "0.0000001s"),
+        (1e20, "100000000000000000000s"),
+    ],
 )
 def test_format_duration(seconds: float, text: str) -> None:
     # f"{1.2096e6:g}s" was "1.2096e+06s", which parse_duration (and so `compilecache expire`) refused.

@@ -132,21 +132,16 @@ def cron_slot(text: str, now: datetime.datetime) -> datetime.datetime | None:
 def format_duration(seconds: float) -> str:
     """Format seconds as a duration :func:`parse_duration` reads back to the same float.
 
-    Whole weeks, days, hours and minutes use their unit (``14d``, not ``1.2096e+06s``, which no
-    duration parser reads); anything else is plain decimal seconds, never an exponent.
+    Plain decimal seconds (``1209600s`` for 14d), never an exponent: ``f"{x:g}s"`` gave
+    ``1.2096e+06s``, which no duration parser reads. Whole seconds keep the form the expiry
+    Jobs always had (``604800s``), so existing Job names and commands do not change.
     """
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < float("inf"):
         raise ValueError(f"not a duration in seconds: {seconds!r}")
     if seconds == int(seconds) and seconds < 2**53:
-        whole = int(seconds)
-        for unit in ("w", "d", "h", "m"):
-            factor = int(_DURATION_UNITS[unit])
-            if whole and whole % factor == 0:
-                return f"{whole // factor}{unit}"
-        return f"{whole}s"
+        return f"{int(seconds)}s"
     # repr() is the shortest text that reads back as the same float; 'f' spells out its exponent.
-    text = format(Decimal(repr(float(seconds))), "f")
-    return f"{text}s"
+    return f"{format(Decimal(repr(float(seconds))), 'f')}s"
 
 
 def format_bytes(count: int) -> str:
