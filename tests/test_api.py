@@ -5,7 +5,7 @@ import pathlib
 import pytest
 import yaml
 
-from compilecache.controller.api import DEFAULT_MOUNT_PATH, SpecError, parse_spec
+from compilecache.controller.api import DEFAULT_MOUNT_PATH, SpecError, parse_cache, parse_spec
 from compilecache.controller.pools import resolve_pools
 from specs import cache_spec, cluster
 
@@ -77,6 +77,57 @@ BAD = [
     ("spec not an object", [], "spec"),
     ("cache env in a workload", _with("warmup.workloads.0.env", [{"name": "XLA_FLAGS", "value": "x"}]),
      "spec.warmup.workloads[0].env[0].name"),
+    # issue 9: each of these was accepted, and then the API refused the Job (422) or the CRD the spec.
+    ("double-slash mountPath", _with("mountPath", "//x"), "spec.mountPath"),
+    ("dot-dot mountPath", _with("mountPath", "/var/../tmp"), "spec.mountPath"),
+    ("mountPath on the operator's /tmp", _with("mountPath", "/tmp"), "spec.mountPath"),
+    ("empty groupBy", _with("warmup.discover.groupBy", ""), "spec.warmup.discover.groupBy"),
+    ("groupBy not a label key", _with("warmup.discover.groupBy", "gpu product"), "spec.warmup.discover.groupBy"),
+    ("unknown valueFrom", _with("warmup.workloads.0.env", [{"name": "A", "valueFrom": {"bogus": {}}}]),
+     "spec.warmup.workloads[0].env[0].valueFrom"),
+    ("two valueFrom sources", _with("warmup.workloads.0.env", [{"name": "A", "valueFrom": {
+        "fieldRef": {"fieldPath": "metadata.name"}, "secretKeyRef": {"key": "k"}}}]),
+     "spec.warmup.workloads[0].env[0].valueFrom"),
+    ("valueFrom without key", _with("warmup.workloads.0.env", [{"name": "A", "valueFrom": {
+        "secretKeyRef": {"name": "s"}}}]), "spec.warmup.workloads[0].env[0].valueFrom.secretKeyRef.key"),
+    ("valueFrom unknown field", _with("warmup.workloads.0.env", [{"name": "A", "valueFrom": {
+        "fieldRef": {"fieldPath": "x", "bogus": 1}}}]), "spec.warmup.workloads[0].env[0].valueFrom.fieldRef.bogus"),
+    ("env name", _with("warmup.workloads.0.env", [{"name": "1 A", "value": "x"}]),
+     "spec.warmup.workloads[0].env[0].name"),
+    ("gpus in requests", _with("warmup.resources", {"requests": {"nvidia.com/gpu": 4}}),
+     "spec.warmup.resources.requests.nvidia.com/gpu"),
+    ("a pool's gpuResource in limits", _with("warmup.pools", [{"name": "p", "gpuResource": "amd.com/gpu"}])
+     | {"warmup": {**cache_spec()["warmup"], "pools": [{"name": "p", "gpuResource": "amd.com/gpu"}],
+                   "resources": {"limits": {"amd.com/gpu": 1}}}}, "spec.warmup.resources.limits.amd.com/gpu"),
+    ("negative cpu", _with("warmup.resources", {"requests": {"cpu": "-1"}}), "spec.warmup.resources.requests.cpu"),
+    ("negative memory", _with("warmup.resources", {"limits": {"memory": -1}}), "spec.warmup.resources.limits.memory"),
+    ("requests above limits", _with("warmup.resources", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}),
+     "spec.warmup.resources.requests.cpu"),
+    ("unknown resource", _with("warmup.resources", {"limits": {"gpu": 1}}), "spec.warmup.resources.limits.gpu"),
+    ("extended resource without limit", _with("warmup.resources", {"requests": {"example.com/fpga": 1}}),
+     "spec.warmup.resources.requests.example.com/fpga"),
+    ("extended resource with another limit", _with("warmup.resources", {"requests": {"example.com/fpga": 1},
+     "limits": {"example.com/fpga": 2}}), "spec.warmup.resources.limits.example.com/fpga"),
+    ("gpuResource not a resource", _with("warmup.pools", [{"name": "p", "gpuResource": "not a resource"}]),
+     "spec.warmup.pools[0].gpuResource"),
+    ("gpuResource without domain", _with("warmup.discover.gpuResource", "gpu"), "spec.warmup.discover.gpuResource"),
+    ("nodeSelector value too long", _with("warmup.pools", [{"name": "p", "nodeSelector": {"gpu": "h" * 64}}]),
+     "spec.warmup.pools[0].nodeSelector.gpu"),
+    ("nodeSelector value not a label value", _with("warmup.discover.nodeSelector", {"gpu": "H100 80GB"}),
+     "spec.warmup.discover.nodeSelector.gpu"),
+    ("nodeSelector key not a label key", _with("warmup.discover.nodeSelector", {"a/b/c": "x"}),
+     "spec.warmup.discover.nodeSelector.a/b/c"),
+    ("toleration value", _with("warmup.pools", [{"name": "p", "tolerations": [{"key": "k", "value": "a b"}]}]),
+     "spec.warmup.pools[0].tolerations[0].value"),
+    ("podSelector value", _with("consumers", {"podSelector": {"matchLabels": {"app": "x" * 64}}}),
+     "spec.consumers.podSelector.matchLabels.app"),
+    ("workload on an undeclared pool", _with("warmup", {"image": "i", "pools": [{"name": "h100"}],
+     "workloads": [{"name": "w", "entrypoint": "m:f", "pools": ["h100", "a100"]}]}),
+     "spec.warmup.workloads[0].pools[1]"),
+    ("pull secret not a name", _with("warmup.imagePullSecrets", [{"name": "Not_A_Secret"}]),
+     "spec.warmup.imagePullSecrets[0].name"),
+    *[(f"cron {text}", _with("schedule", text), "spec.schedule")
+      for text in ["60 * * * *", "0 3 * * 8", "*/0 * * * *", "5-1 * * * *"]],
 ]  # fmt: skip
 
 
@@ -107,3 +158,38 @@ def test_examples_pass_the_operators_validation(doc):
 def test_there_are_examples_of_both_storages():
     docs = [param.values[0] for param in _examples()]
     assert {"pvc", "gcs"} <= {kind for doc in docs for kind in doc["spec"]["storage"]}
+
+
+GOOD = [
+    # issue 9: valid for Kubernetes and the CRD, refused by the parser before.
+    ("pull secret with dots", _with("warmup.imagePullSecrets", [{"name": "gcr.io-pull"}])),
+    ("entrypoint with an attribute path", _with("warmup.workloads.0.entrypoint", "pkg.mod:Model.targets")),
+    ("valueFrom secret", _with("warmup.workloads.0.env", [{"name": "T", "valueFrom": {
+        "secretKeyRef": {"name": "hf.token", "key": "token", "optional": True}}}])),
+    ("valueFrom resource", _with("warmup.workloads.0.env", [{"name": "M", "valueFrom": {
+        "resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}])),
+    ("label value at 63", _with("warmup.discover.nodeSelector", {"example.com/" + "k" * 63: "v" * 63})),
+    ("empty label value", _with("warmup.discover.nodeSelector", {"gpu": ""})),
+    ("extended resource requests equal limits", _with("warmup.resources", {
+        "requests": {"example.com/fpga": 1, "cpu": "500m"}, "limits": {"example.com/fpga": "1", "cpu": 1}})),
+    ("hugepages", _with("warmup.resources", {"limits": {"hugepages-2Mi": "1Gi", "memory": "1Gi"}})),
+    ("tmp below", _with("mountPath", "/tmp/cache")),
+    ("dotted segments", _with("mountPath", "/var/.cache/..jax")),
+    ("groupBy without prefix", _with("warmup.discover.groupBy", "gpu-product")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "spec"), GOOD, ids=[case for case, _ in GOOD])
+def test_valid_input_is_accepted(case, spec):
+    parse_spec(spec)
+
+
+@pytest.mark.parametrize("name", ["c" * 64, "", None])
+def test_a_cache_name_that_is_no_label_value_names_metadata_name(name):
+    with pytest.raises(SpecError) as info:
+        parse_cache({"metadata": {"name": name}, "spec": cache_spec()})
+    assert info.value.field == "metadata.name"
+
+
+def test_a_cache_name_of_63_characters_is_fine():
+    assert parse_cache({"metadata": {"name": "c" * 63}, "spec": cache_spec()}).warmup.workloads

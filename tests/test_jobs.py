@@ -1,5 +1,7 @@
 """Warm-up Job and claim manifests: placement, GPUs, cache volume, env, security, names."""
 
+import pytest
+
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.controller import jobs
 from compilecache.controller.api import parse_spec
@@ -114,3 +116,43 @@ def test_claim_is_owned_only_when_asked():
 
     brought = cache(storage={"pvc": {"claimName": "mine"}})
     assert jobs.claim(brought, parse_spec(brought["spec"])) is None
+
+
+def test_a_cache_name_too_long_for_a_label_fails_naming_metadata_name():
+    # issue 9: a 64-character name became a label value the API server refuses (422, retried forever).
+    from compilecache.controller.api import SpecError
+
+    obj = cache(name="c" * 64)
+    spec = parse_spec(obj["spec"])
+    pool = resolve_pools(spec, cluster())[0]
+    with pytest.raises(SpecError) as info:
+        jobs.warmup_job(obj, spec, pool)
+    assert info.value.field == "metadata.name"
+    with pytest.raises(SpecError):
+        jobs.claim(obj, spec)
+
+
+@pytest.mark.parametrize(
+    ("cache_name", "pool_name"),
+    [("c" * 63, "p" * 63), ("a." * 31 + "b", "p" * 63), ("a" * 53 + ".b-c", "x"), ("a" * 54 + "-b", "y" * 10)],
+)
+def test_every_generated_name_and_label_is_legal_at_the_length_limits(cache_name, pool_name):
+    from compilecache.controller import api, expiryjob
+
+    obj = cache(name=cache_name, warmup={**cache_spec()["warmup"], "pools": [{"name": pool_name}]})
+    obj["spec"]["warmup"].pop("discover")
+    spec = api.parse_cache(obj)
+    (pool,) = resolve_pools(spec, cluster())
+    job = jobs.warmup_job(obj, spec, pool)
+    expiry = expiryjob.expiry_job(obj, spec, [job["metadata"]["name"]])
+    claim = jobs.claim(obj, spec)
+    for made in (job, expiry):
+        name = made["metadata"]["name"]
+        # A Job's name is also a pod label value (job-name): a DNS subdomain of at most 63.
+        assert api.is_dns_subdomain(name) and api.is_label_value(name), name
+    for made in (job, expiry, claim):
+        labels = {
+            **made["metadata"]["labels"],
+            **made["spec"].get("template", {}).get("metadata", {}).get("labels", {}),
+        }
+        assert all(api.is_qualified_name(k) and api.is_label_value(v) for k, v in labels.items()), labels

@@ -1,10 +1,20 @@
-"""Kubernetes quantities, human durations and cron expressions: parsing and formatting."""
+"""Kubernetes quantities, human durations and cron expressions: parsing and formatting.
+
+Quantities are parsed here rather than with ``kubernetes.utils.parse_quantity``: that one hands
+the number to Python's ``Decimal``, so it also reads ``NaN``, ``Infinity``, ``1_000`` and
+``1e3k``, which the API server refuses (apimachinery's ``resource.ParseQuantity``); a spec the
+operator accepted would then fail at the API with a 422. ``_QUANTITY`` is apimachinery's grammar.
+Cron expressions are read by croniter, with the two checks it lacks (five fields, no reversed
+range) added here.
+"""
 
 from __future__ import annotations
 
 import datetime
 import re
 from decimal import Decimal, InvalidOperation
+
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
@@ -31,7 +41,7 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise ValueError(f"not a quantity: {text!r}")
     if isinstance(text, int | float):
         return Decimal(str(text))
-    match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+    match = _QUANTITY.match(text) if isinstance(text, str) else None  # no strip: the API server does not
     if match is None:
         raise ValueError(f"not a quantity: {text!r} (expected e.g. 100Gi, 500M, 1.5Ti)")
     try:
@@ -43,7 +53,10 @@ def parse_quantity(text: str | int | float) -> Decimal:
         return number * _BINARY[suffix]
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
-    return number * Decimal(10) ** int(suffix[1:])
+    try:
+        return number * Decimal(10) ** int(suffix[1:])
+    except ArithmeticError as exc:  # decimal.Overflow on 1e9999999: past any real quantity
+        raise ValueError(f"not a quantity: {text!r} (out of range)") from exc
 
 
 def parse_bytes(text: str | int) -> int:
@@ -62,12 +75,73 @@ def parse_duration(text: str) -> float:
 
 
 def check_cron(text: str) -> str:
-    """Return a cron expression unchanged if it has the standard five fields, else raise ``ValueError``."""
+    """Return a 5-field cron expression, stripped, if croniter reads it; else raise ``ValueError``.
+
+    Everything :func:`cron_slot` would refuse later is refused here, at parse time: out-of-range
+    values (``60 * * * *``, ``0 3 * * 8``), zero steps (``*/0``), reversed ranges (``5-1``, which
+    croniter silently accepts), names in the wrong field.
+    """
     stripped = text.strip() if isinstance(text, str) else ""
     fields = stripped.split()
     if len(fields) != 5 or not all(_CRON_FIELD.match(field) for field in fields):
         raise ValueError(f"not a cron schedule: {text!r} (expected 5 fields, e.g. '0 3 * * *')")
+    for index, field in enumerate(fields):
+        for item in field.split(","):
+            first, dash, last = item.partition("/")[0].partition("-")
+            if dash and _cron_number(first, index) > _cron_number(last, index):
+                raise ValueError(f"not a cron schedule: {text!r}: range {first}-{last} runs backwards")
+    try:
+        croniter(stripped)
+    except (CroniterError, ValueError, KeyError) as exc:
+        raise ValueError(f"not a cron schedule: {text!r}: {exc}") from None
     return stripped
+
+
+def _cron_number(text: str, index: int) -> int:
+    # Range ends are numbers or (month, day-of-week) names; croniter checks which field takes names.
+    if text.isdigit():
+        return int(text)
+    names = _CRON_MONTHS if index == 3 else _CRON_WEEKDAYS if index == 4 else {}
+    if text.lower() not in names:
+        raise ValueError(f"not a cron schedule: {text!r} is not a number or a name of this field")
+    return names[text.lower()]
+
+
+_MONTH_NAMES = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_CRON_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, 1)}
+_CRON_WEEKDAYS = {name: number for number, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])}
+
+
+def cron_slot(text: str, now: datetime.datetime) -> datetime.datetime | None:
+    """The latest time at or before ``now`` (UTC, to the minute) that the 5-field schedule names.
+
+    Standard cron semantics (croniter's): when both day-of-month and day-of-week are
+    restricted, a day matching either counts; day-of-week 7 is Sunday too. ``None`` if no
+    time ever matches (e.g. ``0 0 30 2 *``).
+    """
+    schedule = check_cron(text)
+    # croniter's get_prev is strictly before its start: start a minute after now's minute.
+    start = now.astimezone(datetime.UTC).replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+    try:
+        found = croniter(schedule, start).get_prev(datetime.datetime)
+    except CroniterBadDateError:
+        return None
+    return found.astimezone(datetime.UTC)
+
+
+def format_duration(seconds: float) -> str:
+    """Format seconds as a duration :func:`parse_duration` reads back to the same float.
+
+    Plain decimal seconds (``1209600s`` for 14d), never an exponent: ``f"{x:g}s"`` gave
+    ``1.2096e+06s``, which no duration parser reads. Whole seconds keep the form the expiry
+    Jobs always had (``604800s``), so existing Job names and commands do not change.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < float("inf"):
+        raise ValueError(f"not a duration in seconds: {seconds!r}")
+    if seconds == int(seconds) and seconds < 2**53:
+        return f"{int(seconds)}s"
+    # repr() is the shortest text that reads back as the same float; 'f' spells out its exponent.
+    return f"{format(Decimal(repr(float(seconds))), 'f')}s"
 
 
 def format_bytes(count: int) -> str:
@@ -79,77 +153,3 @@ def format_bytes(count: int) -> str:
             value = count / factor
             return f"{value:.1f}{suffix}".replace(".0" + suffix, suffix)
     return str(count)  # pragma: no cover - unreachable: 1024 == Ki
-
-
-_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))  # minute hour day-of-month month day-of-week
-_CRON_NAMES: tuple[dict[str, int], ...] = (
-    {},
-    {},
-    {},
-    {
-        name: number
-        for number, name in enumerate(
-            ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
-        )
-    },
-    {name: number for number, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
-)
-_CRON_LOOKBACK_DAYS = 5 * 366  # long enough for "0 0 29 2 *" (a leap day: at most 8 years apart, usually 4)
-
-
-def cron_slot(text: str, now: datetime.datetime) -> datetime.datetime | None:
-    """The latest time at or before ``now`` (UTC, to the minute) that the 5-field schedule names.
-
-    Standard cron semantics: when both day-of-month and day-of-week are restricted, a day
-    matching either counts; day-of-week 7 is Sunday too. ``None`` if no time matches within
-    five years (e.g. ``0 0 30 2 *``).
-    """
-    fields = check_cron(text).split()
-    minutes, hours, days, months, weekdays = (_cron_values(f, i) for i, f in enumerate(fields))
-    if 7 in weekdays:
-        weekdays.add(0)
-    any_day, any_weekday = fields[2] in ("*", "?"), fields[4] in ("*", "?")
-    now = now.astimezone(datetime.UTC).replace(second=0, microsecond=0)
-    for back in range(_CRON_LOOKBACK_DAYS):
-        day = (now - datetime.timedelta(days=back)).date()
-        weekday = (day.weekday() + 1) % 7  # cron: Sunday is 0
-        day_ok = day.day in days
-        weekday_ok = weekday in weekdays
-        matches = day_ok and weekday_ok if any_day or any_weekday else day_ok or weekday_ok
-        if day.month not in months or not matches:
-            continue
-        latest = (now.hour, now.minute) if back == 0 else (23, 59)
-        times = [(h, m) for h in sorted(hours, reverse=True) for m in sorted(minutes, reverse=True) if (h, m) <= latest]
-        if times:
-            hour, minute = times[0]
-            return datetime.datetime(day.year, day.month, day.day, hour, minute, tzinfo=datetime.UTC)
-    return None
-
-
-def _cron_values(field: str, index: int) -> set[int]:
-    low, high = _CRON_RANGES[index]
-    names = _CRON_NAMES[index]
-    values: set[int] = set()
-    for item in field.split(","):
-        base, _, step_text = item.partition("/")
-        step = int(step_text) if step_text else 1
-        if step < 1:
-            raise ValueError(f"cron field {field!r}: step must be at least 1")
-        if base in ("*", "?"):
-            start, end = low, high
-        else:
-            first, _, last = base.partition("-")
-            start = _cron_number(first, names, field)
-            end = _cron_number(last, names, field) if last else (high if step_text else start)
-        if not low <= start <= end <= high:
-            raise ValueError(f"cron field {field!r}: values must lie in {low}-{high}")
-        values.update(range(start, end + 1, step))
-    return values
-
-
-def _cron_number(text: str, names: dict[str, int], field: str) -> int:
-    if text.isdigit():
-        return int(text)
-    if text.lower() in names:
-        return names[text.lower()]
-    raise ValueError(f"cron field {field!r}: {text!r} is not a number or name")

@@ -3,6 +3,14 @@
 The CRD's schema rejects most bad input at admission, but the operator validates
 again: a CRD can be older than the operator, and a clear condition naming the
 field beats a crash loop. Defaults here equal the CRD's.
+
+One source of truth for validity (issue 9): every check here is either in the CRD too
+(same pattern, same bound), or one the CRD deliberately leaves out (too costly for CEL,
+e.g. a workload's pools naming declared pools; or needing several fields, e.g. requests
+not above limits). This parser never refuses what the CRD admits as valid, and anything
+it lets through becomes objects the API server accepts: the name and label rules below
+are apimachinery's (``k8s.io/apimachinery/pkg/util/validation/validation.go``), the
+resource and mount rules those of ``pkg/apis/core/validation/validation.go``.
 """
 
 from __future__ import annotations
@@ -26,9 +34,26 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_GATE_TIMEOUT = "30m"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_DNS_SUBDOMAIN_SYNTAX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_PYTHON_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_ENTRYPOINT = re.compile(rf"^{_PYTHON_PATH}:{_PYTHON_PATH}$")  # the CRD's pattern: module:attr.path
+_MOUNT_PATH = re.compile(r"^(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+$")  # the CRD's pattern
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}  # and hugepages-<size>
+_VALUE_SOURCES = {
+    "secretKeyRef": "key",
+    "configMapKeyRef": "key",
+    "fieldRef": "fieldPath",
+    "resourceFieldRef": "resource",
+}
+NAME_MAX = 63  # a cache's name is the value of labels on its Jobs, claims and pods
+# Paths the operator mounts in warm-up and expiry containers itself (jobs.TMP_DIR): a cache
+# there would be a duplicate mountPath, which the API server refuses.
+RESERVED_MOUNT_PATHS = frozenset({"/tmp"})
 _ACCESS_MODES = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
 _PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
 _RESERVED_ENV = {"JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS"}
@@ -158,6 +183,52 @@ class CacheSpec:
         return self.gcs.url if self.gcs is not None else self.mount_path
 
 
+def parse_cache(cache: Mapping[str, Any]) -> CacheSpec:
+    """Validate a whole CompileCache: its name (used as a label value) and its spec."""
+    check_cache_name((cache.get("metadata") or {}).get("name"))
+    return parse_spec(cache.get("spec"))
+
+
+def check_cache_name(name: Any) -> str:
+    """A cache's name must be a label value: at most 63 characters (the CRD's root rule says so too)."""
+    if not isinstance(name, str) or not is_label_value(name) or not name:
+        raise SpecError("metadata.name", f"must be a label value (at most {NAME_MAX} characters), got {name!r}")
+    return name
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """A DNS-1123 subdomain: lower-case labels joined by dots, at most 253 characters."""
+    return len(value) <= 253 and bool(_DNS_SUBDOMAIN_SYNTAX.match(value))
+
+
+def is_dns_label(value: str) -> bool:
+    """A DNS-1123 label: at most 63 lower-case letters, digits and '-'."""
+    return bool(_DNS_LABEL.match(value))
+
+
+def is_label_value(value: str) -> bool:
+    """A label value: empty, or at most 63 alphanumerics with '-', '_', '.' inside."""
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def is_qualified_name(value: str) -> bool:
+    """A label key (a qualified name): ``[prefix/]name``, prefix a DNS subdomain, name at most 63."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and not (prefix and is_dns_subdomain(prefix)):
+        return False
+    return len(name) <= 63 and bool(_QUALIFIED_NAME_PART.match(name))
+
+
+def is_extended_resource_name(value: str) -> bool:
+    """An extended resource (e.g. nvidia.com/gpu): ``domain/name``, not in kubernetes.io, not ``requests.``."""
+    return (
+        "/" in value
+        and "kubernetes.io/" not in value
+        and not value.startswith("requests.")
+        and is_qualified_name(f"requests.{value}")
+    )
+
+
 def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     """Validate a CompileCache ``spec`` and apply defaults; raise :class:`SpecError` naming the field."""
     spec = _mapping(spec, "spec", required=True)
@@ -171,8 +242,14 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     gcs = _gcs(gcs_raw) if gcs_raw is not None else None
 
     mount_path = spec.get("mountPath", DEFAULT_MOUNT_PATH)
-    if not isinstance(mount_path, str) or not mount_path.startswith("/") or mount_path.rstrip("/") == "":
-        raise SpecError("spec.mountPath", f"must be an absolute path other than /, got {mount_path!r}")
+    if isinstance(mount_path, str) and len(mount_path) > 1:
+        mount_path = mount_path.rstrip("/")  # lenient where it is harmless: the CRD refuses a trailing /
+    if not isinstance(mount_path, str) or len(mount_path) > 1024 or not _MOUNT_PATH.match(mount_path):
+        raise SpecError(
+            "spec.mountPath", f"must be an absolute path without '.', '..' or empty segments, got {mount_path!r}"
+        )
+    if mount_path in RESERVED_MOUNT_PATHS:
+        raise SpecError("spec.mountPath", f"{mount_path} is where the operator mounts its own scratch volume")
 
     warmup = _warmup(_mapping(spec.get("warmup"), "spec.warmup", required=True), gcs)
     schedule = spec.get("schedule")
@@ -181,7 +258,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     return CacheSpec(
         pvc=pvc,
         gcs=gcs,
-        mount_path=mount_path.rstrip("/"),
+        mount_path=mount_path,
         warmup=warmup,
         schedule=schedule,
         lifecycle=_lifecycle(_mapping(spec.get("lifecycle"), "spec.lifecycle")),
@@ -192,7 +269,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
 def _pvc(raw: Any) -> PVCStorage:
     pvc = _mapping(raw, "spec.storage.pvc", required=True)
     claim = pvc.get("claimName")
-    if not isinstance(claim, str) or not _DNS_SUBDOMAIN.match(claim):
+    if not isinstance(claim, str) or not is_dns_subdomain(claim):
         raise SpecError("spec.storage.pvc.claimName", f"must be a valid claim name, got {claim!r}")
     create = None
     create_raw = pvc.get("create")
@@ -208,7 +285,7 @@ def _pvc(raw: Any) -> PVCStorage:
                 raise SpecError(f"spec.storage.pvc.create.accessModes[{index}]", f"unknown access mode {mode!r}")
         create = PVCCreate(
             size=str(size),
-            storage_class_name=_optional_str(
+            storage_class_name=_optional_subdomain(
                 create_map.get("storageClassName"), "spec.storage.pvc.create.storageClassName"
             ),
             access_modes=modes or ("ReadWriteMany",),
@@ -233,7 +310,7 @@ def _gcs(raw: Any) -> GCSStorage:
     return GCSStorage(
         bucket=bucket,
         prefix=prefix.strip("/"),
-        service_account_name=_optional_str(gcs.get("serviceAccountName"), "spec.storage.gcs.serviceAccountName"),
+        service_account_name=_optional_subdomain(gcs.get("serviceAccountName"), "spec.storage.gcs.serviceAccountName"),
         delete_with_cache=_bool(gcs.get("deleteWithCache", False), "spec.storage.gcs.deleteWithCache"),
     )
 
@@ -245,8 +322,9 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
     pull_policy = _optional_str(warmup.get("imagePullPolicy"), "spec.warmup.imagePullPolicy")
     if pull_policy is not None and pull_policy not in _PULL_POLICIES:
         raise SpecError("spec.warmup.imagePullPolicy", f"must be one of {sorted(_PULL_POLICIES)}, got {pull_policy!r}")
+    # Secret names are DNS subdomains (gcr.io-pull is one), not labels.
     pull_secrets = tuple(
-        _name(
+        _subdomain(
             _mapping(item, f"spec.warmup.imagePullSecrets[{index}]").get("name"),
             f"spec.warmup.imagePullSecrets[{index}].name",
         )
@@ -269,6 +347,17 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
     workloads = tuple(_workload(item, f"spec.warmup.workloads[{index}]") for index, item in enumerate(workloads_raw))
     _unique([workload.name for workload in workloads], "spec.warmup.workloads")
     _check_env_conflicts(workloads)
+    if discover is None:
+        # Not a CEL rule: 128 workloads x 64 x 64 pools cost 1.7x the API server's budget.
+        declared = {pool.name for pool in pools}
+        for windex, workload in enumerate(workloads):
+            for pindex, pool_name in enumerate(workload.pools):
+                if pool_name not in declared:
+                    raise SpecError(
+                        f"spec.warmup.workloads[{windex}].pools[{pindex}]",
+                        f"names no pool in warmup.pools ({sorted(declared)}); without warmup.discover "
+                        "there are no other pools",
+                    )
 
     jax_raw = _mapping(warmup.get("jax"), "spec.warmup.jax")
     jax = JaxOptions(
@@ -277,11 +366,10 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
         xla_flags=_optional_str(jax_raw.get("xlaFlags"), "spec.warmup.jax.xlaFlags") or None,
     )
     resources = _mapping(warmup.get("resources"), "spec.warmup.resources")
-    for kind in ("requests", "limits"):
-        for name, value in _mapping(resources.get(kind), f"spec.warmup.resources.{kind}").items():
-            _convert(units.parse_quantity, value, f"spec.warmup.resources.{kind}.{name}")
+    gpu_resources = {pool.gpu_resource for pool in pools} | ({discover.gpu_resource} if discover else set())
+    _check_resources(resources, gpu_resources)
 
-    service_account = _optional_str(warmup.get("serviceAccountName"), "spec.warmup.serviceAccountName")
+    service_account = _optional_subdomain(warmup.get("serviceAccountName"), "spec.warmup.serviceAccountName")
     if service_account is None and gcs is not None:
         service_account = gcs.service_account_name
     return Warmup(
@@ -327,6 +415,14 @@ def _workload(raw: Any, path: str) -> Workload:
     for index, item in enumerate(env):
         if not isinstance(item.get("name"), str) or not item["name"]:
             raise SpecError(f"{path}.env[{index}].name", "is required")
+        if not _ENV_NAME.match(item["name"]):
+            raise SpecError(f"{path}.env[{index}].name", f"must be a variable name, got {item['name']!r}")
+        if "valueFrom" in item:
+            if "value" in item:
+                raise SpecError(f"{path}.env[{index}]", "sets value or valueFrom, not both")
+            _check_value_from(item["valueFrom"], f"{path}.env[{index}].valueFrom")
+        elif "value" in item and not isinstance(item["value"], str):
+            raise SpecError(f"{path}.env[{index}].value", f"must be a string, got {item['value']!r}")
         if item["name"] in _RESERVED_ENV or item["name"].startswith("JAX_PERSISTENT_CACHE_"):
             raise SpecError(
                 f"{path}.env[{index}].name",
@@ -345,18 +441,19 @@ def _pool(raw: Any, path: str) -> PoolSpec:
         node_selector=_labels(pool.get("nodeSelector"), f"{path}.nodeSelector"),
         tolerations=_tolerations(pool.get("tolerations"), f"{path}.tolerations"),
         gpus_per_pod=None if gpus is None else _int(gpus, f"{path}.gpusPerPod", minimum=0),
-        gpu_resource=_optional_str(pool.get("gpuResource"), f"{path}.gpuResource") or DEFAULT_GPU_RESOURCE,
+        gpu_resource=_gpu_resource(pool.get("gpuResource"), f"{path}.gpuResource"),
     )
 
 
 def _discover(discover: Mapping[str, Any]) -> Discover:
-    group_by = _optional_str(discover.get("groupBy"), "spec.warmup.discover.groupBy") or DEFAULT_GROUP_BY
+    group_by = _optional_str(discover.get("groupBy", DEFAULT_GROUP_BY), "spec.warmup.discover.groupBy")
+    if group_by is None or not is_qualified_name(group_by):
+        raise SpecError("spec.warmup.discover.groupBy", f"must be a node label key, got {group_by!r}")
     return Discover(
         node_selector=_labels(discover.get("nodeSelector"), "spec.warmup.discover.nodeSelector"),
         group_by=group_by,
         tolerations=_tolerations(discover.get("tolerations"), "spec.warmup.discover.tolerations"),
-        gpu_resource=_optional_str(discover.get("gpuResource"), "spec.warmup.discover.gpuResource")
-        or DEFAULT_GPU_RESOURCE,
+        gpu_resource=_gpu_resource(discover.get("gpuResource"), "spec.warmup.discover.gpuResource"),
     )
 
 
@@ -376,6 +473,17 @@ def _consumers(consumers: Mapping[str, Any]) -> Consumers:
     selector = consumers.get("podSelector")
     if selector is not None:
         selector = _mapping(selector, "spec.consumers.podSelector")
+        _labels(selector.get("matchLabels"), "spec.consumers.podSelector.matchLabels")
+        for index, item in enumerate(
+            _list(selector.get("matchExpressions"), "spec.consumers.podSelector.matchExpressions")
+        ):
+            where = f"spec.consumers.podSelector.matchExpressions[{index}]"
+            requirement = _mapping(item, where, required=True)
+            if not isinstance(requirement.get("key"), str) or not is_qualified_name(requirement["key"]):
+                raise SpecError(f"{where}.key", f"must be a label key, got {requirement.get('key')!r}")
+            for vindex, value in enumerate(_strings(requirement.get("values"), f"{where}.values")):
+                if not is_label_value(value):
+                    raise SpecError(f"{where}.values[{vindex}]", f"must be a label value, got {value!r}")
     return Consumers(
         pod_selector=selector,
         read_only=_bool(consumers.get("readOnly", True), "spec.consumers.readOnly"),
@@ -435,19 +543,114 @@ def _strings(value: Any, path: str) -> list[str]:
 def _labels(value: Any, path: str) -> dict[str, str]:
     labels = _mapping(value, path)
     for key, item in labels.items():
-        if not isinstance(item, str):
-            raise SpecError(f"{path}.{key}", f"label values are strings, got {item!r}")
+        if not isinstance(key, str) or not is_qualified_name(key):
+            raise SpecError(f"{path}.{key}", f"must be a label key (a qualified name), got {key!r}")
+        if not isinstance(item, str) or not is_label_value(item):
+            raise SpecError(f"{path}.{key}", f"must be a label value (at most 63 characters), got {item!r}")
     return dict(labels)
 
 
 def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
-    return tuple(_mapping(item, f"{path}[{index}]", required=True) for index, item in enumerate(_list(value, path)))
+    tolerations = tuple(
+        _mapping(item, f"{path}[{index}]", required=True) for index, item in enumerate(_list(value, path))
+    )
+    for index, toleration in enumerate(tolerations):
+        key, operator = toleration.get("key", ""), toleration.get("operator", "Equal")
+        if not isinstance(key, str) or (key and not is_qualified_name(key)):
+            raise SpecError(f"{path}[{index}].key", f"must be a taint key (a qualified name), got {key!r}")
+        if not key and operator != "Exists":
+            raise SpecError(f"{path}[{index}].operator", "a toleration without key must use operator Exists")
+        value_ = toleration.get("value", "")
+        if not isinstance(value_, str) or not is_label_value(value_):
+            raise SpecError(f"{path}[{index}].value", f"must be a label value, got {value_!r}")
+        if operator == "Exists" and value_:
+            raise SpecError(f"{path}[{index}].value", "a toleration with operator Exists must not set value")
+    return tolerations
+
+
+def _gpu_resource(value: Any, path: str) -> str:
+    resource = _optional_str(value, path)
+    if resource is None:
+        return DEFAULT_GPU_RESOURCE
+    if not is_extended_resource_name(resource):
+        raise SpecError(path, f"must be an extended resource name such as nvidia.com/gpu, got {resource!r}")
+    return resource
+
+
+def _check_resources(resources: Mapping[str, Any], gpu_resources: set[str]) -> None:
+    """Requests and limits the API server accepts in a container, and no GPU count of their own."""
+    parsed: dict[str, dict[str, Any]] = {}
+    for kind in ("requests", "limits"):
+        parsed[kind] = {}
+        for name, value in _mapping(resources.get(kind), f"spec.warmup.resources.{kind}").items():
+            where = f"spec.warmup.resources.{kind}.{name}"
+            if name in gpu_resources:
+                raise SpecError(where, "GPUs come from the pool (gpusPerPod, or all of a node's); do not set them here")
+            standard = name in _STANDARD_RESOURCES or name.startswith("hugepages-")
+            if not (standard if "/" not in name else is_extended_resource_name(name)):
+                raise SpecError(
+                    where, f"must be cpu, memory, ephemeral-storage, hugepages-* or domain/name, got {name!r}"
+                )
+            if isinstance(value, float):
+                raise SpecError(where, f"must be an integer or a quantity string, got {value!r}")
+            quantity = _convert(units.parse_quantity, value, where)
+            if quantity < 0:
+                raise SpecError(where, f"must not be negative, got {value!r}")
+            parsed[kind][name] = quantity
+    for name, request in parsed["requests"].items():
+        limit = parsed["limits"].get(name)
+        if limit is not None and request > limit:
+            raise SpecError(f"spec.warmup.resources.requests.{name}", f"must not exceed limits.{name}")
+        if "/" in name and limit is None:  # extended resources cannot be overcommitted
+            raise SpecError(f"spec.warmup.resources.requests.{name}", f"needs limits.{name} set to the same amount")
+        if "/" in name and limit != request:
+            raise SpecError(f"spec.warmup.resources.limits.{name}", f"must equal requests.{name}")
+
+
+def _check_value_from(value: Any, path: str) -> None:
+    """An EnvVarSource: exactly one known source, with the field that source requires."""
+    source = _mapping(value, path, required=True)
+    if len(source) != 1 or next(iter(source)) not in _VALUE_SOURCES:
+        raise SpecError(path, f"must set exactly one of {sorted(_VALUE_SOURCES)}, got {sorted(source)}")
+    kind, ref_raw = next(iter(source.items()))
+    ref = _mapping(ref_raw, f"{path}.{kind}", required=True)
+    required = _VALUE_SOURCES[kind]
+    allowed = {
+        "secretKeyRef": {"name", "key", "optional"},
+        "configMapKeyRef": {"name", "key", "optional"},
+        "fieldRef": {"apiVersion", "fieldPath"},
+        "resourceFieldRef": {"containerName", "resource", "divisor"},
+    }[kind]
+    unknown = sorted(set(ref) - allowed)
+    if unknown:
+        raise SpecError(f"{path}.{kind}.{unknown[0]}", f"is not a field of {kind}")
+    text = ref.get(required)
+    if not isinstance(text, str) or not text:
+        raise SpecError(f"{path}.{kind}.{required}", "is required")
+    if required == "key" and (len(text) > 253 or not _CONFIG_KEY.match(text)):
+        raise SpecError(f"{path}.{kind}.key", f"must be a valid key, got {text!r}")
+    if "name" in ref:
+        _subdomain(ref["name"], f"{path}.{kind}.name")
+    if "optional" in ref:
+        _bool(ref["optional"], f"{path}.{kind}.optional")
+    if "divisor" in ref:
+        _convert(units.parse_quantity, ref["divisor"], f"{path}.{kind}.divisor")
 
 
 def _name(value: Any, path: str) -> str:
     if not isinstance(value, str) or not _DNS_LABEL.match(value):
         raise SpecError(path, f"must be a DNS label (lower-case letters, digits, '-'), got {value!r}")
     return value
+
+
+def _subdomain(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not is_dns_subdomain(value):
+        raise SpecError(path, f"must be a DNS subdomain (lower-case letters, digits, '-', '.'), got {value!r}")
+    return value
+
+
+def _optional_subdomain(value: Any, path: str) -> str | None:
+    return None if value is None else _subdomain(value, path)
 
 
 def _optional_str(value: Any, path: str) -> str | None:

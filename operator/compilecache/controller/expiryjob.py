@@ -49,11 +49,16 @@ def expiry_hash(spec: CacheSpec, warmup_jobs: Sequence[str]) -> str:
 
 
 def expire_command(spec: CacheSpec) -> list[str]:
-    """``compilecache expire`` with the cache's lifecycle (seconds and bytes: no unit is lost)."""
+    """``compilecache expire`` with the cache's lifecycle, in the syntax its own parser reads.
+
+    Durations go through ``units.format_duration`` (``14d`` became ``1.2096e+06s`` with
+    ``:g``, which ``expire`` refused); sizes are whole bytes; ``--verify``/``--no-verify`` is
+    always explicit, so the Job does what the spec says whatever the CLI's default.
+    """
     lifecycle = spec.lifecycle
     command = ["compilecache", "expire", "--cache-dir", spec.cache_dir]
     if lifecycle.max_age_seconds is not None:
-        command += ["--max-age", f"{lifecycle.max_age_seconds:g}s"]
+        command += ["--max-age", units.format_duration(lifecycle.max_age_seconds)]
     if lifecycle.max_size_bytes is not None:
         command += ["--max-size", str(lifecycle.max_size_bytes)]
     if lifecycle.keep_versions is not None:

@@ -114,9 +114,13 @@ def container_security_context() -> dict[str, Any]:
 
 
 def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str | None = None) -> dict[str, Any]:
-    """The warm-up Job of one pool: runs ``compilecache warm`` on the pool's nodes with its GPUs."""
+    """The warm-up Job of one pool: runs ``compilecache warm`` on the pool's nodes with its GPUs.
+
+    Raises :class:`compilecache.controller.api.SpecError` (``metadata.name``) for a cache name
+    that is no label value: the Job would carry it as one and the API server refuse the Job.
+    """
     meta = cache["metadata"]
-    name = meta["name"]
+    name = api.check_cache_name(meta.get("name"))
     spec_hash = pool_hash(cache, spec, pool, slot)
     warmup = spec.warmup
     env = _container_env(spec, pool)
@@ -204,7 +208,7 @@ def claim(cache: Mapping[str, Any], spec: CacheSpec) -> dict[str, Any] | None:
     """The PersistentVolumeClaim to create for the cache, or ``None`` if the user brings their own."""
     if spec.pvc is None or spec.pvc.create is None:
         return None
-    name = cache["metadata"]["name"]
+    name = api.check_cache_name(cache["metadata"].get("name"))  # a label value below
     metadata: dict[str, Any] = {
         "name": spec.pvc.claim_name,
         "namespace": cache["metadata"].get("namespace"),
