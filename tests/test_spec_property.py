@@ -2,18 +2,19 @@
 
 Issue 9, item 2: hypothesis draws CompileCaches from the CRD's own schema (tests/specgen.py; each
 checked against the CRD with tests/crdschema.py, CEL included) and a synthetic node set, runs
-the operator's pure manifest functions (the parser, pool resolution, the warm-up Jobs, the
-claim, the expiry Job) and requires either
+the operator's pure pass (``plan()``, pass after pass, as the cluster runs what it creates: the
+claim, the warm-up Jobs, the expiry Job) and requires either
 
 - objects that pass kubernetes-validate (strict) for Kubernetes 1.30-1.35 and the API server's
   own name and label rules, which no OpenAPI schema carries (:func:`api_server_rules`), or
-- :class:`SpecError` whose ``field`` is a path that exists in the cache.
+- a Failed status naming a field (``invalid spec: FIELD: ...``) that exists in the cache.
 
 The CI run is bounded and seeded (derandomize); ``-m slow`` runs a longer one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,9 +26,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from compilecache.cache import units
-from compilecache.controller import api, expiryjob, jobs
+from compilecache.controller import api, expiryjob, jobs, plan, status
 from compilecache.controller.api import SpecError
 from compilecache.controller.pools import resolve_pools
+from compilecache.controller.snapshot import Cache, Snapshot
 from crdschema import load_crd, openapi_schema
 from specgen import cache_objects, node_sets
 
@@ -174,16 +176,50 @@ def field_exists(obj: Any, field: str) -> bool:
 # --- the property ------------------------------------------------------------------------------
 
 
+NOW = "2026-11-22T10:00:00Z"
+_KINDS = ("Job", "PersistentVolumeClaim")
+_INVALID = re.compile(r"^invalid spec: (?P<field>[^:]+): ")
+
+
 def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What the operator would create for ``cache`` on ``nodes`` (raises SpecError for bad input)."""
-    spec = api.parse_cache(cache)
-    pools = resolve_pools(spec, nodes)
-    objects = [jobs.warmup_job(cache, spec, pool) for pool in pools]
-    claim = jobs.claim(cache, spec)
-    if claim is not None:
-        objects.append(claim)
-    objects.append(expiryjob.expiry_job(cache, spec, [job["metadata"]["name"] for job in objects]))
-    return objects
+    """What the operator's passes create for ``cache`` on ``nodes``: ``plan()`` run pass after pass.
+
+    Each pass's creations come back in the next snapshot as the cluster would have them (the
+    claim Bound, every warm-up Job Complete), so the passes reach the expiry Job too. A cache the
+    operator refuses raises the SpecError its Failed status names (``invalid spec: FIELD: ...``).
+    """
+    snap = Snapshot(Cache.read(cache), nodes=tuple(nodes))
+    created: dict[str, dict[str, Any]] = {}
+    for _ in range(4):  # claim and warm-up Jobs, then the expiry Job, then nothing
+        decided = plan.plan(snap, NOW)
+        invalid = _INVALID.match(str(decided.status.get("message") or ""))
+        if decided.status.get("phase") == status.FAILED and invalid:
+            raise SpecError(invalid["field"], decided.status["message"])
+        assert decided.status.get("phase") != status.FAILED, decided.status  # no other failure on valid input
+        if not decided.creates:
+            break
+        for create in decided.creates:
+            created[create.name] = dict(create.manifest)
+        snap = _after_the_cluster_ran(snap, decided)
+    return list(created.values())
+
+
+def _after_the_cluster_ran(snap: Snapshot, decided: plan.Plan) -> Snapshot:
+    made = {
+        kind: [dict(c.manifest) for c in decided.creates if c.manifest["kind"] == kind]
+        for kind in ("Job", "PersistentVolumeClaim")
+    }
+    claims = [claim | {"status": {"phase": "Bound"}} for claim in made["PersistentVolumeClaim"]]
+    finished = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
+    warmups = [job | finished for job in made["Job"] if expiryjob.LABEL_EXPIRY_OF not in job["metadata"]["labels"]]
+    expiries = [job | finished for job in made["Job"] if expiryjob.LABEL_EXPIRY_OF in job["metadata"]["labels"]]
+    return dataclasses.replace(
+        snap,
+        cache=Cache.read(dict(snap.cache.obj) | {"status": dict(decided.status)}),
+        claim=claims[0] if claims else snap.claim,
+        jobs=snap.jobs + tuple(warmups),
+        expiry_jobs=snap.expiry_jobs + tuple(expiries),
+    )
 
 
 def check(cache: Mapping[str, Any], nodes: list[dict[str, Any]], versions: list[str]) -> str:

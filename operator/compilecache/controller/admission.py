@@ -21,7 +21,7 @@ from typing import Any
 import jsonpatch
 
 from compilecache.controller import status
-from compilecache.controller.api import CacheSpec, SpecError, parse_spec
+from compilecache.controller.api import CacheSpec, SpecError, parse_cache
 from compilecache.controller.jobs import LABEL_CACHE, cache_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
@@ -181,7 +181,7 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
     the operator finds it to release its gate. Raises :class:`compilecache.controller.api.SpecError`
     on a cache whose spec is invalid.
     """
-    spec = parse_spec(cache.get("spec"))
+    spec = parse_cache(cache)
     name = cache["metadata"]["name"]
     new = copy.deepcopy(dict(pod))
     meta = new.setdefault("metadata", {})
@@ -240,7 +240,7 @@ def pod_snippet(cache: Mapping[str, Any]) -> dict[str, Any]:
     Keys: ``env`` (for each container), ``volumeMounts`` and ``volumes`` (PVC caches),
     ``serviceAccountName`` (GCS caches that name one), and the opt-in ``labels``.
     """
-    spec = parse_spec(cache.get("spec"))
+    spec = parse_cache(cache)
     snippet: dict[str, Any] = {"labels": {LABEL_CACHE: cache["metadata"]["name"]}}
     volume, mount = cache_volume(spec), cache_mount(spec)
     if volume is not None and mount is not None:

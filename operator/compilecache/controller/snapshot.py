@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.controller import expiryjob, jobs
-from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_spec
+from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, Client
 
 Obj = Mapping[str, Any]
@@ -32,9 +32,9 @@ class Cache:
 
     @classmethod
     def read(cls, obj: Obj) -> Cache:
-        """Parse the object's spec once; bad input becomes ``error`` (naming the field), never an exception."""
+        """Parse the name and spec once; bad input becomes ``error`` (naming the field), never an exception."""
         try:
-            return cls(obj, parse_spec(obj.get("spec")))
+            return cls(obj, parse_cache(obj))
         except SpecError as exc:
             return cls(obj, None, exc)
         except Exception as exc:  # a parser bug must not take the pass (and the gates) down with it
