@@ -16,14 +16,21 @@ first, ``PYTHONPATH``). A container needs ``command`` (there is no image entrypo
 local directory; paths outside every mount are the host's own (honest limit: there is
 no root filesystem of the image, and ``readOnlyRootFilesystem`` is not enforced).
 
+**Privileges.** Processes run as the kubelet's user. When that is root (a container, CI),
+every process starts through ``setpriv`` with no capabilities at all (bounding, inheritable
+and ambient sets cleared, no new privileges), as ``capabilities: {drop: [ALL]}`` does: root
+without ``CAP_DAC_OVERRIDE``/``CAP_FOWNER`` is bound by permission bits like any user.
+``runAsUser``, resources and GPUs are not applied: every process runs on this machine's CPU.
+
 **Read-only mounts** (``readOnly: true`` on the mount or the claim) get a private copy of
-the volume made when the container starts, with every file mode ``0444`` and directory
-``0555``: a write fails with ``EACCES`` (a real read-only mount gives ``EROFS``), and
-nothing the process does — even changing the modes back, which an owner may — reaches the
-shared volume. Unlike a real mount, the copy does not see later writes by other pods.
-Bind mounts that are really read-only need root or user namespaces, which CI machines
-often lack. ``runAsUser``, resources and GPUs are not applied: processes run as the
-current user on the CPU.
+the volume made when the container starts, every file mode ``0444`` and directory ``0555``;
+as root the copy is owned by ``nobody`` (65534), so the process can neither write nor change
+the modes back: a write fails with ``EACCES`` (a real read-only mount gives ``EROFS``), and
+nothing reaches the shared volume. As a non-root kubelet the copy is the process's own, and
+the process could change its modes back (an owner may); still nothing reaches the shared
+volume. Unlike a real mount, the copy does not see later writes by other pods. (A read-only
+bind mount needs root with ``CAP_SYS_ADMIN`` or user namespaces, which CI machines often lack.)
+A root kubelet without ``setpriv`` (util-linux) fails every container with ``StartError``.
 
 The termination message is the file's content (at most 4096 bytes); with
 ``terminationMessagePolicy: FallbackToLogsOnError`` and an empty file, a failed
@@ -55,6 +62,7 @@ PODS = "v1/pods"
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 MESSAGE_MAX = 4096  # bytes of a termination message the kubelet keeps
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # FallbackToLogsOnError: whichever is smaller
+NOBODY = 65534  # owns read-only copies when the kubelet is root: the process (root, no capabilities) cannot change them
 
 
 class PodError(Exception):
@@ -111,16 +119,20 @@ def map_value(value: str, table: Sequence[tuple[str, str]]) -> str:
 
 
 def read_only_copy(source: Path, target: Path) -> None:
-    """A private copy of ``source`` whose files are 0444 and directories 0555."""
+    """A private copy of ``source`` whose files are 0444 and directories 0555 (owned by nobody when root)."""
     shutil.copytree(source, target, symlinks=True)
+    owner = NOBODY if os.geteuid() == 0 else None
     for folder, dirs, files in os.walk(target, topdown=False):
-        for name in files:
+        for name in [*files, *dirs]:
             path = Path(folder, name)
-            if not path.is_symlink():
-                path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        for name in dirs:
-            Path(folder, name).chmod(0o555)
+            if path.is_symlink():
+                continue
+            path.chmod(0o555 if path.is_dir() else stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            if owner is not None:
+                os.chown(path, owner, owner)
     target.chmod(0o555)
+    if owner is not None:
+        os.chown(target, owner, owner)
 
 
 def _make_writable(path: Path) -> None:
@@ -144,6 +156,16 @@ def termination_message(container: Mapping[str, Any], file: Path, log: Path, exi
             lines = []
         message = b"".join(lines)[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
     return message
+
+
+def unprivileged(argv: list[str]) -> list[str]:
+    """``argv`` started with no capabilities when this process is root; as it is otherwise."""
+    if os.geteuid() != 0:
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise PodError("StartError", "the local cluster runs as root and needs setpriv (util-linux) to drop privileges")
+    return [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--no-new-privs", "--", *argv]
 
 
 class PodRun(threading.Thread):
@@ -259,6 +281,7 @@ class PodRun(threading.Thread):
         termination.unlink(missing_ok=True)
         try:
             argv, env, cwd = self._command(container, volumes, termination)
+            argv = unprivileged(argv)
         except PodError as exc:
             return _terminated(name, 128, exc.reason, str(exc), started)
         with log.open("ab") as out:
@@ -279,7 +302,10 @@ class PodRun(threading.Thread):
         return _terminated(name, code, "Completed" if code == 0 else "Error", message, started)
 
     def _command(
-        self, container: Mapping[str, Any], volumes: Mapping[str, tuple[Path, bool]], termination: Path
+        self,
+        container: Mapping[str, Any],
+        volumes: Mapping[str, tuple[Path, bool]],
+        termination: Path,
     ) -> tuple[list[str], dict[str, str], str]:
         """The process to start: argv, environment and working directory, with container paths mapped."""
         table = [(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, str(termination))]
