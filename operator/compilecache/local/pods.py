@@ -13,8 +13,9 @@ first, ``PYTHONPATH``). A container needs ``command`` (there is no image entrypo
 ``terminationMessagePath`` maps to a file of the pod. Container paths under a mount
 (or the termination file) that appear in ``command``, ``args``, ``env`` values or
 ``workingDir`` — a whole value, or the value of ``--flag=PATH`` — are rewritten to the
-local directory; paths outside every mount are the host's own (honest limit: there is
-no root filesystem of the image, and ``readOnlyRootFilesystem`` is not enforced).
+local directory, and so are paths under the image's own folders (``Image.files``, e.g.
+``/app``); other paths are the host's own (honest limit: there is no root filesystem of the
+image, paths inside program text are not rewritten, ``readOnlyRootFilesystem`` is not enforced).
 
 **Privileges.** Processes run as the kubelet's user. When that is root (a container, CI),
 every process starts through ``setpriv`` with no capabilities at all (bounding, inheritable
@@ -79,16 +80,28 @@ class Image:
 
     workdir: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, Path] = field(default_factory=dict)  # image paths (e.g. /app) → local folders
 
     @classmethod
-    def this_environment(cls, workdir: Path, passthrough: Sequence[str] = ()) -> Image:
-        """This Python environment: its ``bin`` first on ``PATH``, ``PYTHONPATH`` and ``passthrough`` kept."""
-        env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])}
-        env["LANG"] = "C.UTF-8"
+    def this_environment(
+        cls,
+        workdir: Path,
+        passthrough: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, Path] | None = None,
+    ) -> Image:
+        """This Python environment: its ``bin`` first on ``PATH``, ``PYTHONPATH`` and ``passthrough`` kept.
+
+        ``env`` adds variables (what an image or a node would provide, e.g. ``STORAGE_EMULATOR_HOST``);
+        ``files`` maps container paths the image would contain (``/app``) to local folders.
+        """
+        base = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])}
+        base["LANG"] = "C.UTF-8"
         for name in ("PYTHONPATH", *passthrough):
             if name in os.environ:
-                env[name] = os.environ[name]
-        return cls(workdir=workdir.resolve(), env=env)
+                base[name] = os.environ[name]
+        base.update(env or {})
+        return cls(workdir=workdir.resolve(), env=base, files={k: v.resolve() for k, v in (files or {}).items()})
 
 
 def claim_dir(root: Path, namespace: str, claim: str) -> Path:
@@ -309,6 +322,7 @@ class PodRun(threading.Thread):
     ) -> tuple[list[str], dict[str, str], str]:
         """The process to start: argv, environment and working directory, with container paths mapped."""
         table = [(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, str(termination))]
+        table += [(path, str(local)) for path, local in self.image.files.items()]
         for mount in container.get("volumeMounts") or []:
             if mount["name"] not in volumes:
                 raise PodError("CreateContainerConfigError", f"volume {mount['name']!r} is not in the pod")
