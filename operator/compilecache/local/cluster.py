@@ -202,6 +202,7 @@ def run_operator(
         "COMPILECACHE_WEBHOOK_PORT": str(port),
         "COMPILECACHE_WEBHOOK_CERT_FILE": str(pem.cert),
         "COMPILECACHE_WEBHOOK_KEY_FILE": str(pem.key),
+        "PYTHONFAULTHANDLER": "1",  # SIGABRT dumps every thread's stack: why a stop hung
     }
     command = [sys.executable, "-m", "compilecache.cli", "operator", "--standalone", "-A", *extra_args]
     log = folder / "operator.log"
@@ -219,8 +220,12 @@ def run_operator(
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                process.send_signal(signal.SIGABRT)  # the stacks go to the log, then it dies
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         out.close()
     if process.returncode != 0:
         raise RuntimeError(f"compilecache operator exited with {process.returncode}:\n{operator.output()[-3000:]}")
