@@ -114,8 +114,9 @@ def test_default_nodes_have_gpu_labels_allocatable_and_taints() -> None:
 
 
 def test_pools_from_config_and_errors() -> None:
-    [pool] = nodes.pools_from_config({"pools": [{"name": "l4", "product": "NVIDIA-L4", "count": 3, "gpus": 1}]})
+    [pool, cpu] = nodes.pools_from_config({"pools": [{"name": "l4", "product": "NVIDIA-L4", "count": 3, "gpus": 1}]})
     assert (pool.name, pool.count, pool.gpus) == ("l4", 3, 1)
+    assert cpu.gpus == 0  # added: the expiry Job needs an untainted node
     with pytest.raises(ValueError, match=r"pools\[0\]"):
         nodes.pools_from_config({"pools": [{"product": "x"}]})
 

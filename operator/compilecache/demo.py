@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--devices", type=int, default=0, help="shard data-parallel over N host devices (default: unsharded)"
     )
+    parser.add_argument(
+        "--nodes", default=None, help="simulated GPU nodes: a YAML file {pools: [{name, product, count, gpus}]}"
+    )
     parser.add_argument("--keep", default=None, help="keep the local cluster's files in this directory")
     parser.add_argument("--repo", default=None, help="repository root holding examples/ (default: found)")
 
@@ -87,7 +90,15 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     import yaml
 
     from compilecache.local.cluster import LocalCluster, run_operator
+    from compilecache.local.nodes import DEFAULT_POOLS, pools_from_config
 
+    pools = DEFAULT_POOLS
+    if args.nodes:
+        try:
+            pools = pools_from_config(yaml.safe_load(Path(args.nodes).read_text()) or {})
+        except (OSError, ValueError, yaml.YAMLError) as error:
+            print(f"compilecache demo: error: --nodes {args.nodes}: {error}", file=sys.stderr)
+            return 2
     env = _model_env(args)
     clock = _Clock()
     print("compilecache demo: the operator's whole loop on a local cluster (compilecache.local)")
@@ -107,7 +118,7 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     container["env"] = model
     name, job = cache["metadata"]["name"], training["metadata"]["name"]
 
-    with LocalCluster(root, workdir=repo) as cluster:
+    with LocalCluster(root, workdir=repo, pools=pools) as cluster:
         gpu_nodes = [n for n in cluster.client.list("v1/nodes") if "nvidia.com/gpu" in n["status"]["allocatable"]]
         products = sorted({n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu_nodes})
         print(f"2/3 local cluster at {cluster.client.url}: {len(gpu_nodes)} GPU nodes in {len(products)} pools")

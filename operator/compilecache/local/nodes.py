@@ -36,7 +36,7 @@ class NodePool:
 # Two GPU pools, labelled so that both examples/cache-pvc.yaml (discovery) and
 # examples/cache-gcs.yaml (explicit GKE pools) find nodes, and an untainted CPU node for
 # what needs no GPU (the expiry Job), as real clusters have.
-DEFAULT_POOLS = (
+DEFAULT_POOLS: tuple[NodePool, ...] = (
     NodePool("h100", "NVIDIA-H100-80GB-HBM3", count=2, gpus=8, accelerator="nvidia-h100-80gb"),
     NodePool("a100", "NVIDIA-A100-SXM4-40GB", count=1, gpus=8, accelerator="nvidia-tesla-a100"),
     NodePool("cpu", "", count=1, gpus=0),
@@ -44,7 +44,10 @@ DEFAULT_POOLS = (
 
 
 def pools_from_config(config: Mapping[str, Any]) -> tuple[NodePool, ...]:
-    """Parse ``{"pools": [...]}``; raise ``ValueError`` naming the bad entry."""
+    """Parse ``{"pools": [...]}``; raise ``ValueError`` naming the bad entry.
+
+    A CPU node (``gpus: 0``) is added when none is listed: Jobs without GPUs (expiry) run there.
+    """
     pools = []
     for index, entry in enumerate(config.get("pools") or []):
         try:
@@ -60,6 +63,8 @@ def pools_from_config(config: Mapping[str, Any]) -> tuple[NodePool, ...]:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"pools[{index}]: {exc!r}") from None
+    if not any(pool.gpus == 0 for pool in pools):
+        pools.append(NodePool("cpu", "", count=1, gpus=0))
     return tuple(pools)
 
 
