@@ -506,3 +506,15 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
     assert len(RESOURCES) == 9  # with MutatingWebhookConfigurations, for the local cluster's admission
+
+
+def test_served_requests_are_forgotten_unless_kept(tmp_path: Path) -> None:
+    """kmock scans every kept request on each new one: a long run (the demo, e2e) must not keep them."""
+    from compilecache.local.apiserver import KubeEmulator
+
+    for keep, expected in ((False, 0), (True, 20)):
+        with running_emulator(tmp_path, KubeEmulator(keep_requests=keep)) as runner:
+            client = KubeClient(runner)
+            for _ in range(20):
+                client.list(PODS, "ns1")
+            assert len(runner.emulator._requests) == expected

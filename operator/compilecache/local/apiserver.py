@@ -31,6 +31,7 @@ that fails once upstream kmock fills it, so that this module can shrink:
 12. watch from ``?resourceVersion=N`` replays only newer events (stock replays the whole state),
     ``sendInitialEvents`` with the closing bookmark, ``timeoutSeconds``;
 13. ``/api/v1/namespaces[/name]`` paths (stock kmock's path parser crashes or misreads them);
+    ``keep_requests=False`` forgets served requests (kmock scans them all on every request);
 14. mutating admission of Pod creations, when an ``admission`` function is given (the local
     cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS).
 
@@ -188,6 +189,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _closed: bool = attrs.field(default=False, init=False)
     _admitted: dict[int, Body] = attrs.field(factory=dict, init=False)
     admission: Admission | None = None
+    # kmock keeps every request for assertions (``list(emulator)``) and scans them all on each
+    # new request (its reactions' filters): the cost per request grows with the run, ~0.2 s
+    # per request after 2000. Long runs (the local cluster) forget served requests; the
+    # pending ones (open watches included) stay.
+    keep_requests: bool = True
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -213,7 +219,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
     # --- request routing ----------------------------------------------------------------------------
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """Serve a request; namespace paths get a correct parse, everything else goes to kmock."""
+        """Serve a request (``_serve``), then forget it unless ``keep_requests``."""
+        try:
+            return await self._serve(raw_request)
+        finally:
+            if not self.keep_requests:
+                self._requests[:] = [r for r in self._requests if r._raw_request is not raw_request]
+
+    async def _serve(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Namespace paths get a correct parse, everything else goes to kmock."""
         m = _NAMESPACE_PATH.fullmatch(raw_request.path)
         if m is None:
             return await super().__call__(raw_request)
@@ -267,7 +281,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             assert self.admission is not None
             body = copy.deepcopy(request.data)
             body.setdefault("metadata", {})["namespace"] = request.namespace
-            self._admitted[request.id] = await self.admission(self, request.namespace, body)
+            self._admitted[id(request)] = await self.admission(self, request.namespace, body)
 
         # Writes happen here, under the lock, before any reaction renders the response: so
         # a reaction can still replace the response, and the store is already consistent.
@@ -284,12 +298,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
         )
         if writer is not None:
             async with self._lock:
-                self._outcomes[request.id] = await writer(request, info)
+                self._outcomes[id(request)] = await writer(request, info)
         try:
             # Skip kmock.KubernetesEmulator._handle: its own writes would repeat ours.
             return await super(kmock.KubernetesEmulator, self)._handle(request)
         finally:
-            self._outcomes.pop(request.id, None)
+            self._outcomes.pop(id(request), None)
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -410,7 +424,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     async def _create(self, request: rendering.Request, info: kmock.ResourceInfo) -> rendering.Payload:
         assert request.resource is not None
-        body = self._admitted.pop(request.id, request.data)
+        body = self._admitted.pop(id(request), request.data)
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise kube_error(400, "BadRequest", "the body must be a JSON object")
         body = copy.deepcopy(body)
@@ -516,18 +530,18 @@ class KubeEmulator(kmock.KubernetesEmulator):
     # --- kmock's fallback reactions (responses) ----------------------------------------------------
 
     async def _serve_create(self, request: rendering.Request) -> rendering.Payload:
-        return self._outcomes.pop(request.id)
+        return self._outcomes.pop(id(request))
 
     async def _serve_update(self, request: rendering.Request) -> rendering.Payload:
-        return self._outcomes.pop(request.id)
+        return self._outcomes.pop(id(request))
 
     async def _serve_delete(self, request: rendering.Request) -> rendering.Payload:
-        return self._outcomes.pop(request.id)
+        return self._outcomes.pop(id(request))
 
     async def _serve_replace(self, request: rendering.Request) -> rendering.Payload:
-        if request.id not in self._outcomes:  # a PUT to a non-object path
+        if id(request) not in self._outcomes:  # a PUT to a non-object path
             raise kmock.KubernetesEndpointNotFoundError()
-        return self._outcomes.pop(request.id)
+        return self._outcomes.pop(id(request))
 
     async def _serve_fetch(self, request: rendering.Request) -> rendering.Payload:
         assert request.resource is not None

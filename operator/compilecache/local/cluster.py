@@ -110,7 +110,9 @@ class LocalCluster:
         self.pools = tuple(pools)
         self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files)
         self.namespaces = dict(namespaces) if namespaces is not None else {"default": {}}
-        self._api = EmulatorThread(self.root / "kubeconfig", KubeEmulator(admission=admission.admit))
+        self._api = EmulatorThread(
+            self.root / "kubeconfig", KubeEmulator(admission=admission.admit, keep_requests=False)
+        )
         self.client: KubeClient
         self._controllers: Controllers | None = None
 
