@@ -4,17 +4,27 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-local
 
-.PHONY: demo test test-fast lint typecheck bench clean tools crd-sync
+.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-## Warm the example workload into a local cache, then time a fresh training process on it.
-demo: $(STAMP)
+# The demo needs only the local cluster (kmock, JAX), not the test tools: a quicker first install.
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[local]'
+	touch $(DEMO_STAMP)
+
+## The whole loop on a local cluster: the real operator warms the example workload in Jobs,
+## expires, turns Ready and releases a training pod; prints the phases and cold vs warm.
+## `$(BIN)/compilecache demo --warmer-only` runs the warmer alone, without a cluster.
+demo: $(DEMO_STAMP)
 	$(BIN)/compilecache demo
 
 ## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip).
@@ -24,6 +34,10 @@ test: $(STAMP) tools
 ## Only the fast tests (~10 s): no real JAX, no operator runs, no helm.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow'
+
+## Only the end-to-end tests: the real operator and Job commands on the local cluster (~2 min).
+e2e: $(STAMP)
+	$(BIN)/python -m pytest tests/test_e2e.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench examples

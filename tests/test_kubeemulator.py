@@ -1,4 +1,4 @@
-"""Tests of the Kubernetes API emulator (``tests/kubeemulator.py``), over real HTTP.
+"""Tests of the Kubernetes API emulator (``compilecache/local/apiserver.py``), over real HTTP.
 
 The canary tests assert that stock kmock still lacks each behaviour the subclass adds; when one
 fails, upstream kmock gained the feature and the subclass can drop its part.
@@ -21,8 +21,8 @@ import kubernetes
 import pytest
 from kopf.testing import KopfRunner
 
+from compilecache.local.apiserver import merge_patch, parse_label_selector
 from conftest import RESOURCES, KubeClient, KubeError, running_emulator
-from kubeemulator import merge_patch, parse_label_selector
 
 pytestmark = pytest.mark.emulator
 
@@ -69,60 +69,60 @@ def stock(tmp_path: Path) -> Iterator[KubeClient]:
 
 def test_canary_stock_create_fills_no_metadata_and_answers_200(stock: KubeClient) -> None:
     status, obj = stock.call("POST", stock.path(CC, "ns1"), cc_body("c1"))
-    assert status == 200, "upstream kmock now answers 201 on create: drop it from tests/kubeemulator.py"
+    assert status == 200, "upstream kmock now answers 201 on create: drop it from local/apiserver"
     for field in ("resourceVersion", "uid", "creationTimestamp", "generation", "namespace"):
-        assert field not in obj["metadata"], f"upstream kmock now fills {field}: drop it from tests/kubeemulator.py"
+        assert field not in obj["metadata"], f"upstream kmock now fills {field}: drop it from local/apiserver"
     status, obj = stock.call("POST", stock.path(PODS, "ns1"), {"metadata": {"name": "p"}})
-    assert "kind" not in obj, "upstream kmock now fills apiVersion/kind: drop it from tests/kubeemulator.py"
+    assert "kind" not in obj, "upstream kmock now fills apiVersion/kind: drop it from local/apiserver"
 
 
 def test_canary_stock_ignores_generate_name(stock: KubeClient) -> None:
     _, obj = stock.call("POST", stock.path(CC, "ns1"), {"metadata": {"generateName": "c-"}})
-    assert not obj["metadata"].get("name"), "upstream kmock now honours generateName: drop it from kubeemulator"
+    assert not obj["metadata"].get("name"), "upstream kmock now honours generateName: drop it from local/apiserver"
 
 
 def test_canary_stock_ignores_label_selector(stock: KubeClient) -> None:
     stock.create(CC, {"metadata": {"name": "a", "labels": {"x": "1"}}}, "ns1")
     stock.create(CC, {"metadata": {"name": "b", "labels": {"x": "2"}}}, "ns1")
     names = {o["metadata"]["name"] for o in stock.list(CC, "ns1", label_selector="x=1")}
-    assert names == {"a", "b"}, "upstream kmock now filters by labelSelector: drop it from tests/kubeemulator.py"
+    assert names == {"a", "b"}, "upstream kmock now filters by labelSelector: drop it from local/apiserver"
 
 
 def test_canary_stock_list_has_no_kind_nor_resource_version(stock: KubeClient) -> None:
     answer = stock.request("GET", stock.path(CC, "ns1"))
-    assert "kind" not in answer, "upstream kmock now fills the list kind: drop it from tests/kubeemulator.py"
+    assert "kind" not in answer, "upstream kmock now fills the list kind: drop it from local/apiserver"
     assert not answer["metadata"]["resourceVersion"].isdigit(), "upstream kmock now versions lists"
 
 
 def test_canary_stock_does_not_isolate_status(stock: KubeClient) -> None:
     stock.create(CC, cc_body("c1"), "ns1")
     obj = stock.patch(CC, "c1", {"status": {"phase": "Ready"}}, "ns1")
-    assert obj.get("status") == {"phase": "Ready"}, "upstream kmock now isolates status: drop it from kubeemulator"
+    assert obj.get("status") == {"phase": "Ready"}, "upstream kmock now isolates status: drop it from local/apiserver"
 
 
 def test_canary_stock_has_no_owner_gc(stock: KubeClient) -> None:
     stock.create(CC, {"metadata": {"name": "c1", "uid": "u1"}}, "ns1")
     stock.create(JOBS, {"metadata": {"name": "j1", "ownerReferences": [{"uid": "u1", "name": "c1"}]}}, "ns1")
     stock.delete(CC, "c1", "ns1")
-    assert stock.get(JOBS, "j1", "ns1") is not None, "upstream kmock now collects garbage: drop it from kubeemulator"
+    assert stock.get(JOBS, "j1", "ns1") is not None, "upstream kmock now collects garbage: drop it from local/apiserver"
 
 
 def test_canary_stock_json_patch_test_failure_is_not_422(stock: KubeClient) -> None:
     stock.create(CC, cc_body("c1"), "ns1")
     ops = [{"op": "test", "path": "/metadata/name", "value": "other"}]
     status, _ = stock.call("PATCH", stock.path(CC, "ns1", "c1"), ops, "application/json-patch+json")
-    assert status != 422, "upstream kmock now answers 422 on a failed JSON-patch test: drop it from kubeemulator"
+    assert status != 422, "upstream kmock now answers 422 on a failed JSON-patch test: drop it from local/apiserver"
 
 
 def test_canary_stock_does_not_route_put(stock: KubeClient) -> None:
     stock.create(CC, cc_body("c1"), "ns1")
     status, _ = stock.call("PUT", stock.path(CC, "ns1", "c1"), cc_body("c1"))
-    assert status == 404, "upstream kmock now serves PUT: drop it from tests/kubeemulator.py"
+    assert status == 404, "upstream kmock now serves PUT: drop it from local/apiserver"
 
 
 def test_canary_stock_cannot_list_namespaces(stock: KubeClient) -> None:
     status, _ = stock.call("GET", "/api/v1/namespaces")
-    assert status == 500, "upstream kmock now parses /api/v1/namespaces: drop it from tests/kubeemulator.py"
+    assert status == 500, "upstream kmock now parses /api/v1/namespaces: drop it from local/apiserver"
 
 
 # --- create ---------------------------------------------------------------------------------------
@@ -505,4 +505,16 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     found = kube.request("GET", "/apis/compilecache.dev/v1alpha1")["resources"]
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
-    assert len(RESOURCES) == 8
+    assert len(RESOURCES) == 9  # with MutatingWebhookConfigurations, for the local cluster's admission
+
+
+def test_served_requests_are_forgotten_unless_kept(tmp_path: Path) -> None:
+    """kmock scans every kept request on each new one: a long run (the demo, e2e) must not keep them."""
+    from compilecache.local.apiserver import KubeEmulator
+
+    for keep, expected in ((False, 0), (True, 20)):
+        with running_emulator(tmp_path, KubeEmulator(keep_requests=keep)) as runner:
+            client = KubeClient(runner)
+            for _ in range(20):
+                client.list(PODS, "ns1")
+            assert len(runner.emulator._requests) == expected

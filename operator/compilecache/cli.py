@@ -22,7 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "apply the lifecycle policy: expire old, oversized and corrupt entries",
     ),
     "env": ("compilecache.envcmd", "print the JAX cache environment a training process needs"),
-    "demo": ("compilecache.demo", "warm the example workload, then time a fresh training process on it"),
+    "demo": (
+        "compilecache.demo",
+        "the whole loop on a local cluster: operator, warm-up and expiry Jobs, a training pod",
+    ),
 }
 
 

@@ -1,9 +1,22 @@
-"""``compilecache demo`` (``make demo``): warm the example workload, then time a fresh training process.
+"""``compilecache demo`` (``make demo``): the whole loop on a local cluster, with its figures.
 
-Three processes, all real: a cold training start on an empty cache, the
-warmer filling ``--cache-dir`` (default ``./demo-cache``, recreated every run),
-and a fresh training process on that cache. Prints a table: cold compile
-seconds, warm load seconds, speedup, hits/requests, entries and bytes.
+By default, on the local cluster (``compilecache.local``: an API server, two simulated GPU
+pools, a Job runner that runs each container's real command as a local process, admission
+through the operator's webhook):
+
+1. a cold training process on no cache, for the comparison;
+2. the real ``compilecache operator`` starts; ``examples/cache-pvc.yaml`` (its lifecycle as
+   shipped, the model sized by ``--layers``) and ``examples/training-job.yaml`` are applied
+   together, so the training pod is created before the cache is Ready;
+3. the phases and the pod's state are printed as they happen, with times: the cache goes
+   Pending → Warming (the real ``compilecache warm`` in one Job per pool) → Expiring (the real
+   ``compilecache expire``) → Ready; the training pod waits behind its scheduling gate, is
+   released at Ready and runs on the read-only cache;
+4. a table: cold against warm first step, compile/load seconds, hits/requests, entries, bytes.
+
+``--warmer-only`` keeps the earlier demo: three processes, no cluster — a cold training
+start, ``compilecache warm`` into ``--cache-dir`` (default ``./demo-cache``, recreated each
+run) and a fresh training process on it.
 """
 
 from __future__ import annotations
@@ -15,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +36,176 @@ from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.store import META_DIR
 
 WORKLOAD = "examples.workloads.transformer:targets"
+NAMESPACE = "default"
+CACHES = "compilecache.dev/v1alpha1/compilecaches"
+TIMEOUT = 300.0  # seconds for the whole loop before the demo gives up
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache demo``."""
-    parser.add_argument("--cache-dir", default="demo-cache", help="recreated each run (default ./demo-cache)")
+    parser.add_argument(
+        "--warmer-only", action="store_true", help="no cluster: cold run, `compilecache warm`, warm run"
+    )
+    parser.add_argument("--cache-dir", default="demo-cache", help="--warmer-only: recreated each run (./demo-cache)")
     parser.add_argument("--layers", type=int, default=4, help="transformer layers (default 4)")
     parser.add_argument("--width", type=int, default=64, help="model width (default 64)")
     parser.add_argument(
         "--devices", type=int, default=0, help="shard data-parallel over N host devices (default: unsharded)"
     )
+    parser.add_argument(
+        "--nodes", default=None, help="simulated GPU nodes: a YAML file {pools: [{name, product, count, gpus}]}"
+    )
+    parser.add_argument("--keep", default=None, help="keep the local cluster's files in this directory")
     parser.add_argument("--repo", default=None, help="repository root holding examples/ (default: found)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return non-zero with a one-line error if any step fails."""
+    if args.warmer_only:
+        return run_warmer_only(args)
+    try:
+        repo = _repo_root(args.repo)
+    except ValueError as error:
+        print(f"compilecache demo: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        import compilecache.local.cluster  # noqa: F401  (the optional extra)
+    except ImportError as error:
+        print(
+            f"compilecache demo: error: the local cluster needs the `local` extra "
+            f"(pip install 'compilecache-operator[local]'): {error}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.keep:
+        root = Path(args.keep)
+        shutil.rmtree(root, ignore_errors=True)
+        return run_loop(args, repo, root)
+    with tempfile.TemporaryDirectory(prefix="compilecache-demo-") as folder:
+        return run_loop(args, repo, Path(folder))
+
+
+def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
+    """The whole loop on a local cluster under ``root``."""
+    import yaml
+
+    from compilecache.local.cluster import LocalCluster, run_operator
+    from compilecache.local.nodes import DEFAULT_POOLS, pools_from_config
+
+    pools = DEFAULT_POOLS
+    if args.nodes:
+        try:
+            pools = pools_from_config(yaml.safe_load(Path(args.nodes).read_text()) or {})
+        except (OSError, ValueError, yaml.YAMLError) as error:
+            print(f"compilecache demo: error: --nodes {args.nodes}: {error}", file=sys.stderr)
+            return 2
+    env = _model_env(args)
+    clock = _Clock()
+    print("compilecache demo: the operator's whole loop on a local cluster (compilecache.local)")
+    print("  containers run as local processes in this Python environment; images are ignored\n")
+    print(f"1/3 cold: a training process with no cache ({args.layers} layers, width {args.width})")
+    with tempfile.TemporaryDirectory(prefix="compilecache-cold-") as empty:
+        cold = _train(repo, {**env, **jax_cache_env(empty)})
+    print(f"    first step {cold['first_step_seconds']:.2f}s (compile {cold['compile_seconds']:.2f}s)\n")
+
+    cache = yaml.safe_load((repo / "examples" / "cache-pvc.yaml").read_text())
+    model = [{"name": key, "value": value} for key, value in env.items() if key.startswith(("MODEL_", "XLA_"))]
+    for workload in cache["spec"]["warmup"]["workloads"]:
+        workload["env"] = [*(e for e in workload.get("env") or [] if not e["name"].startswith("MODEL_")), *model]
+    training = yaml.safe_load((repo / "examples" / "training-job.yaml").read_text())
+    container = training["spec"]["template"]["spec"]["containers"][0]
+    container["command"] = ["python", "examples/train.py", "--steps", "3", "--json"]
+    container["env"] = model
+    name, job = cache["metadata"]["name"], training["metadata"]["name"]
+
+    with LocalCluster(root, workdir=repo, pools=pools) as cluster:
+        gpu_nodes = [n for n in cluster.client.list("v1/nodes") if "nvidia.com/gpu" in n["status"]["allocatable"]]
+        products = sorted({n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu_nodes})
+        print(f"2/3 local cluster at {cluster.client.url}: {len(gpu_nodes)} GPU nodes in {len(products)} pools")
+        for product in products:
+            count = sum(1 for n in gpu_nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"] == product)
+            print(f"    {count} x {product}")
+        with run_operator(cluster) as operator:
+            print(f"    compilecache operator (pid {operator.process.pid}), webhook {operator.url}")
+            print(f"    apply examples/cache-pvc.yaml, examples/training-job.yaml (MODEL_LAYERS={args.layers})")
+            clock.start()
+            cluster.client.create(CACHES, cache, NAMESPACE)
+            cluster.client.create("batch/v1/jobs", training, NAMESPACE)
+            pod = _watch(cluster, name, job, clock)
+            if pod is None:
+                print(
+                    f"compilecache demo: error: the loop did not finish; operator log: {operator.log}", file=sys.stderr
+                )
+                return 1
+            status = (cluster.client.get(CACHES, name, NAMESPACE) or {}).get("status") or {}
+            log = cluster.logs(NAMESPACE, pod["metadata"]["name"], "train")
+        if status.get("phase") != "Ready" or pod["status"]["phase"] != "Succeeded":
+            print(f"compilecache demo: error: cache {status.get('phase')}: {status.get('message')}", file=sys.stderr)
+            print(log[-2000:], file=sys.stderr)
+            return 1
+    warm = json.loads(log.strip().splitlines()[-1])
+    print(f"\n3/3 cold against warm (the pod, on the cache the operator warmed), total {clock.now():.0f}s")
+    cached = status.get("cache") or {}
+    print(
+        format_table(
+            cold,
+            warm,
+            {"entries": cached.get("entries", 0), "bytes": cached.get("bytes", 0)},
+            "training pod (warmed cache)",
+        )
+    )
+    return 0 if warm["misses"] == 0 else 1
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self._start = time.monotonic()
+
+    def start(self) -> None:
+        self._start = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self._start
+
+
+def _watch(cluster: Any, name: str, job: str, clock: _Clock) -> dict[str, Any] | None:
+    """Print the cache's phases and the training pod's states as they change; the finished pod, or None."""
+    client = cluster.client
+    seen: dict[str, str] = {}
+
+    def show(key: str, text: str) -> None:
+        if seen.get(key) != text:
+            seen[key] = text
+            print(f"    {clock.now():6.1f}s  {text}", flush=True)
+
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        status = (client.get(CACHES, name, NAMESPACE) or {}).get("status") or {}
+        phase = status.get("phase") or "(no status yet)"
+        show("cache", f"CompileCache {name}: {phase:<9} {status.get('message', '')}".rstrip())
+        for pod in client.list("v1/pods", NAMESPACE, label_selector=f"job-name={job}"):
+            show("pod", f"pod {pod['metadata']['name']}: {_pod_state(pod)}")
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and phase in ("Ready", "Failed"):
+                return pod
+        if phase == "Failed":
+            return {"metadata": {"name": ""}, "status": {"phase": "Failed"}}
+        time.sleep(0.05)  # a display refresh, not a synchronisation
+    return None
+
+
+def _pod_state(pod: dict[str, Any]) -> str:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if spec.get("schedulingGates"):
+        gates = ", ".join(gate["name"] for gate in spec["schedulingGates"])
+        return f"SchedulingGated ({gates})"
+    released = ((pod.get("metadata") or {}).get("annotations") or {}).get("compilecache.dev/released", "")
+    phase = status.get("phase") or "Pending"
+    node = f" on {spec['nodeName']}" if spec.get("nodeName") else ""
+    return f"{phase}{node}" + (f" (released: {released})" if released else "")
+
+
+def run_warmer_only(args: argparse.Namespace) -> int:
+    """The demo without a cluster: cold run, ``compilecache warm``, warm run."""
     try:
         repo = _repo_root(args.repo)
         cache = _fresh_cache_dir(Path(args.cache_dir))
@@ -77,11 +246,16 @@ def run(args: argparse.Namespace) -> int:
     return 0 if hot["misses"] == 0 else 1
 
 
-def format_table(cold: dict[str, Any], warm: dict[str, Any], report: dict[str, Any]) -> str:
+def format_table(
+    cold: dict[str, Any],
+    warm: dict[str, Any],
+    report: dict[str, Any],
+    warm_title: str = "warm (after compilecache warm)",
+) -> str:
     """The demo's result table (pure: for tests and the README)."""
     speedup = cold["compile_seconds"] / max(warm["compile_seconds"], 1e-9)
     rows = [
-        ("", "cold (empty cache)", "warm (after compilecache warm)"),
+        ("", "cold (empty cache)", warm_title),
         ("compile/load seconds", f"{cold['compile_seconds']:.2f}", f"{warm['compile_seconds']:.2f}"),
         ("first step seconds", f"{cold['first_step_seconds']:.2f}", f"{warm['first_step_seconds']:.2f}"),
         ("cache hits/requests", f"{cold['hits']}/{cold['requests']}", f"{warm['hits']}/{warm['requests']}"),

@@ -1,0 +1,281 @@
+"""The local cluster's controllers: the Job controller, the scheduler, the kubelet and the volume binder.
+
+One thread plays them all against the local API server, over HTTP, as the real ones do
+against kube-apiserver:
+
+* the **volume binder** marks every PersistentVolumeClaim ``Bound`` (one local directory per
+  claim, ``<root>/volumes/<namespace>/<claim>``, shared by every pod that mounts it);
+* the **Job controller** creates one pod at a time from a Job's template (``generateName``
+  ``<job>-``, the ``job-name`` and ``controller-uid`` labels, an ownerReference), through the
+  API and so through admission; it counts succeeded and failed pods, retries a failed one
+  while ``failed <= backoffLimit`` (at once: the real controller backs off 10 s, 20 s, ...),
+  fails the Job at ``activeDeadlineSeconds`` (deleting its running pod), and writes
+  ``startTime``, ``completionTime``, ``active``/``succeeded``/``failed`` and the conditions
+  (``SuccessCriteriaMet`` + ``Complete``, or ``FailureTarget`` + ``Failed``, as Kubernetes 1.31+);
+* the **scheduler** binds a pod to a simulated node that its nodeSelector and tolerations
+  allow, only once its ``schedulingGates`` are empty (until then: ``PodScheduled=False``,
+  ``SchedulingGated``); there is no resource accounting;
+* the **kubelet** runs the pod's init containers in order, then its containers, each as a
+  local process (``pods.run_container``), and records ``containerStatuses[].state.terminated``
+  and the pod's phase. A pod deleted while running has its processes killed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from compilecache.local import pods as podrun
+from compilecache.local.apiserver import now_rfc3339
+from compilecache.local.client import KubeClient, KubeError
+from compilecache.local.nodes import fits
+
+logger = logging.getLogger(__name__)
+
+PODS, JOBS, NODES, PVCS = "v1/pods", "batch/v1/jobs", "v1/nodes", "v1/persistentvolumeclaims"
+DEFAULT_BACKOFF_LIMIT = 6  # the Job API's default
+
+
+def _conditions(job: Mapping[str, Any]) -> set[str]:
+    return {c.get("type") for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+
+
+def is_finished(job: Mapping[str, Any]) -> bool:
+    """Whether the Job has its terminal condition."""
+    return bool(_conditions(job) & {"Complete", "Failed"})
+
+
+def job_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime.datetime) -> dict[str, Any]:
+    """What the Job controller does next (pure): ``{"status": ..., "create": bool, "kill": [pod names]}``.
+
+    ``status`` is the Job's new status (its counts, and conditions once it is finished).
+    """
+    spec = job.get("spec") or {}
+    old = job.get("status") or {}
+    phases = [(pod.get("status") or {}).get("phase") for pod in pods]
+    succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
+    active = [
+        pod["metadata"]["name"] for pod, phase in zip(pods, phases, strict=True) if phase not in ("Succeeded", "Failed")
+    ]
+    start = old.get("startTime") or _format(now)
+    status: dict[str, Any] = {"startTime": start, "active": len(active), "succeeded": succeeded, "failed": failed}
+    stamp = _format(now)
+    deadline = spec.get("activeDeadlineSeconds")
+    if succeeded >= int(spec.get("completions") or 1):
+        status["completionTime"] = stamp
+        status["conditions"] = [_condition("SuccessCriteriaMet", stamp), _condition("Complete", stamp)]
+        return {"status": status, "create": False, "kill": active}
+    if failed > int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)):
+        message = "Job has reached the specified backoff limit"
+        status["conditions"] = _failed(stamp, "BackoffLimitExceeded", message)
+        return {"status": status, "create": False, "kill": active}
+    if deadline is not None and (now - _parse(start)).total_seconds() >= float(deadline):
+        message = "Job was active longer than specified deadline"
+        status["conditions"] = _failed(stamp, "DeadlineExceeded", message)
+        status["active"] = 0
+        return {"status": status, "create": False, "kill": active}
+    return {"status": status, "create": not active and not spec.get("suspend"), "kill": []}
+
+
+def pod_for(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A new pod of the Job, as the Job controller makes it from the template."""
+    meta, template = job["metadata"], (job.get("spec") or {}).get("template") or {}
+    name, uid = meta["name"], meta["uid"]
+    labels = {
+        **((template.get("metadata") or {}).get("labels") or {}),
+        "job-name": name,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "batch.kubernetes.io/controller-uid": uid,
+    }
+    pod_meta: dict[str, Any] = {
+        "generateName": f"{name}-",
+        "labels": labels,
+        "ownerReferences": [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    if annotations := (template.get("metadata") or {}).get("annotations"):
+        pod_meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": dict(template.get("spec") or {})}
+
+
+def choose_node(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first node (by name) the pod fits on, or ``None``."""
+    spec = pod.get("spec") or {}
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        if fits(spec, node):
+            return str(node["metadata"]["name"])
+    return None
+
+
+class Controllers:
+    """The controllers of the local cluster, in one thread (``start``/``stop``)."""
+
+    def __init__(self, client: KubeClient, root: Path, image: podrun.Image, interval: float = 0.1) -> None:
+        self.client = client
+        self.root = root
+        self.image = image
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="local-controllers", daemon=True)
+        self._running: dict[tuple[str, str], podrun.PodRun] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the controller thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and kill every process still running."""
+        self._stop.set()
+        self._thread.join(30)
+        with self._lock:
+            runs = list(self._running.values())
+        for run in runs:
+            run.kill()
+        for run in runs:
+            run.join(30)
+
+    def _loop(self) -> None:
+        # Polling, not watching: a handful of objects, and every pass is idempotent.
+        while not self._stop.wait(self.interval):
+            try:
+                self.step()
+            except Exception:  # a controller survives one bad pass, as the real ones do
+                logger.exception("local cluster: a controller pass failed")
+
+    def step(self) -> None:
+        """One pass of every controller."""
+        self._bind_claims()
+        self._sync_jobs()
+        self._sync_pods()
+
+    # --- the volume binder ------------------------------------------------------------------------
+
+    def _bind_claims(self) -> None:
+        for claim in self.client.list(PVCS):
+            if (claim.get("status") or {}).get("phase") == "Bound":
+                continue
+            meta = claim["metadata"]
+            podrun.claim_dir(self.root, meta["namespace"], meta["name"]).mkdir(parents=True, exist_ok=True)
+            spec = claim.get("spec") or {}
+            size = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+            status = {"phase": "Bound", "accessModes": spec.get("accessModes") or [], "capacity": {"storage": size}}
+            self.client.patch(PVCS, meta["name"], {"status": status}, meta["namespace"], subresource="status")
+
+    # --- the Job controller -----------------------------------------------------------------------
+
+    def _sync_jobs(self) -> None:
+        all_pods = self.client.list(PODS)
+        for job in self.client.list(JOBS):
+            if is_finished(job):
+                continue
+            meta = job["metadata"]
+            owned = [
+                pod
+                for pod in all_pods
+                if pod["metadata"].get("namespace") == meta["namespace"]
+                and any(ref.get("uid") == meta["uid"] for ref in pod["metadata"].get("ownerReferences") or [])
+            ]
+            verdict = job_verdict(job, owned, datetime.datetime.now(tz=datetime.UTC))
+            for name in verdict["kill"]:
+                self._delete_pod(meta["namespace"], name)
+            if verdict["create"]:
+                try:
+                    self.client.create(PODS, pod_for(job), meta["namespace"])
+                except KubeError as exc:  # e.g. refused by a webhook: the real controller retries too
+                    logger.warning("local cluster: creating a pod of Job %s failed: %s", meta["name"], exc)
+                    continue
+                verdict["status"]["active"] += 1
+            if _changed(job.get("status") or {}, verdict["status"]):
+                self.client.patch(JOBS, meta["name"], {"status": verdict["status"]}, meta["namespace"], "status")
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.client.delete(PODS, name, namespace)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    # --- the scheduler and the kubelet ------------------------------------------------------------
+
+    def _sync_pods(self) -> None:
+        pods = self.client.list(PODS)
+        live = {(pod["metadata"]["namespace"], pod["metadata"]["name"]): pod for pod in pods}
+        with self._lock:
+            for key, run in list(self._running.items()):
+                if key not in live or live[key]["metadata"].get("uid") != run.uid:
+                    run.kill()  # deleted while running (its Job's deadline, or its owner went)
+                if not run.is_alive():
+                    del self._running[key]
+        nodes: list[dict[str, Any]] = []
+        nodes_read = False
+        for key, pod in live.items():
+            phase = (pod.get("status") or {}).get("phase")
+            if phase not in (None, "Pending") or key in self._running:
+                continue
+            spec = pod.get("spec") or {}
+            if spec.get("schedulingGates"):
+                self._set_scheduled(
+                    pod, "False", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
+                )
+                continue
+            if not spec.get("nodeName"):
+                if not nodes_read:
+                    nodes, nodes_read = self.client.list(NODES), True
+                node = choose_node(pod, nodes)
+                if node is None:
+                    self._set_scheduled(pod, "False", "Unschedulable", f"0/{len(nodes)} nodes are available")
+                    continue
+                pod = self.client.patch(PODS, key[1], {"spec": {"nodeName": node}}, key[0])
+            run = podrun.PodRun(self.client, self.root, self.image, pod)
+            with self._lock:
+                self._running[key] = run
+            run.start()
+
+    def _set_scheduled(self, pod: Mapping[str, Any], status: str, reason: str, message: str) -> None:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        wanted = {"type": "PodScheduled", "status": status, "reason": reason, "message": message}
+        if any({k: c.get(k) for k in wanted} == wanted for c in conditions):
+            return
+        wanted["lastTransitionTime"] = now_rfc3339()
+        meta = pod["metadata"]
+        self.client.patch(
+            PODS, meta["name"], {"status": {"phase": "Pending", "conditions": [wanted]}}, meta["namespace"], "status"
+        )
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    keys = ("active", "succeeded", "failed", "conditions", "completionTime", "startTime")
+    return any((old.get(k) or None) != (new.get(k) or None) for k in keys)
+
+
+def _condition(type_: str, stamp: str, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
+    condition = {"type": type_, "status": "True", "lastProbeTime": stamp, "lastTransitionTime": stamp}
+    if reason:
+        condition |= {"reason": reason, "message": message or ""}
+    return condition
+
+
+def _failed(stamp: str, reason: str, message: str) -> list[dict[str, Any]]:
+    return [_condition("FailureTarget", stamp, reason, message), _condition("Failed", stamp, reason, message)]
+
+
+def _format(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(stamp: str) -> datetime.datetime:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
