@@ -35,8 +35,8 @@ from chartrender import (
     wildcards,
 )
 from compilecache.controller.admission import selector_matches
+from compilecache.local.apiserver import KubeEmulator
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
-from kubeemulator import KubeEmulator
 from specs import cache_spec, cluster
 
 CC = "compilecache.dev/v1alpha1/compilecaches"

@@ -279,11 +279,6 @@ def test_a_failing_warm_up_command_fails_the_cache(local: Setup) -> None:
     assert "no_such_targets" in local.cluster.logs(NS, pod["metadata"]["name"], "warm")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the operator does not read warm-up pods' termination messages yet "
-    "(controller/jobs.py: FallbackToLogsOnError on the warm containers; status.pool_status: the pod's message)",
-)
 def test_a_failing_warm_up_says_why_in_the_cache_status(local: Setup) -> None:
     status = wait_phase(local, "broken-warm", ("Failed", "Degraded"))
     assert any("no_such_targets" in pool.get("message", "") for pool in status["pools"]), status["pools"]

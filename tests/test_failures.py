@@ -20,8 +20,8 @@ import pytest
 from kopf.testing import KopfRunner
 
 from compilecache.controller import gates, handlers
+from compilecache.local.apiserver import KubeEmulator, kube_error
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
-from kubeemulator import KubeEmulator, kube_error
 from specs import cluster
 from test_gates import create_pod, gate_names
 from test_operator import NS, create_cache, jobs_of, status_of, wait_jobs, wait_phase

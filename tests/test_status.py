@@ -2,8 +2,9 @@
 
 import pytest
 
-from compilecache.controller import status
-from compilecache.controller.pools import Pool
+from compilecache.controller import api, jobs, status
+from compilecache.controller.pools import Pool, resolve_pools
+from specs import cache, cluster
 
 POOL = Pool("h100", {"p": "h100"}, (), "nvidia.com/gpu", nodes=3, gpus_per_node=8, gpus_per_pod=8, workloads=())
 
@@ -32,6 +33,45 @@ def test_pool_state_follows_the_job(job, state, reason):
     assert (entry["state"], entry["reason"], entry["job"]) == (state, reason, "j")
     if state in ("Succeeded", "Failed"):
         assert entry["finishedAt"] == "2026-11-21T10:05:00Z"
+
+
+def _pod(finished, *, init=(), main=()):
+    def states(items):
+        return [
+            {"name": name, "state": {"terminated": {"exitCode": code, "message": message, "finishedAt": finished}}}
+            for name, code, message in items
+        ]
+
+    return {"status": {"initContainerStatuses": states(init), "containerStatuses": states(main)}}
+
+
+def test_a_failed_pool_says_what_its_command_said():
+    failed = _job(condition="Failed", reason="BackoffLimitExceeded")
+    retried = [
+        _pod("2026-11-21T10:01:00Z", main=[("warm", 1, "Traceback ...\nWarmError: first try")]),
+        _pod("2026-11-21T10:04:00Z", main=[("warm", 1, "compilecache warm: no module 'mypkg'\n")]),
+    ]
+    entry = status.pool_status(POOL, "j", failed, None, retried)
+    assert entry["reason"] == "BackoffLimitExceeded"  # the Job's reason stays; the newest pod says why
+    assert entry["message"].startswith("compilecache warm: no module 'mypkg' (")
+    # A script runs in an init container; a container that exited 0 says nothing about the failure.
+    script = _pod("2026-11-21T10:04:00Z", init=[("script-0", 2, "train.py: bad shape"), ("script-1", 0, "ok")])
+    assert status.pool_status(POOL, "j", failed, None, [script])["message"].startswith("train.py: bad shape (")
+    # No message from any pod: the Job's own words.
+    silent = status.pool_status(POOL, "j", failed, None, [_pod("t", main=[("warm", 0, "fine")])])
+    assert silent["message"] == status.pool_status(POOL, "j", failed, None)["message"]
+    # A running or successful Job's pods are not read for a reason.
+    assert status.pool_status(POOL, "j", _job(active=1), None, retried)["message"] == "the warm-up pod is running"
+
+
+def test_warm_containers_fall_back_to_their_log_when_they_fail():
+    """What a kubelet copies from the log tail into the termination message (the message above)."""
+    obj = cache()
+    spec = api.parse_cache(obj)
+    job = jobs.warmup_job(obj, spec, resolve_pools(spec, cluster())[0])
+    pod = job["spec"]["template"]["spec"]
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_finished_record_survives_job_ttl_but_not_a_new_hash():

@@ -126,13 +126,7 @@ def expiry_job(cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[
 
 def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """The expire container's termination message of the newest terminated pod (a Job may retry)."""
-    found: list[tuple[str, str]] = []
-    for pod in pods:
-        for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            terminated = (container.get("state") or {}).get("terminated") or {}
-            if container.get("name") == CONTAINER and terminated.get("message"):
-                found.append((str(terminated.get("finishedAt") or ""), str(terminated["message"])))
-    return max(found)[1] if found else None
+    return status.termination_message(pods, CONTAINER)
 
 
 def parse_summary(message: str | None) -> dict[str, Any] | None:
@@ -156,7 +150,9 @@ def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) ->
     if state["state"] == status.POOL_SUCCEEDED:
         return Outcome(status.READY, "Expired", describe(summary), summary, state.get("finishedAt"))
     if state["state"] == status.POOL_FAILED:
-        detail = (summary or {}).get("error") or _last_line(message) or state.get("message") or "the expiry Job failed"
+        detail = (
+            (summary or {}).get("error") or status.last_line(message) or state.get("message") or "the expiry Job failed"
+        )
         return Outcome(status.FAILED, "ExpiryFailed", f"expiry failed: {detail}", summary, state.get("finishedAt"))
     return Outcome(status.EXPIRING, "ExpiryRunning", "expiring: applying the lifecycle to the warmed cache")
 
@@ -199,8 +195,3 @@ def last_warmed(pools: Sequence[Mapping[str, Any]]) -> str | None:
         if pool.get("state") == status.POOL_SUCCEEDED and pool.get("finishedAt")
     ]
     return max(times) if times else None
-
-
-def _last_line(message: str | None) -> str:
-    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""

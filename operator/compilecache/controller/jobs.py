@@ -147,6 +147,8 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str 
             "env": env,
             "volumeMounts": mounts,
             "securityContext": container_security_context(),
+            # A failed warm-up's last log lines become its termination message: the pool's status says why.
+            "terminationMessagePolicy": "FallbackToLogsOnError",
         }
         if warmup.image_pull_policy:
             spec_["imagePullPolicy"] = warmup.image_pull_policy

@@ -282,7 +282,8 @@ def _warmups(
                 "message": f"the API refused the warm-up Job: {snapshot.rejected[job_name]}",
             }
         else:
-            entry = status.pool_status(pool, job_name, job, previous.get(pool.name))
+            pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
+            entry = status.pool_status(pool, job_name, job, previous.get(pool.name), pods)
         if entry.get("job") == job_name:
             wanted.add(job_name)
             # A finished record whose Job was cleaned up by its TTL is not re-run.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.controller import expiryjob, jobs
+from compilecache.controller import expiryjob, jobs, status
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, Client
 
@@ -88,6 +88,7 @@ class Snapshot:
     claim: Obj | None = None  # the PVC the spec names, if it exists (None too for a GCS cache)
     nodes: tuple[Obj, ...] = ()
     jobs: tuple[Obj, ...] = ()  # warm-up Jobs labelled with the cache
+    warmup_pods: tuple[Obj, ...] = ()  # the pods of the failed warm-up Jobs: what their commands said
     expiry_jobs: tuple[Obj, ...] = ()
     expiry_pods: tuple[Obj, ...] = ()  # the pods of the expiry Jobs (by their job-name label)
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
@@ -113,12 +114,18 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
     expiry_pods: list[Obj] = []
     for job in expiry_jobs:  # one, rarely two (a superseded one not yet deleted)
         expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+    warmup_jobs = tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name}))
+    warmup_pods: list[Obj] = []
+    for job in warmup_jobs:  # only the failed ones: few, and a running pool needs no pod read
+        if status.job_state(job)["state"] == status.POOL_FAILED:
+            warmup_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
     return Snapshot(
         cache,
         pods=pods,
         claim=claim,
         nodes=tuple(client.list(NODES)),
-        jobs=tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name})),
+        jobs=warmup_jobs,
+        warmup_pods=tuple(warmup_pods),
         expiry_jobs=expiry_jobs,
         expiry_pods=tuple(expiry_pods),
     )

@@ -75,10 +75,40 @@ def job_state(job: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
+def termination_message(pods: Sequence[Mapping[str, Any]], container: str | None = None) -> str | None:
+    """The termination message of the newest terminated container (of that name) with one; a Job may retry.
+
+    With ``container`` ``None``, the newest failed container of any name, init containers included
+    (a warm-up pod runs each script in an init container).
+    """
+    found: list[tuple[str, str]] = []
+    for pod in pods:
+        pod_status = pod.get("status") or {}
+        for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
+            terminated = (state.get("state") or {}).get("terminated") or {}
+            if not terminated.get("message"):
+                continue
+            if container is None and terminated.get("exitCode") in (0, None):
+                continue
+            if container is None or state.get("name") == container:
+                found.append((str(terminated.get("finishedAt") or ""), str(terminated["message"])))
+    return max(found)[1] if found else None
+
+
+def last_line(message: str | None, limit: int = 300) -> str:
+    """The last non-empty line of a message or a log tail, at most ``limit`` characters."""
+    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
 def pool_status(
-    pool: Pool, job_name: str, job: Mapping[str, Any] | None, previous: Mapping[str, Any] | None
+    pool: Pool,
+    job_name: str,
+    job: Mapping[str, Any] | None,
+    previous: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The ``status.pools[]`` entry of one pool."""
+    """The ``status.pools[]`` entry of one pool; ``pods`` are its Job's pods (read when the Job failed)."""
     entry: dict[str, Any] = {
         "name": pool.name,
         "nodes": pool.nodes,
@@ -94,7 +124,11 @@ def pool_status(
         return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable}
     entry["job"] = job_name
     if job is not None:
-        return entry | job_state(job)
+        state = job_state(job)
+        said = last_line(termination_message(pods)) if state["state"] == POOL_FAILED else ""
+        if said:  # what the command said beats "BackoffLimitExceeded", which stays the reason
+            state["message"] = f"{said} ({state['message']})"
+        return entry | state
     if previous is not None and previous.get("job") == job_name and previous.get("state") in FINISHED:
         kept = ("state", "reason", "message", "startedAt", "finishedAt")
         return entry | {key: previous[key] for key in kept if key in previous}

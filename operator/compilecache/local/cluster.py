@@ -45,32 +45,44 @@ def chart_webhooks() -> list[dict[str, Any]]:
     A copy for running without helm; ``tests/test_local_admission.py`` checks it against
     what ``helm template`` renders, so it cannot drift from the chart unnoticed.
     """
-    return [
-        {
-            "name": "pods.compilecache.dev",
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Ignore",
-            "timeoutSeconds": 5,
-            "matchPolicy": "Equivalent",
-            "reinvocationPolicy": "Never",
-            "rules": [
-                {
-                    "operations": ["CREATE"],
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "resources": ["pods"],
-                    "scope": "Namespaced",
-                }
-            ],
-            "objectSelector": {"matchExpressions": [{"key": "compilecache.dev/cache", "operator": "Exists"}]},
-            "namespaceSelector": {
-                "matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
-                ]
-            },
-        }
-    ]
+    return [_chart_webhook(by_namespace) for by_namespace in (False, True)]
+
+
+def _chart_webhook(by_namespace: bool) -> dict[str, Any]:
+    # pods.compilecache.dev: pods labelled with a cache; selected-pods.compilecache.dev: every pod of a
+    # namespace labelled compilecache.dev/injection=enabled (consumers.podSelector chooses there).
+    opt_out = {"key": "compilecache.dev/inject", "operator": "NotIn", "values": ["false"]}
+    labelled = [] if by_namespace else [{"key": "compilecache.dev/cache", "operator": "Exists"}]
+    injection = {
+        "key": "compilecache.dev/injection",
+        "operator": "In" if by_namespace else "NotIn",
+        "values": ["enabled"],
+    }
+    return {
+        "name": "selected-pods.compilecache.dev" if by_namespace else "pods.compilecache.dev",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": 5,
+        "matchPolicy": "Equivalent",
+        "reinvocationPolicy": "Never",
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "objectSelector": {"matchExpressions": [*labelled, opt_out]},
+        "namespaceSelector": {
+            "matchExpressions": [
+                injection,
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+            ]
+        },
+    }
 
 
 def webhook_configuration(
