@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from compilecache.cache.errors import WarmError
 from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
     Build,
@@ -311,6 +312,18 @@ def test_local_store_scan_and_delete_are_idempotent(tmp_path: Path) -> None:
     assert store.delete(name("a")) and not store.delete(name("a"))
     assert store.delete(".compilecache/staging/run-1") and not store.delete(".compilecache/staging/run-1")
     assert DEFAULT_GRACE_SECONDS > 0
+
+
+def test_a_delete_the_file_system_refuses_is_a_warm_error_not_a_traceback(tmp_path: Path) -> None:
+    """expire turns a WarmError into one line and exit 1 (its termination message says why), as on GCS.
+
+    The whole path, with an entry made immutable, runs in tests/test_e2e.py (it needs root and chattr).
+    """
+    stuck = tmp_path / name("stuck")
+    stuck.mkdir()  # unlink() refuses a directory (EISDIR): an OSError that needs no root to provoke
+    (stuck / "x").write_text("x")
+    with pytest.raises(WarmError, match=rf"delete {name('stuck')} failed"):
+        LocalStore(tmp_path).delete(name("stuck"))
 
 
 @pytest.mark.parametrize(

@@ -343,6 +343,8 @@ class LocalStore:
             return nofollow.unlink(self.root, name)
         except nofollow.LinkError:
             return False
+        except OSError as error:  # e.g. read-only or immutable: one line and exit 1, as on GCS
+            raise WarmError(f"delete {name} failed: {error.strerror or error}") from None
 
     def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
         """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot); links are not read."""
