@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-local
 
-.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync
+.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: $(STAMP) tools
 ## Only the fast tests (~10 s): no real JAX, no operator runs, no helm.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow'
+
+## The long property runs too (500 hypothesis examples of admitted specs through plan(); ~4 min more).
+test-long: $(STAMP) tools
+	$(BIN)/python -m pytest --long
 
 ## Only the end-to-end tests: the real operator and Job commands on the local cluster (~2 min).
 e2e: $(STAMP)

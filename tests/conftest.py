@@ -64,3 +64,20 @@ __all__ = [
     "running_emulator",
     "write_kubeconfig",
 ]
+
+
+# --- the long runs: `make test-long` (pytest --long); never in `make test` or CI ------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", help="also run the long property runs (marker `long`)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``long`` tests unless ``--long``: minutes of hypothesis examples belong to a deliberate run."""
+    if config.getoption("--long"):
+        return
+    long_runs = [item for item in items if item.get_closest_marker("long")]
+    if long_runs:
+        config.hook.pytest_deselected(items=long_runs)
+        items[:] = [item for item in items if not item.get_closest_marker("long")]

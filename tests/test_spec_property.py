@@ -253,6 +253,7 @@ def test_admitted_specs_give_valid_objects_or_name_the_field(example: tuple[dict
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(900)
 @settings(derandomize=True, max_examples=500, deadline=None, suppress_health_check=_HEALTH)
 @given(examples())
