@@ -195,7 +195,9 @@ def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dic
         invalid = _INVALID.match(str(decided.status.get("message") or ""))
         if decided.status.get("phase") == status.FAILED and invalid:
             raise SpecError(invalid["field"], decided.status["message"])
-        assert decided.status.get("phase") != status.FAILED, decided.status  # no other failure on valid input
+        if decided.status.get("phase") == status.FAILED:  # valid input fails only where no pool can warm
+            pools = decided.status.get("pools") or []
+            assert pools and all(p["state"] == status.POOL_FAILED and p.get("reason") for p in pools), decided.status
         if not decided.creates:
             break
         for create in decided.creates:
