@@ -196,8 +196,8 @@ def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dic
         if decided.status.get("phase") == status.FAILED and invalid:
             raise SpecError(invalid["field"], decided.status["message"])
         if decided.status.get("phase") == status.FAILED:  # valid input fails only where no pool can warm
-            pools = decided.status.get("pools") or []
-            assert pools and all(p["state"] == status.POOL_FAILED and p.get("reason") for p in pools), decided.status
+            active = [p for p in decided.status.get("pools") or [] if p["state"] != status.POOL_NO_NODES]
+            assert active and all(p["state"] == status.POOL_FAILED and p.get("reason") for p in active), decided.status
         if not decided.creates:
             break
         for create in decided.creates:
