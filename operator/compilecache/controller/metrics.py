@@ -202,6 +202,9 @@ class Metrics:
         consumers = status.get("consumers") or {}
         if "gated" in consumers:
             self.gated.labels(*key).set(float(consumers.get("gated") or 0))
+        # Counters start at 0 for every cache (a series that appears late breaks rate() and alerts).
+        for counter in (self.gate_timeouts, self.training_requests, self.training_hits):
+            counter.labels(*key)
         with self._lock:
             seen = self._seen.setdefault(key, _Seen())
             expired_at = cache.get("lastExpired")
