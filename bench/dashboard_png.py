@@ -6,7 +6,8 @@ counters' totals since the operator started, ``time() - X`` against the scrape's
 p95 from the histogram's buckets. It needs matplotlib, which the project does not depend on:
 
     pip install matplotlib
-    COMPILECACHE_E2E_SCRAPE=/tmp/scrape.txt pytest tests/test_e2e.py -k "pvc_example_reaches or gated_then or metrics_scraped"
+    COMPILECACHE_E2E_SCRAPE=/tmp/scrape.txt pytest tests/test_e2e.py \
+        -k "pvc_example_reaches or gated_then or metrics_scraped"
     python bench/dashboard_png.py /tmp/scrape.txt docs/grafana-dashboard.png
 """
 
@@ -98,7 +99,15 @@ def main(scrape: Path, out: Path) -> None:
             spine.set_color("#2c3235")
         ax.tick_params(colors="#8e8e8e", labelsize=8)
         if not values:
-            ax.text(0.5, 0.5, "no data (nothing happened yet)", color="#8e8e8e", ha="center", va="center", transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                "no data (nothing happened yet)",
+                color="#8e8e8e",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
             ax.set_xticks([])
             ax.set_yticks([])
             continue
