@@ -185,3 +185,32 @@ def test_consumer_counts_over_finished_training_pods():
     ]
     assert trainer.consumer_counts(pods) == {"hits": 14, "requests": 30, "lastMissReason": "train_step: not warmed"}
     assert trainer.consumer_counts([]) == {}
+
+
+def test_printer_columns_entries_and_size_resolve_on_the_status_after_the_warm_up():
+    """``kubectl get cc``'s Entries and Size columns read fields the status has before any expiry ran."""
+    from pathlib import Path
+
+    import yaml
+
+    crd = yaml.safe_load((Path(__file__).resolve().parent.parent / "crds" / "compilecache.yaml").read_text())
+    [version] = crd["spec"]["versions"]
+    columns = {column["name"]: column for column in version["additionalPrinterColumns"]}
+    obj, done, pods = _warmed()
+    new = plan(
+        Snapshot(Cache.read(obj), nodes=tuple(cluster()), jobs=tuple(done), warmup_pods=tuple(pods)),
+        "2026-01-01T00:02:00Z",
+    )
+    assert new.status["phase"] == "Expiring"
+
+    def resolve(path: str):
+        value: object = {"status": dict(new.status)}
+        for part in path.lstrip(".").split("."):
+            assert isinstance(value, dict) and part in value, f"{path} does not resolve at {part!r}"
+            value = value[part]
+        return value
+
+    assert resolve(columns["Entries"]["jsonPath"]) == 5 and columns["Entries"]["type"] == "integer"
+    from compilecache.cache.units import format_bytes
+
+    assert resolve(columns["Size"]["jsonPath"]) == format_bytes(5000) and columns["Size"]["type"] == "string"
