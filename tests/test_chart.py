@@ -61,6 +61,15 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
     "replicas-2": {"replicas": 2, "logLevel": "quiet"},
     "replicas-2-namespaces": {"replicas": 2, "watchNamespaces": [WATCHED]},
+    "metrics-all": {
+        "metrics": {
+            "enabled": True,
+            "port": 9090,
+            "serviceMonitor": {"enabled": True, "interval": "30s", "labels": {"release": "prom"}},
+            "dashboard": {"enabled": True, "annotations": {"grafana_folder": "ML"}},
+        }
+    },
+    "metrics-off": {"metrics": {"enabled": False, "port": 8000}},
     "pinned-image": {
         "image": {"repository": "registry.example:5000/ml/compilecache-operator", "tag": "v0.1.0-rc.1"},
         "imagePullSecrets": [{"name": "pull"}],
@@ -79,6 +88,11 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "bad-pull-policy": ({"image": {"repository": "compilecache/operator", "pullPolicy": "Sometimes"}}, "pullPolicy"),
     "bad-namespace": ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
     "unknown-key": ({"replica": 2}, "replica"),
+    "metrics-on-webhook-port": ({"metrics": {"enabled": True, "port": 9443}}, "port"),
+    "bad-scrape-interval": (
+        {"metrics": {"enabled": True, "port": 8000, "serviceMonitor": {"interval": "often"}}},
+        "interval",
+    ),
 }
 
 # Rules the chart grants that no recorded session uses, each with why it stays. Keep it short.
@@ -188,7 +202,7 @@ def env_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # kubernetes-validate ships no schema for custom resources other than the CRD kind itself.
-CUSTOM_KINDS = {"Certificate", "Issuer", "KopfPeering", "ClusterKopfPeering"}
+CUSTOM_KINDS = {"Certificate", "Issuer", "KopfPeering", "ClusterKopfPeering", "ServiceMonitor"}
 KUBERNETES_VERSIONS = ["1.30", "1.31", "1.32", "1.33", "1.34", "1.35"]
 
 
@@ -445,10 +459,53 @@ def test_cert_manager_with_a_given_issuer(rendered):
 
 
 @pytest.mark.slow
+def test_metrics_port_service_service_monitor_and_dashboard(rendered):
+    defaults = rendered["defaults"]
+    assert env_of(defaults)["COMPILECACHE_METRICS_PORT"] == "8000"
+    assert {"name": "metrics", "containerPort": 8000, "protocol": "TCP"} in container_of(defaults)["ports"]
+    [service] = [
+        o for o in only(defaults, "Service") if o["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"
+    ]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8000, "targetPort": "metrics", "protocol": "TCP"}]
+    assert (
+        service["spec"]["selector"].items() <= deployment_of(defaults)["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert not only(defaults, "ServiceMonitor") and not only(defaults, "ConfigMap")  # off by default
+
+    full = rendered["metrics-all"]
+    assert env_of(full)["COMPILECACHE_METRICS_PORT"] == "9090"
+    [monitor] = only(full, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    [metrics_service] = [
+        o for o in only(full, "Service") if o["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"
+    ]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= metrics_service["metadata"]["labels"].items()
+    [dashboard] = only(full, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "ML"}
+    assert json.loads(dashboard["data"]["compilecache-operator.json"]) == json.loads(
+        (CHART.parent.parent / "docs" / "grafana-dashboard.json").read_text()
+    )
+
+    off = rendered["metrics-off"]
+    assert env_of(off)["COMPILECACHE_METRICS_PORT"] == "0"
+    assert "metrics" not in {port["name"] for port in container_of(off)["ports"]}
+    assert not [o for o in only(off, "Service") if o["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"]
+
+
+def test_chart_dashboard_is_byte_identical_to_the_docs_dashboard():
+    chart = (CHART / "dashboards" / "compilecache-operator.json").read_bytes()
+    assert chart == (CHART.parent.parent / "docs" / "grafana-dashboard.json").read_bytes()
+
+
+@pytest.mark.slow
 def test_webhook_off_removes_all_of_it(rendered):
     objects = rendered["webhook-off"]
     kinds = {obj["kind"] for obj in objects}
-    assert not kinds & {"MutatingWebhookConfiguration", "Service", "Secret", "Certificate", "Issuer"}
+    assert not kinds & {"MutatingWebhookConfiguration", "Secret", "Certificate", "Issuer"}
+    services = [obj["metadata"]["labels"]["app.kubernetes.io/component"] for obj in only(objects, "Service")]
+    assert services == ["metrics"]  # the metrics Service only
     assert env_of(objects)["COMPILECACHE_WEBHOOK"] == "off"
     assert not any(key.startswith("COMPILECACHE_WEBHOOK_") for key in env_of(objects))
     assert "/certs" not in {m["mountPath"] for m in container_of(objects)["volumeMounts"]}

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ import pytest
 import yaml
 
 import gcsemulator
-from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, run_operator
+from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, free_port, run_operator
 from compilecache.local.jobrunner import is_finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.jax]
@@ -88,6 +89,7 @@ class Setup:
     cluster: LocalCluster
     operator: Operator
     gcs: dict[str, str] | None  # the GCS emulator's environment, when it is installed
+    metrics_url: str = ""  # the operator's /metrics
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +117,12 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 namespaces={NS: NAMESPACE_LABELS, GCS_NS: NAMESPACE_LABELS},
             )
         )
-        operator = stack.enter_context(run_operator(cluster, webhooks=webhooks, resync_seconds=0.5))
-        yield Setup(cluster, operator, gcs)
+        port = free_port()
+        metrics_args = [f"--metrics-port={port}", "--metrics-addr=127.0.0.1"]
+        operator = stack.enter_context(
+            run_operator(cluster, webhooks=webhooks, resync_seconds=0.5, extra_args=metrics_args)
+        )
+        yield Setup(cluster, operator, gcs, f"http://127.0.0.1:{port}/metrics")
         output = operator.output()
     assert "Traceback" not in output, output[-5000:]
 
@@ -177,6 +183,10 @@ def test_pvc_example_reaches_ready_through_the_real_warm_and_expire(local: Setup
     # Both simulated GPU products were discovered and warmed by `compilecache warm` in a Job.
     assert sorted(pool["state"] for pool in status["pools"]) == ["Succeeded", "Succeeded"], status["pools"]
     assert len({pool["name"] for pool in status["pools"]}) == 2
+    # Each pool's counts come from its warm-up pod's termination message, written by `compilecache warm`.
+    for pool in status["pools"]:
+        assert pool["entries"] >= 1 and pool["bytes"] > 0 and pool["compileSeconds"] > 0, pool
+        assert pool["verifyHits"] == pool["verifyRequests"] > 0, pool
     # The counts come from the expiry pod's termination message, written by `compilecache expire`.
     assert status["cache"]["entries"] >= 2 and status["cache"]["bytes"] > 0, status["cache"]
     claim = local.cluster.claim_dir(NS, pvc_example["cache"]["spec"]["storage"]["pvc"]["claimName"])
@@ -208,6 +218,42 @@ def test_training_pod_created_before_ready_is_gated_then_hits_every_warmed_entry
     assert env["JAX_COMPILATION_CACHE_DIR"] == "/var/cache/compilecache"
     assert "/ro/" in result["cache_dir"] and pod["metadata"]["name"] in result["cache_dir"], result["cache_dir"]
     assert result["requests"] > 0 and result["hits"] == result["requests"] and result["misses"] == 0, result
+
+
+def test_metrics_scraped_from_the_operator_match_the_loop(local: Setup, pvc_example: dict[str, Any]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    name = pvc_example["cache"]["metadata"]["name"]
+    wait_pod(local, pvc_example["job"], lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+    status = status_of(local, name)
+
+    def scrape() -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+        with urllib.request.urlopen(local.metrics_url, timeout=5) as answer:
+            text = answer.read().decode()
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        return text, samples
+
+    cache = (("name", name), ("namespace", NS))
+    # The released pod is counted by the pass after its release: wait for that pass.
+    text, samples = local.cluster.client.wait_for(
+        lambda: (got := scrape())[1].get(("compilecache_consumers_gated_pods", cache)) == 0 and got, timeout=30
+    )
+    if os.environ.get("COMPILECACHE_E2E_SCRAPE"):  # docs/observability.md's picture is drawn from this scrape
+        Path(os.environ["COMPILECACHE_E2E_SCRAPE"]).write_text(text)
+    assert samples[("compilecache_cache_phase", tuple(sorted((*cache, ("phase", "Ready")))))] == 1
+    assert samples[("compilecache_cache_phase", tuple(sorted((*cache, ("phase", "Warming")))))] == 0
+    assert samples[("compilecache_cache_entries", cache)] == status["cache"]["entries"]
+    assert samples[("compilecache_cache_bytes", cache)] == status["cache"]["bytes"]
+    assert samples[("compilecache_warmup_last_duration_seconds", cache)] >= 0
+    assert samples[("compilecache_warmup_last_compile_seconds", cache)] == pytest.approx(
+        sum(pool["compileSeconds"] for pool in status["pools"])
+    )
+    assert samples[("compilecache_webhook_admissions_total", (("outcome", "gated"),))] >= 1
+    assert samples[("compilecache_reconcile_duration_seconds_count", (("result", "success"),))] > 0
 
 
 def test_gcs_example_reaches_ready_and_a_training_pod_hits_it(local: Setup) -> None:

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import kopf
 
-from compilecache.controller import admission, api, expiryjob, jobs, webhook
+from compilecache.controller import admission, api, expiryjob, jobs, metrics, webhook
 from compilecache.controller.coalesce import Backoff, Coalescer
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import describe_error
@@ -61,6 +61,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.admission.server = webhook.server(config)
     if config.mode != webhook.OFF:
         logger.info("Serving the pod webhook (%s) at %s:%d%s.", config.mode, config.addr, config.port, webhook.PATH)
+    try:
+        addr, port = metrics.port_from_env(os.environ)
+    except ValueError as exc:
+        raise kopf.PermanentError(str(exc)) from None
+    memo.metrics_server = metrics.serve(addr, port)
     memo.client = await asyncio.to_thread(Client.from_environment)
     memo.known = set()
     memo.passes = Coalescer()
@@ -80,6 +85,10 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         client.close()
     for handle in (memo.get("retries") or {}).values():
         handle.cancel()
+    server = memo.get("metrics_server")
+    if server is not None:
+        server.shutdown()
+        server.server_close()
     workers = memo.get("workers")
     if workers is not None:
         workers.shutdown(wait=False, cancel_futures=True)  # the pass in flight ends at its next call
@@ -138,9 +147,10 @@ def mutate_pods(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: k
 def _admit(client: Client, pod: dict[str, Any]) -> admission.Mutation:
     namespace = (pod.get("metadata") or {}).get("namespace")
     if not namespace:  # the API server sets it before admission; nothing to look up without it
+        metrics.METRICS.admission("unchanged")
         return admission.Mutation(pod=pod)
     try:
-        return admission.admit(pod, client.list(COMPILECACHES, namespace))
+        mutated = admission.admit(pod, client.list(COMPILECACHES, namespace))
     except Exception as exc:
         # A pod must never be refused because of the cache: it would only train slower without it.
         # Names only in the log: a pod's environment may hold secrets.
@@ -154,7 +164,18 @@ def _admit(client: Client, pod: dict[str, Any]) -> admission.Mutation:
             exc,
             exc_info=logger.isEnabledFor(logging.DEBUG),
         )
+        metrics.METRICS.admission("error")
         return admission.Mutation(pod=pod, warnings=(f"compilecache: pod admitted unchanged after an error: {exc}",))
+    metrics.METRICS.admission(_outcome(pod, mutated.pod))
+    return mutated
+
+
+def _outcome(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """The admission's outcome for the metrics: gated (held until Ready), mutated, or unchanged."""
+    if after == before:
+        return "unchanged"
+    held = any(gate.get("name") == admission.GATE for gate in (after.get("spec") or {}).get("schedulingGates") or [])
+    return "gated" if held else "mutated"
 
 
 def _become(raw: kopf.RawBody, pod: Mapping[str, Any]) -> None:

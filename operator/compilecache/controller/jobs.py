@@ -21,6 +21,7 @@ ANNOTATION_REWARM = "compilecache.dev/rewarm"  # any new value re-runs the warm-
 RUN_AS_USER = 65532  # the distroless "nonroot" uid: any non-zero uid the image does not need to know
 TMP_DIR = "/tmp"
 REPORT_PATH = f"{TMP_DIR}/compilecache-report.json"
+TERMINATION_LOG = "/dev/termination-log"  # the report's summary: the operator reads it into status.pools[]
 HASH_LENGTH = 8
 NAME_MAX = 63  # the Job controller copies the Job name into a pod label, which is at most 63 characters
 
@@ -237,7 +238,7 @@ def claim(cache: Mapping[str, Any], spec: CacheSpec) -> dict[str, Any] | None:
 def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
     command = ["compilecache", "warm", "--cache-dir", spec.cache_dir]
     command += ["--jobs", str(spec.warmup.jobs), "--verify" if spec.warmup.verify else "--no-verify"]
-    command += ["--report", REPORT_PATH]
+    command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
     for workload in workloads:
         if workload.script is not None:
             command += ["--script", workload.script, "--", *workload.args]

@@ -20,6 +20,8 @@ from typing import Any
 import kubernetes
 import urllib3
 
+from compilecache.controller import metrics
+
 logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -116,6 +118,21 @@ class Client:
         content_type: str = "application/json",
     ) -> Any:
         """Make one API call and return the decoded JSON; raise :class:`ApiError` on a non-2xx answer."""
+        try:
+            return self._request(method, path, query=query, body=body, content_type=content_type)
+        except ApiError as exc:
+            metrics.METRICS.api_error(method, exc.status)
+            raise
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
         if self._closed:
             raise ApiError(0, STOPPING, "the operator is stopping; the call was not made")
         headers = {"Accept": "application/json", "Content-Type": content_type}

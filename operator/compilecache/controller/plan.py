@@ -195,6 +195,10 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     # Until this generation's expiry runs, the last one's condition and cache counts stand.
     expired_condition = next((c for c in conditions if c.get("type") == expiryjob.EXPIRED_CONDITION), None)
     extra: dict[str, Any] = {}
+    # Entries and size show as soon as a warm-up reported (kubectl get cc), before expiry counts them.
+    counted = status.cache_from_pools(entries, old.get("cache") or {})
+    if counted != (old.get("cache") or {}):
+        extra["cache"] = counted
     if warmed:
         # Degraded too: a partly failed warm-up still prunes and checks what the cache holds
         # (a corrupt entry that failed a pool's verify is exactly what expiry removes).
@@ -209,10 +213,13 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
             phase, message = (phase if expired else outcome.phase), f"{message}; {outcome.message}"
         extra["cache"] = expiryjob.cache_status(
             outcome.summary if expired else None,
-            old.get("cache") or {},
+            counted,
             expiryjob.last_warmed(entries),
             outcome.finished_at if expired else None,
         )
+        if expired and outcome.summary is not None:  # what the last expiry deleted, by rule (for the metrics)
+            deleted = outcome.summary.get("deleted") or {}
+            extra["cache"]["lastDeleted"] = {str(rule)[:63]: int(count or 0) for rule, count in deleted.items()}
     if status.keeps_serving(old, spec_hash, phase):
         phase, message = status.READY, f"ready; refreshing: {message}"
     ready = phase == status.READY

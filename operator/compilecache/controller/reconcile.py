@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.controller import act, gates
+from compilecache.controller import act, gates, metrics, trainer
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
 from compilecache.controller.snapshot import Cache, Obj, Snapshot, observe, observe_pods
@@ -35,10 +36,22 @@ class Outcome:
 
 
 def reconcile(client: Client, namespace: str, name: str, *, now: str | None = None) -> Outcome:
-    """Run one pass over the named cache. Raises only when the cache itself cannot be read."""
+    """Run one pass over the named cache (timed in the metrics). Raises only when the cache cannot be read."""
+    started = time.monotonic()
+    result = "error"
+    try:
+        outcome = _reconcile(client, namespace, name, now=now)
+        result = "error" if outcome.error is not None else "success"
+        return outcome
+    finally:
+        metrics.METRICS.reconcile.labels(result).observe(time.monotonic() - started)
+
+
+def _reconcile(client: Client, namespace: str, name: str, *, now: str | None = None) -> Outcome:
     obj = client.get(COMPILECACHES, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         release_gates(client, namespace, name, None, phase=None)  # no pod waits for a cache that is gone
+        metrics.METRICS.forget(namespace, name)
         return Outcome(None)
     cache = Cache.read(obj)
     when = now or utcnow()
@@ -54,12 +67,16 @@ def reconcile(client: Client, namespace: str, name: str, *, now: str | None = No
     consumers = act.release(client, cache, decided, pods)
     new = dict(decided.status)
     if consumers is not None:  # else the last counts stand
-        new["consumers"] = consumers
+        # What finished training pods reported (trainer.py) joins the gate counts.
+        new["consumers"] = consumers | trainer.consumer_counts(pods)
     try:
         act.record(client, cache, new, decided.events)
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
+    timed_out = {release.pod for release in decided.releases if release.reason == gates.GATE_TIMEOUT}
+    metrics.METRICS.count_gate_timeouts(namespace, name, [pod for pod in pods if pod["metadata"]["name"] in timed_out])
+    metrics.METRICS.observe_cache(namespace, name, new, pods)
     return Outcome(new, error)
 
 

@@ -7,12 +7,25 @@ Every ``kopf run`` option keeps working (``--standalone``, ``-n NS``, ``-A``,
 from __future__ import annotations
 
 import argparse
+import os
 
 PASSES_UNKNOWN_ARGS = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Document the pass-through: the options are kopf's, not ours."""
+    """The operator's own options; everything else is kopf's, passed through."""
+    from compilecache.controller import metrics  # light: prometheus_client only
+
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help=f"serve Prometheus metrics at :PORT{metrics.PATH} (default ${metrics.PORT_ENV} or "
+        f"{metrics.DEFAULT_PORT}; 0 turns them off)",
+    )
+    parser.add_argument(
+        "--metrics-addr", metavar="ADDR", help=f"address of the metrics endpoint (default ${metrics.ADDR_ENV} or all)"
+    )
     parser.epilog = (
         "Any other option is passed to `kopf run` as given, e.g. "
         "`compilecache operator --standalone -A --liveness=http://0.0.0.0:8080/healthz`."
@@ -28,7 +41,13 @@ def run(args: argparse.Namespace) -> int:
     """Run the operator until it is stopped; return kopf's exit status."""
     import kopf.cli  # here, not at the top: `compilecache warm` must not pay for kopf
 
-    from compilecache.controller import handlers
+    from compilecache.controller import handlers, metrics
+
+    # The handlers read the environment at start-up (as the chart sets it); a flag wins over it.
+    if getattr(args, "metrics_port", None) is not None:
+        os.environ[metrics.PORT_ENV] = str(args.metrics_port)
+    if getattr(args, "metrics_addr", None):
+        os.environ[metrics.ADDR_ENV] = args.metrics_addr
 
     controls = kopf.cli.CLIControls(registry=handlers.registry)
     try:

@@ -88,7 +88,7 @@ class Snapshot:
     claim: Obj | None = None  # the PVC the spec names, if it exists (None too for a GCS cache)
     nodes: tuple[Obj, ...] = ()
     jobs: tuple[Obj, ...] = ()  # warm-up Jobs labelled with the cache
-    warmup_pods: tuple[Obj, ...] = ()  # the pods of the failed warm-up Jobs: what their commands said
+    warmup_pods: tuple[Obj, ...] = ()  # pods of failed Jobs (what they said) and unreported succeeded ones
     expiry_jobs: tuple[Obj, ...] = ()
     expiry_pods: tuple[Obj, ...] = ()  # the pods of the expiry Jobs (by their job-name label)
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
@@ -116,8 +116,9 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
         expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
     warmup_jobs = tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name}))
     warmup_pods: list[Obj] = []
-    for job in warmup_jobs:  # only the failed ones: few, and a running pool needs no pod read
-        if status.job_state(job)["state"] == status.POOL_FAILED:
+    recorded = cache.status.get("pools") or []
+    for job in warmup_jobs:  # failed ones, and succeeded ones not yet reported: each read once, then recorded
+        if status.needs_report(job, recorded):
             warmup_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
     return Snapshot(
         cache,

@@ -7,10 +7,12 @@ Job name (and so its spec hash) is the current one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compilecache.cache import units
 from compilecache.controller.pools import Pool
 
 # Phases of a cache.
@@ -28,6 +30,11 @@ POOL_SUCCEEDED = "Succeeded"
 POOL_FAILED = "Failed"
 POOL_NO_NODES = "NoNodes"
 FINISHED = (POOL_SUCCEEDED, POOL_FAILED)
+
+# What a warm-up pod's `compilecache warm --termination-log` writes (jobtools/warm.py: termination_summary).
+WARM_SCHEMA = "compilecache.dev/warm/v1"
+REPORT_FIELDS = ("entries", "bytes", "compileSeconds", "verifyHits", "verifyRequests", "targets", "targetsOmitted")
+STATUS_TARGETS_MAX = 32  # per-target detail kept in status.pools[].targets (the CRD's maxItems)
 
 # Condition types.
 READY_CONDITION = "Ready"
@@ -123,16 +130,132 @@ def pool_status(
     if unschedulable:
         return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable}
     entry["job"] = job_name
+    same_job = previous is not None and previous.get("job") == job_name
+    # The report read in an earlier pass stands (the pods are read once, then may be gone).
+    reported = {key: previous[key] for key in REPORT_FIELDS if key in previous} if same_job and previous else {}
     if job is not None:
         state = job_state(job)
-        said = last_line(termination_message(pods)) if state["state"] == POOL_FAILED else ""
-        if said:  # what the command said beats "BackoffLimitExceeded", which stays the reason
-            state["message"] = f"{said} ({state['message']})"
-        return entry | state
-    if previous is not None and previous.get("job") == job_name and previous.get("state") in FINISHED:
+        if state["state"] == POOL_FAILED:
+            told = termination_message(pods)
+            said = str((parse_warm_summary(told) or {}).get("error") or "") or last_line(told)
+            if said:  # what the command said beats "BackoffLimitExceeded", which stays the reason
+                state["message"] = f"{said[:300]} ({state['message']})"
+        if state["state"] == POOL_SUCCEEDED:
+            reported = warm_report(pods) or reported
+        return entry | state | reported
+    if same_job and previous is not None and previous.get("state") in FINISHED:
         kept = ("state", "reason", "message", "startedAt", "finishedAt")
-        return entry | {key: previous[key] for key in kept if key in previous}
+        return entry | {key: previous[key] for key in kept if key in previous} | reported
     return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
+
+
+def parse_warm_summary(message: str | None) -> dict[str, Any] | None:
+    """A warm-up container's summary (``compilecache warm --termination-log``), or ``None`` for anything else.
+
+    With ``FallbackToLogsOnError`` a failed container that wrote nothing leaves a log tail: not JSON.
+    """
+    if not message:
+        return None
+    try:
+        summary = json.loads(message)
+    except ValueError:
+        return None
+    return summary if isinstance(summary, dict) and summary.get("schema") == WARM_SCHEMA else None
+
+
+def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The ``status.pools[]`` report fields from a succeeded warm-up Job's pods, or ``None`` without a summary.
+
+    A pod runs one ``compilecache warm`` per container (scripts in init containers): their
+    summaries add up. Of a container retried in several pods (a Job's retries, or the pods of
+    an Indexed Job) the newest summary counts, once.
+    """
+    newest: dict[str, tuple[str, dict[str, Any]]] = {}
+    for pod in pods:
+        pod_status = pod.get("status") or {}
+        for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
+            terminated = (state.get("state") or {}).get("terminated") or {}
+            summary = parse_warm_summary(terminated.get("message"))
+            if summary is None or terminated.get("exitCode") not in (0, None):
+                continue
+            when = str(terminated.get("finishedAt") or "")
+            name = str(state.get("name"))
+            if name not in newest or when >= newest[name][0]:
+                newest[name] = (when, summary)
+    if not newest:
+        return None
+    summaries = [summary for _, summary in (newest[name] for name in sorted(newest))]
+    targets = [target for summary in summaries for target in summary.get("targets") or [] if isinstance(target, dict)]
+    omitted = sum(_int(summary.get("targetsOmitted")) for summary in summaries) + max(
+        0, len(targets) - STATUS_TARGETS_MAX
+    )
+    verified = [summary["verify"] for summary in summaries if isinstance(summary.get("verify"), dict)]
+    report: dict[str, Any] = {
+        "entries": sum(_int(summary.get("entries")) for summary in summaries),
+        "bytes": sum(_int(summary.get("bytes")) for summary in summaries),
+        "compileSeconds": round(sum(_float(summary.get("compileSeconds")) for summary in summaries), 3),
+        "targets": [
+            {
+                "name": str(target.get("name"))[:253],
+                "seconds": round(_float(target.get("seconds")), 3),
+                "entries": _int(target.get("entries")),
+                "bytes": _int(target.get("bytes")),
+            }
+            for target in targets[:STATUS_TARGETS_MAX]
+        ],
+    }
+    if verified:
+        report["verifyHits"] = sum(_int(verify.get("hits")) for verify in verified)
+        report["verifyRequests"] = sum(_int(verify.get("requests")) for verify in verified)
+    if omitted:
+        report["targetsOmitted"] = omitted
+    return report
+
+
+def needs_report(job: Mapping[str, Any], pools: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a pass must read this warm-up Job's pods: it failed (what its command said), or it
+    succeeded and its report is not in the status yet. Running Jobs and recorded ones need no read."""
+    state = job_state(job)["state"]
+    if state == POOL_FAILED:
+        return True
+    if state != POOL_SUCCEEDED:
+        return False
+    name = (job.get("metadata") or {}).get("name")
+    return not any(pool.get("job") == name and "entries" in pool for pool in pools)
+
+
+def cache_from_pools(pools: Sequence[Mapping[str, Any]], previous: Mapping[str, Any]) -> dict[str, Any]:
+    """``status.cache`` as soon as a warm-up reported, before any expiry counted the cache.
+
+    Once an expiry has counted the cache (its counts are the truth: older entries, deletions),
+    a new warm-up does not overwrite them; the next expiry does.
+    """
+    result = dict(previous)
+    if previous.get("lastExpired"):
+        return result
+    reported = [pool for pool in pools if pool.get("state") == POOL_SUCCEEDED and "entries" in pool]
+    if reported:
+        size = sum(_int(pool.get("bytes")) for pool in reported)
+        result |= {
+            "entries": sum(_int(pool.get("entries")) for pool in reported),
+            "bytes": size,
+            "size": units.format_bytes(size),
+        }
+    return result
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float:
+    try:
+        return max(0.0, float(value or 0.0))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def unschedulable_reason(pool: Pool) -> str | None:

@@ -26,6 +26,7 @@ Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment,
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
     parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
     parser.add_argument(
+        "--termination-log",
+        metavar="PATH",
+        help="also write a compact summary (at most 4 KiB of JSON) here: the warm-up Job passes /dev/termination-log",
+    )
+    parser.add_argument(
         "--verify",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -81,9 +87,14 @@ def run(args: argparse.Namespace) -> int:
             failure = getattr(error, "report", None) or {"ok": False, "targets": [], "entries": 0, "bytes": 0}
             failure["ok"], failure["error"] = False, str(error)
             _write_report(args.report, dumps(failure))
+        if args.termination_log:
+            summary = getattr(error, "report", None) or {"targets": [], "entries": 0, "bytes": 0}
+            write_termination_summary(args.termination_log, {**summary, "ok": False, "error": str(error)})
         return error.exit_code
     if args.report:
         _write_report(args.report, dumps(report))
+    if args.termination_log:
+        write_termination_summary(args.termination_log, report)
     return 0
 
 
@@ -340,3 +351,53 @@ def _write_report(path: str, data: bytes) -> None:
         Path(path).write_bytes(data)
     except OSError as error:
         print(f"compilecache warm: error: cannot write report {path}: {error}", file=sys.stderr)
+
+
+# --- The termination summary: how a warm-up pod's report reaches the operator (status.pools[]).
+TERMINATION_SCHEMA = "compilecache.dev/warm/v1"
+TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps (it cuts the rest)
+_ERROR_CHARS = 1000
+
+
+def termination_summary(report: Mapping[str, Any]) -> str:
+    """The report as compact JSON of at most :data:`TERMINATION_LIMIT` bytes, always whole.
+
+    Totals first; per-target detail (name, compile seconds, entries, bytes) is dropped from the
+    end until it fits (``targetsOmitted`` counts what went), so the kubelet never cuts the JSON.
+    """
+    verify = report.get("verify") or None
+    targets: list[dict[str, Any]] = [
+        {
+            "name": str(target.get("name")),
+            "seconds": round(float(target.get("compile_seconds") or 0.0), 3),
+            "entries": len(target.get("entries_written") or []),
+            "bytes": int(target.get("bytes") or 0),
+        }
+        for target in report.get("targets") or []
+    ]
+    summary: dict[str, Any] = {
+        "schema": TERMINATION_SCHEMA,
+        "ok": bool(report.get("ok", True)),
+        "entries": int(report.get("entries") or 0),
+        "bytes": int(report.get("bytes") or 0),
+        "compileSeconds": round(sum(target["seconds"] for target in targets), 3),
+        "verify": None if verify is None else {"hits": verify.get("hits"), "requests": verify.get("requests")},
+        "targets": targets,
+    }
+    if report.get("error"):
+        summary["error"] = str(report["error"])[:_ERROR_CHARS]
+    text = json.dumps(summary, separators=(",", ":"))
+    while len(text.encode()) > TERMINATION_LIMIT and summary["targets"]:
+        dropped = max(1, len(summary["targets"]) // 2)  # halve: a few dumps even for thousands of targets
+        summary["targets"] = summary["targets"][:-dropped]
+        summary["targetsOmitted"] = len(targets) - len(summary["targets"])
+        text = json.dumps(summary, separators=(",", ":"))
+    return text
+
+
+def write_termination_summary(path: str, report: Mapping[str, Any]) -> None:
+    """Write :func:`termination_summary`; a file that cannot be written is said, not fatal."""
+    try:
+        Path(path).write_text(termination_summary(report))
+    except OSError as error:
+        print(f"compilecache warm: cannot write {path}: {error}", file=sys.stderr)

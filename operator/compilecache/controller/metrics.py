@@ -1,0 +1,307 @@
+"""Prometheus metrics of the operator, served at ``/metrics`` (``prometheus_client``).
+
+Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule):
+the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
+the last warm-up's duration and end, expiry deletions by rule, gated pods, gate
+timeouts and the compiles training pods requested and hit. Operator-wide: the
+duration of passes, API errors by verb and status code, webhook admissions by outcome.
+No label names a pod or a Job: the series of a cache are bounded, and removed
+(:meth:`Metrics.forget`) when the cache is gone.
+
+Everything per cache is computed from a pass's recorded status (``observe_cache``),
+so the pure ``plan.plan`` stays free of it. Counters that must not count twice
+(a pod seen by many passes, one expiry run seen by many passes) remember what they
+counted, per cache and bounded. The metrics live in their own ``CollectorRegistry``,
+not the process-global one, so operators run in one test process do not collide.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from compilecache.cache import expiry
+from compilecache.controller import gates, trainer
+from compilecache.controller import status as status_
+
+logger = logging.getLogger(__name__)
+
+PORT_ENV = "COMPILECACHE_METRICS_PORT"
+ADDR_ENV = "COMPILECACHE_METRICS_ADDR"
+DEFAULT_PORT = 8000  # prometheus_client's own default; 0 turns the endpoint off
+DEFAULT_ADDR = "0.0.0.0"  # scraped from other pods, like kopf's own liveness endpoint
+PATH = "/metrics"
+
+PHASES = (
+    status_.PENDING,
+    status_.WARMING,
+    status_.EXPIRING,
+    status_.READY,
+    status_.DEGRADED,
+    status_.FAILED,
+)
+RULES = expiry.RULES  # the keys of an expiry summary's "deleted"; an unknown key is counted as "other"
+ADMISSION_OUTCOMES = ("mutated", "gated", "unchanged", "error")
+REMEMBERED_PODS = 4096  # pod uids remembered per cache, so a pod seen in many passes counts once
+CACHE = ("namespace", "name")
+
+
+def _time(value: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 UTC time as Kubernetes writes it, or ``None``."""
+    if not value:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def last_warmup(pools: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """The last warm-up's (duration in seconds, end as epoch seconds) over its succeeded pools.
+
+    From the first pool's start to the last pool's end: what a team waits for a new spec.
+    """
+    spans = [
+        (start, end)
+        for pool in pools
+        if pool.get("state") == status_.POOL_SUCCEEDED
+        and (start := _time(pool.get("startedAt"))) is not None
+        and (end := _time(pool.get("finishedAt"))) is not None
+    ]
+    if not spans:
+        return None
+    first, last = min(start for start, _ in spans), max(end for _, end in spans)
+    return max(0.0, last - first), last
+
+
+@dataclass
+class _Seen:
+    """What was counted for one cache: pod uids (bounded, oldest dropped) and the last expiry counted."""
+
+    pods: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    timeouts: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    expired_at: str | None = None
+    rules: set[str] = field(default_factory=set)
+
+
+def _first_time(seen: OrderedDict[str, None], uid: str) -> bool:
+    if uid in seen:
+        return False
+    seen[uid] = None
+    while len(seen) > REMEMBERED_PODS:
+        seen.popitem(last=False)
+    return True
+
+
+class Metrics:
+    """The operator's metrics in their own registry; thread-safe (passes run on several workers)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.phase = Gauge(
+            "compilecache_cache_phase",
+            "1 for the cache's current phase, 0 for the others.",
+            [*CACHE, "phase"],
+            registry=r,
+        )
+        self.entries = Gauge("compilecache_cache_entries", "Compiled executables in the cache.", CACHE, registry=r)
+        self.bytes = Gauge("compilecache_cache_bytes", "Bytes the cache holds.", CACHE, registry=r)
+        self.warmup_duration = Gauge(
+            "compilecache_warmup_last_duration_seconds",
+            "From the first pool's start to the last pool's end of the last warm-up that succeeded.",
+            CACHE,
+            registry=r,
+        )
+        self.warmup_time = Gauge(
+            "compilecache_warmup_last_finished_timestamp_seconds",
+            "When the last warm-up finished (Unix time).",
+            CACHE,
+            registry=r,
+        )
+        self.compile_seconds = Gauge(
+            "compilecache_warmup_last_compile_seconds",
+            "Seconds the last warm-up spent compiling, over its pools (from the warm reports).",
+            CACHE,
+            registry=r,
+        )
+        self.expiry_deleted = Counter(
+            "compilecache_expiry_deleted_entries",
+            "Entries expiry deleted, by rule.",
+            [*CACHE, "rule"],
+            registry=r,
+        )
+        self.gated = Gauge(
+            "compilecache_consumers_gated_pods", "Training pods held by the gate now.", CACHE, registry=r
+        )
+        self.gate_timeouts = Counter(
+            "compilecache_gate_timeouts",
+            "Training pods released by gateTimeout before the cache was ready.",
+            CACHE,
+            registry=r,
+        )
+        self.training_requests = Counter(
+            "compilecache_training_compile_requests",
+            "Compiles finished training pods asked the cache for (their own report).",
+            CACHE,
+            registry=r,
+        )
+        self.training_hits = Counter(
+            "compilecache_training_cache_hits", "Compiles finished training pods found in the cache.", CACHE, registry=r
+        )
+        self.reconcile = Histogram(
+            "compilecache_reconcile_duration_seconds",
+            "Duration of one pass over a cache.",
+            ["result"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.api_errors = Counter(
+            "compilecache_api_errors",
+            "Kubernetes API calls that failed, by verb and HTTP status (0: no answer).",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.admissions = Counter(
+            "compilecache_webhook_admissions", "Pods the webhook admitted, by outcome.", ["outcome"], registry=r
+        )
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], _Seen] = {}
+
+    # --- per cache, from a pass's status and pods
+
+    def observe_cache(
+        self, namespace: str, name: str, status: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()
+    ) -> None:
+        """Set the cache's series from the status a pass recorded and the pods it read."""
+        key = (namespace, name)
+        phase = status.get("phase")
+        for each in PHASES:
+            self.phase.labels(namespace, name, each).set(1.0 if each == phase else 0.0)
+        cache = status.get("cache") or {}
+        if "entries" in cache:
+            self.entries.labels(*key).set(float(cache.get("entries") or 0))
+            self.bytes.labels(*key).set(float(cache.get("bytes") or 0))
+        pools = status.get("pools") or []
+        warmup = last_warmup(pools)
+        if warmup is not None:
+            self.warmup_duration.labels(*key).set(warmup[0])
+            self.warmup_time.labels(*key).set(warmup[1])
+            seconds = [float(pool.get("compileSeconds") or 0) for pool in pools if "compileSeconds" in pool]
+            if seconds:
+                self.compile_seconds.labels(*key).set(sum(seconds))
+        consumers = status.get("consumers") or {}
+        if "gated" in consumers:
+            self.gated.labels(*key).set(float(consumers.get("gated") or 0))
+        # Counters start at 0 for every cache (a series that appears late breaks rate() and alerts).
+        for counter in (self.gate_timeouts, self.training_requests, self.training_hits):
+            counter.labels(*key)
+        with self._lock:
+            seen = self._seen.setdefault(key, _Seen())
+            expired_at = cache.get("lastExpired")
+            if expired_at and expired_at != seen.expired_at:
+                seen.expired_at = expired_at
+                for rule, count in (cache.get("lastDeleted") or {}).items():
+                    label = rule if rule in RULES else "other"
+                    seen.rules.add(label)
+                    self.expiry_deleted.labels(namespace, name, label).inc(max(0, int(count or 0)))
+            for pod in pods:
+                self._observe_pod(key, seen, pod)
+
+    def _observe_pod(self, key: tuple[str, str], seen: _Seen, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+        released = str((meta.get("annotations") or {}).get(gates.ANNOTATION_RELEASED) or "")
+        if released.startswith(gates.GATE_TIMEOUT) and _first_time(seen.timeouts, uid):
+            self.gate_timeouts.labels(*key).inc()
+        report = trainer.pod_report(pod)
+        if report is not None and _first_time(seen.pods, uid):
+            self.training_requests.labels(*key).inc(report.requests)
+            self.training_hits.labels(*key).inc(report.hits)
+
+    def count_gate_timeouts(self, namespace: str, name: str, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Count pods this pass released by gateTimeout (before their annotation is read back)."""
+        key = (namespace, name)
+        with self._lock:
+            seen = self._seen.setdefault(key, _Seen())
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+                if _first_time(seen.timeouts, uid):
+                    self.gate_timeouts.labels(*key).inc()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Remove every series of a cache that is gone (and what was remembered for it)."""
+        key = (namespace, name)
+        with self._lock:
+            seen = self._seen.pop(key, None)
+        for phase in PHASES:
+            _remove(self.phase, namespace, name, phase)
+        for metric in (
+            self.entries,
+            self.bytes,
+            self.warmup_duration,
+            self.warmup_time,
+            self.compile_seconds,
+            self.gated,
+            self.gate_timeouts,
+            self.training_requests,
+            self.training_hits,
+        ):
+            _remove(metric, namespace, name)
+        for rule in (seen.rules if seen else set()) | {*RULES, "other"}:
+            _remove(self.expiry_deleted, namespace, name, rule)
+
+    # --- operator-wide
+
+    def api_error(self, verb: str, code: int) -> None:
+        """Count a failed API call (``code`` 0: no answer, or not made because the operator is stopping)."""
+        self.api_errors.labels(verb.lower(), str(code)).inc()
+
+    def admission(self, outcome: str) -> None:
+        """Count one pod the webhook answered for."""
+        self.admissions.labels(outcome if outcome in ADMISSION_OUTCOMES else "error").inc()
+
+
+def _remove(metric: Any, *labels: str) -> None:
+    with contextlib.suppress(KeyError):  # never set for this cache
+        metric.remove(*labels)
+
+
+METRICS = Metrics()  # the operator's; a pass, the API client and the webhook update it
+
+
+def port_from_env(environ: Mapping[str, str]) -> tuple[str, int]:
+    """``(addr, port)`` from ``COMPILECACHE_METRICS_ADDR``/``_PORT``; port 0 means no endpoint.
+
+    Raises ``ValueError`` naming the variable for a port that is not 0-65535.
+    """
+    text = (environ.get(PORT_ENV) or str(DEFAULT_PORT)).strip()
+    if not text.isdigit() or not 0 <= int(text) < 65536:
+        raise ValueError(f"{PORT_ENV} must be a port number (0 turns metrics off), got {text!r}")
+    return (environ.get(ADDR_ENV) or DEFAULT_ADDR).strip(), int(text)
+
+
+def serve(addr: str, port: int, metrics: Metrics = METRICS) -> Any | None:
+    """Serve ``/metrics`` in a thread; return the server (``shutdown()`` stops it), ``None`` if off or refused.
+
+    A port that cannot be bound is logged, not fatal: the caches must be reconciled without metrics too.
+    """
+    if port == 0:
+        return None
+    try:
+        server, _thread = start_http_server(port, addr, registry=metrics.registry)
+    except OSError as exc:
+        logger.error("Cannot serve metrics at %s:%d: %s", addr, port, exc)
+        return None
+    logger.info("Serving metrics at http://%s:%d%s.", addr, port, PATH)
+    return server
