@@ -316,3 +316,40 @@ def test_runtime_enable_installs_the_report(warmed: tuple[Path, Path, Path], tmp
     [line] = verdict_lines(done.stderr)
     assert line.startswith(f"compilecache: {counts['hits']}/{counts['requests']} compiles hit"), line
     assert WRITE_ERROR not in done.stderr
+
+
+EARLY = """
+import sys, time
+exec(open(sys.argv[1]).read())  # train.py: compiles train_step and scale, prints its counts
+from compilecache import trainer
+deadline = time.monotonic() + 60
+while trainer._recorder.printed is None:  # bounded: the settle time is 0.2 s
+    assert time.monotonic() < deadline, "no early report within 60 s"
+    time.sleep(0.05)
+print("EARLY-SEEN", file=sys.stderr, flush=True)
+if sys.argv[2] == "more":
+    jax.jit(lambda y: y - 1)(x).block_until_ready()  # a compile after the early report
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.parametrize("then", ["more", "none"])
+def test_the_line_comes_once_compiling_settles_and_again_at_exit_only_if_counts_changed(
+    warmed: tuple[Path, Path, Path], then: str
+) -> None:
+    cache, code, plugin = warmed
+    env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {trainer.SETTLE: "0.2"}
+    argv = [sys.executable, "-c", EARLY, str(code / "train.py"), then]
+    done = subprocess.run(
+        argv, env=clean_env(env, [plugin, code]), cwd=code, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("compilecache: ") or line == "EARLY-SEEN"]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    early = f"compilecache: {counts['hits']}/{counts['requests']} compiles hit"
+    assert lines[0].startswith(early) and lines[1] == "EARLY-SEEN", lines
+    if then == "more":
+        assert len(lines) == 3 and lines[2].startswith(f"compilecache: {counts['hits']}/{counts['requests'] + 1} ")
+    else:
+        assert len(lines) == 2, lines  # the exit adds nothing new: no second line

@@ -15,7 +15,10 @@ comes from the run manifests in the cache (read only): a key-relevant setting th
 the warm-up's (:mod:`compilecache.cache.keysettings`), a program warmed under another key, or a
 program not warmed at all.
 
-At exit it prints the line to stderr and, when the termination message file exists, is writable
+Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
+60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
+days says early whether it hit; ``0`` waits for the exit. At exit it prints the line again only
+if the counts changed since, and when the termination message file exists, is writable
 and still empty (the container's own message wins), writes one JSON object there (under 4096
 bytes, Kubernetes' limit) for the operator to read.
 """
@@ -29,6 +32,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +52,8 @@ _COMPILER_LOGGER = "jax._src.compiler"
 # jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
 _MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)'")
 _TRUE = ("1", "true", "yes", "on")
+SETTLE = "COMPILECACHE_REPORT_SETTLE_SECS"
+DEFAULT_SETTLE_SECS = 60.0
 
 
 @dataclass
@@ -62,18 +68,28 @@ class Tally:
 class Recorder(logging.Filter):
     """Counts JAX's cache events and captures the name of each missed program."""
 
-    def __init__(self) -> None:
+    def __init__(self, settle_secs: float = 0.0) -> None:
         super().__init__()
         self.tally = Tally()
         self._lock = threading.Lock()
         self.reported = False
         self.lowered_level = False  # whether we set the compiler logger's level to DEBUG
+        self.printed: tuple[int, int] | None = None  # (requests, hits) of the line printed, if any
+        self.settle_secs = settle_secs
+        self._last_request = 0.0
+        self._settled = threading.Condition(self._lock)
+        self._watcher: threading.Thread | None = None
 
     def on_event(self, event: str, **_: object) -> None:
         """A ``jax.monitoring`` listener."""
         if event == REQUESTS_EVENT:
             with self._lock:
                 self.tally.requests += 1
+                self._last_request = time.monotonic()
+                if self.settle_secs > 0 and self._watcher is None:
+                    self._watcher = threading.Thread(target=self._report_when_settled, name="compilecache-report")
+                    self._watcher.daemon = True  # never keeps a finished training alive
+                    self._watcher.start()
         elif event == HITS_EVENT:
             with self._lock:
                 self.tally.hits += 1
@@ -91,6 +107,12 @@ class Recorder(logging.Filter):
         # the parent's effective level is what the user configured, now, for it.
         parent = logging.getLogger(_COMPILER_LOGGER).parent
         return record.levelno >= (parent.getEffectiveLevel() if parent else logging.WARNING)
+
+    def _report_when_settled(self) -> None:
+        with self._settled:
+            while (left := self._last_request + self.settle_secs - time.monotonic()) > 0:
+                self._settled.wait(left)  # a new request moves the deadline; re-check it on waking
+        print_verdict(self, early=True)
 
     def snapshot(self) -> Tally:
         """A copy of the counts (events may still arrive from other threads)."""
@@ -120,7 +142,7 @@ def install() -> Recorder:
         # exit hook on import, refused once the interpreter shuts down).
         import compilecache.cache.store  # noqa: F401
 
-        recorder = Recorder()
+        recorder = Recorder(settle_secs=_settle_secs())
         jax.monitoring.register_event_listener(recorder.on_event)
         logger = logging.getLogger(_COMPILER_LOGGER)
         if logger.level == logging.NOTSET:
@@ -135,17 +157,35 @@ def install() -> Recorder:
 
 
 def report_at_exit() -> None:
-    """Print the verdict and write the termination message, once; never raises (it runs at exit)."""
+    """Print the verdict (unless printed already with these counts) and write the termination message."""
     recorder = _recorder
     if recorder is None or recorder.reported:
         return
     recorder.reported = True
-    try:
-        result = current_verdict(recorder.snapshot())
-        print(result["summary"], file=sys.stderr, flush=True)
+    result = print_verdict(recorder, early=False)
+    if result is not None:
         write_termination_message(result, os.environ.get(TERMINATION_LOG, DEFAULT_TERMINATION_LOG))
-    except Exception as error:  # at exit, a report must never turn a clean run into a traceback
+
+
+def print_verdict(recorder: Recorder, *, early: bool) -> dict[str, Any] | None:
+    """Print the one line to stderr, once per distinct count; the result, or None on an error (never raises)."""
+    try:
+        tally = recorder.snapshot()
+        result = current_verdict(tally)
+        if recorder.printed != (tally.requests, tally.hits) and not (early and recorder.printed):
+            recorder.printed = (tally.requests, tally.hits)
+            print(result["summary"], file=sys.stderr, flush=True)
+        return result
+    except Exception as error:  # a report must never turn a clean run into a traceback
         print(f"compilecache: no report ({type(error).__name__}: {error})", file=sys.stderr, flush=True)
+        return None
+
+
+def _settle_secs() -> float:
+    try:
+        return max(0.0, float(os.environ.get(SETTLE, DEFAULT_SETTLE_SECS)))
+    except ValueError:
+        return DEFAULT_SETTLE_SECS
 
 
 def current_verdict(tally: Tally | None = None) -> dict[str, Any]:
