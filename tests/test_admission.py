@@ -10,7 +10,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import NOT_IN_KEY, REPORT, jax_cache_env, trainer_env
 from compilecache.controller import admission, jobs
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
@@ -56,7 +56,7 @@ def test_pvc_cache_mounts_read_only_in_every_container_with_the_warmers_env() ->
     assert [c["volumeMounts"] for c in spec["containers"]] == [[mount], [mount]]
     assert "volumeMounts" not in spec["initContainers"][0] and "env" not in spec["initContainers"][0]
     for container in spec["containers"]:
-        assert env_of(container) == jax_cache_env("/var/cache/compilecache")
+        assert env_of(container) == trainer_env(jax_cache_env("/var/cache/compilecache"), read_only=True)
     assert result.skipped == () and admission.ANNOTATION_SKIPPED not in result.pod["metadata"].get("annotations", {})
     assert spec["serviceAccountName"] == "default"  # PVC caches need no account
 
@@ -67,8 +67,36 @@ def test_env_is_exactly_the_warmup_jobs_env() -> None:
     job = jobs.warmup_job(llama, spec, resolve_pools(spec, cluster())[0])
     job_env = env_of(job["spec"]["template"]["spec"]["containers"][0])
     pod_env = env_of(admission.mutate(pod(LABELLED), llama).pod["spec"]["containers"][0])
-    assert pod_env == {key: job_env[key] for key in pod_env}
-    assert set(pod_env) == {*jax_cache_env("x", xla_flags="y")}  # XLA_FLAGS included
+    in_key = {key: value for key, value in pod_env.items() if key not in NOT_IN_KEY}
+    assert in_key == {key: job_env[key] for key in in_key}
+    assert set(pod_env) == {*jax_cache_env("x", xla_flags="y"), REPORT}  # XLA_FLAGS included
+    # The warm-up reports as a warmer, never as a trainer; a read-only trainer tries no writes.
+    assert REPORT not in job_env and pod_env[REPORT] == "1"
+    assert float(pod_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) > 3600 * 24 * 365
+    writable = cache(warmup=llama["spec"]["warmup"], consumers={"readOnly": False})
+    writer_env = env_of(admission.mutate(pod(LABELLED), writable).pod["spec"]["containers"][0])
+    assert writer_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "1.5"  # rank 0 may add entries
+
+
+def test_pod_settings_that_change_the_key_are_warned_about_and_annotated() -> None:
+    warmup = {**cache()["spec"]["warmup"], "jax": {"xlaFlags": "--xla_a=1"}}
+    warmup["workloads"] = [{**warmup["workloads"][0], "env": [{"name": "JAX_ENABLE_X64", "value": "1"}]}]
+    llama = cache(warmup=warmup)
+    own = pod(LABELLED)
+    own["spec"]["containers"][0]["env"] = [
+        {"name": "XLA_FLAGS", "value": "--xla_b=2"},  # the cache's own: kept, skipped as before
+        {"name": "LIBTPU_INIT_ARGS", "value": "--x"},  # not in the warm-up: warned
+        {"name": "JAX_ENABLE_X64", "value": "1"},  # what the warm-up ran with: fine
+        {"name": "JAX_PLATFORMS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},  # unknown
+    ]
+    result = admission.mutate(own, llama)
+    annotation = result.pod["metadata"]["annotations"][admission.ANNOTATION_SKIPPED]
+    assert "env XLA_FLAGS is set by the pod" in annotation
+    assert "env LIBTPU_INIT_ARGS is '--x' but the warm-up ran with unset" in annotation
+    # The sidecar lacks JAX_ENABLE_X64, which the warm-up set: its programs differ too.
+    assert "container sidecar: env JAX_ENABLE_X64 is unset but the warm-up ran with '1'" in annotation
+    assert "container train: env JAX_ENABLE_X64" not in annotation and "JAX_PLATFORMS" not in annotation
+    assert any("LIBTPU_INIT_ARGS" in warning for warning in result.warnings)
 
 
 def test_not_ready_gates_ready_does_not_and_gate_false_does_not() -> None:
@@ -114,7 +142,7 @@ def test_gcs_cache_env_and_service_account_only_when_the_pod_has_none(account: s
         body["spec"]["serviceAccountName"] = body["spec"]["serviceAccount"] = account
     spec = admission.mutate(body, cache(storage=GCS)).pod["spec"]
     assert "volumes" not in spec and "volumeMounts" not in spec["containers"][0]
-    assert env_of(spec["containers"][0]) == jax_cache_env("gs://my-caches/caches/llama")
+    assert env_of(spec["containers"][0]) == trainer_env(jax_cache_env("gs://my-caches/caches/llama"), read_only=True)
     assert spec["serviceAccountName"] == expected
     if account is not None:
         assert spec["serviceAccount"] == expected  # the deprecated alias agrees
@@ -140,8 +168,8 @@ def test_users_own_env_mount_and_volume_are_kept_and_recorded() -> None:
     assert sidecar["volumeMounts"] == [{"name": "scratch", "mountPath": "/var/cache/compilecache"}]
     annotation = result.pod["metadata"]["annotations"][admission.ANNOTATION_SKIPPED]
     assert "container sidecar: mount path /var/cache/compilecache" in annotation
-    # XLA_FLAGS is not in the cache's env (no xlaFlags), so only a differing one is recorded:
-    assert "XLA_FLAGS" not in annotation
+    # XLA_FLAGS is not in the cache's env (no xlaFlags), but the warm-up ran without it: every key differs.
+    assert "container train: env XLA_FLAGS is '--mine' but the warm-up ran with unset" in annotation
     clash = pod(LABELLED)
     clash["spec"]["containers"][0]["env"] = [{"name": "JAX_COMPILATION_CACHE_DIR", "value": "/elsewhere"}]
     result = admission.mutate(clash, cache())

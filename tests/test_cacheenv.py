@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import format_env, jax_cache_env
+from compilecache.cache.cacheenv import REPORT, format_env, jax_cache_env, trainer_env
 from compilecache.cli import main
 from jaxhelpers import clean_env
 from specs import cache_spec
@@ -32,13 +32,58 @@ def test_env_options_and_format() -> None:
     assert env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] == "4096"
     assert env["XLA_FLAGS"] == "--xla_x=1"
     lines = format_env(env).splitlines()
-    assert lines == sorted(lines) and "JAX_COMPILATION_CACHE_DIR=gs://b/p" in lines
+    assert lines == sorted(lines) and "export JAX_COMPILATION_CACHE_DIR=gs://b/p" in lines
 
 
-def test_env_command_prints_key_value_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["env", "--cache-dir", "/c", "--min-compile-time-secs", "2", "--xla-flags=--a=1"]) == 0
-    printed = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
-    assert printed == jax_cache_env("/c", min_compile_time_secs=2, xla_flags="--a=1")
+def test_trainer_env_adds_the_report_and_on_read_only_caches_stops_writes() -> None:
+    env = jax_cache_env("/c", min_compile_time_secs=1.5, xla_flags="--a")
+    writer = trainer_env(env, read_only=False)
+    assert writer == env | {REPORT: "1"}
+    reader = trainer_env(env, read_only=True)
+    assert reader == env | {REPORT: "1", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1000000000"}
+
+
+ODD_FLAGS = "--xla_a=1 --xla_b='two words' \"quoted\" $HOME `id` ;x"
+
+
+@pytest.mark.parametrize("fmt", ["shell", "dotenv", "json", "yaml"])
+def test_every_format_carries_the_exact_values(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "--cache-dir", "/c d", "--read-only", f"--xla-flags={ODD_FLAGS}", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    expected = trainer_env(jax_cache_env("/c d", xla_flags=ODD_FLAGS), read_only=True)
+    if fmt == "json":
+        assert json.loads(out) == expected
+    elif fmt == "yaml":
+        assert {item["name"]: item["value"] for item in yaml.safe_load(out)["env"]} == expected
+    elif fmt == "dotenv":
+        assert dict(line.split("=", 1) for line in out.splitlines()) == expected
+    else:
+        assert all(line.startswith("export ") for line in out.splitlines())
+
+
+def test_dotenv_refuses_a_value_it_cannot_carry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "--cache-dir", "/c", "--xla-flags=--a\n--b", "--format", "dotenv"]) == 2
+    assert "newline" in capsys.readouterr().err
+
+
+def test_xla_flags_need_the_equals_form(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse reads a separate word starting with "--" as an option: the help says to use "=".
+    with pytest.raises(SystemExit):
+        main(["env", "--cache-dir", "/c", "--xla-flags", "--xla_foo"])
+    assert "expected one argument" in capsys.readouterr().err
+    assert main(["env", "--cache-dir", "/c", "--xla-flags=--xla_foo", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["XLA_FLAGS"] == "--xla_foo"
+
+
+@pytest.mark.slow
+def test_eval_in_bash_exports_exactly_the_values() -> None:
+    script = 'eval "$("$0" -m compilecache.cli env "$@")" && printenv XLA_FLAGS JAX_COMPILATION_CACHE_DIR ' + REPORT
+    args = ["--cache-dir", "/mnt/a b", f"--xla-flags={ODD_FLAGS}"]
+    done = subprocess.run(
+        ["bash", "-c", script, sys.executable, *args], env=clean_env(), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [ODD_FLAGS, "/mnt/a b", "1"]
 
 
 @pytest.mark.slow
@@ -50,7 +95,7 @@ def test_env_command_with_a_name_prints_the_pod_snippet(kube_env: Any, capsys: p
     snippet = yaml.safe_load(capsys.readouterr().out)
     text = json.dumps(snippet)
     assert "/var/cache/compilecache" in text and "jax-cache" in text
-    for key, value in jax_cache_env("/var/cache/compilecache").items():
+    for key, value in trainer_env(jax_cache_env("/var/cache/compilecache"), read_only=True).items():
         assert json.dumps({"name": key, "value": value})[1:-1] in text
 
     assert main(["env", "typo", "-n", "team"]) == 1

@@ -1,10 +1,11 @@
 """``compilecache env``: print the JAX cache environment a training process needs.
 
-``compilecache env --cache-dir DIR`` prints ``KEY=VALUE`` lines from
-:func:`compilecache.cache.cacheenv.jax_cache_env`, the same function the operator's
-Job and pod manifests use. ``compilecache env NAME -n NS`` reads a CompileCache
-from the cluster and prints the volume, mount and env YAML a pod needs to use
-it, for clusters without the admission webhook.
+``compilecache env --cache-dir DIR`` prints the environment of a training process:
+:func:`compilecache.cache.cacheenv.jax_cache_env` (the function the operator's Job and pod
+manifests use, so the cache key is the warmer's) plus the trainer's report switch, as shell
+``export`` lines safe for ``eval "$(compilecache env ...)"`` (or ``--format dotenv|json|yaml``).
+``compilecache env NAME -n NS`` reads a CompileCache from the cluster and prints the volume,
+mount and env YAML a pod needs to use it, for clusters without the admission webhook.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from compilecache.cache.cacheenv import format_env, jax_cache_env
+from compilecache.cache.cacheenv import FORMATS, format_env, jax_cache_env, trainer_env
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", help="cache location as training mounts it (local path or gs://)")
     parser.add_argument("--min-compile-time-secs", type=float, default=0.0, help="default 0: cache everything")
     parser.add_argument("--min-entry-size-bytes", type=int, default=0, help="default 0")
-    parser.add_argument("--xla-flags", default=None, help="XLA_FLAGS, identical in warmers and trainers")
+    parser.add_argument(
+        "--xla-flags",
+        default=None,
+        help="XLA_FLAGS, identical in warmers and trainers; write it with '=' since the value starts "
+        "with '--': --xla-flags='--xla_a=1 --xla_b=2'",
+    )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="the trainer must not add entries (a read-only mount): JAX tries no writes, the key is unchanged",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="shell",
+        help='shell (default): export lines for eval "$(compilecache env ...)"; dotenv: KEY=value lines; '
+        "json; yaml: a container's env list",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,5 +63,10 @@ def run(args: argparse.Namespace) -> int:
         min_entry_size_bytes=args.min_entry_size_bytes,
         xla_flags=args.xla_flags,
     )
-    sys.stdout.write(format_env(env))
+    try:
+        text = format_env(trainer_env(env, read_only=args.read_only), args.format)
+    except ValueError as exc:
+        print(f"compilecache env: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
     return 0

@@ -1,18 +1,20 @@
 """What a training process calls if it prefers a call to environment variables.
 
 ``compilecache.runtime.enable()`` applies exactly the settings of
-:func:`compilecache.cache.cacheenv.jax_cache_env` through ``jax.config``, so a process
-configured either way computes the same cache keys as the warmer.
+:func:`compilecache.cache.cacheenv.trainer_env` through ``jax.config``, so a process
+configured either way computes the same cache keys as the warmer, and installs the trainer's
+report (:mod:`compilecache.trainer`: one line of hits and misses at exit).
 """
 
 from __future__ import annotations
 
 import os
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
 
-# XLA_FLAGS is read once, when the backend starts; it cannot go through jax.config.
-_NOT_A_JAX_OPTION = frozenset({"XLA_FLAGS"})
+# XLA_FLAGS is read once, when the backend starts; it cannot go through jax.config. The report
+# switches are ours.
+_NOT_A_JAX_OPTION = frozenset({"XLA_FLAGS", REPORT, TERMINATION_LOG})
 
 
 def config_updates(env: dict[str, str]) -> dict[str, str]:
@@ -45,12 +47,16 @@ def enable(
     *,
     min_compile_time_secs: float = 0.0,
     min_entry_size_bytes: int = 0,
+    read_only: bool = False,
+    report: bool = True,
 ) -> dict[str, str]:
     """Point JAX's persistent cache at ``cache_dir`` with the warmer's settings.
 
     ``cache_dir`` None takes ``JAX_COMPILATION_CACHE_DIR`` from the environment.
     Call before the first compile. Returns the settings applied. ``XLA_FLAGS``
     must be in the environment before JAX starts (it is part of the cache key).
+    ``read_only``: JAX tries no writes (same key). ``report``: print one line of
+    hits and misses at exit (as ``COMPILECACHE_REPORT=1`` does without a call).
     """
     directory = cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     if not directory:
@@ -58,5 +64,15 @@ def enable(
     env = jax_cache_env(
         directory, min_compile_time_secs=min_compile_time_secs, min_entry_size_bytes=min_entry_size_bytes
     )
+    env = trainer_env(env, read_only=read_only)
+    # COMPILECACHE_REPORT=0 in the environment wins over the call: a warm-up that runs the
+    # training entrypoint itself must not report as a trainer.
+    report = report and os.environ.get(REPORT, "").strip() != "0"
+    if not report:
+        del env[REPORT]
     apply_env(env)
+    if report:
+        from compilecache import trainer
+
+        trainer.install()
     return env

@@ -7,12 +7,30 @@ differing option changes JAX's cache key, and every training step then misses.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 
 # JAX hashes the XLA autotune sub-directory path into the cache key unless the
 # XLA caches are off; with them off, a key does not depend on where the cache
 # lives, so an entry compiled in a staging dir hits once published.
 XLA_CACHES_OFF = "none"
+
+MIN_COMPILE_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+# Ours, not JAX's: a training process with this set reports its hits and misses once, at exit
+# (compilecache.trainer, loaded through JAX's plugin discovery). Warm-up Jobs never get it: their
+# termination message is the warmer's report.
+REPORT = "COMPILECACHE_REPORT"
+# Where the trainer writes its one JSON result at exit (Kubernetes' default terminationMessagePath).
+TERMINATION_LOG = "COMPILECACHE_TERMINATION_LOG"
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+# A trainer on a read-only cache writes nothing: JAX skips the write of any program that compiled
+# in less than this (jax/_src/compiler.py _cache_write, before it even serialises the executable),
+# and unlike the directory, the XLA flags or the compile options this threshold is not hashed into
+# the key (jax/_src/cache_key.py get()), so the warmed entries still hit. ~31 years.
+NEVER_WRITE_SECS = 1_000_000_000
+# Variables of ours that JAX does not hash into a cache key: a trainer may differ from the warmer here.
+NOT_IN_KEY = frozenset({MIN_COMPILE_TIME, "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", REPORT, TERMINATION_LOG})
+FORMATS = ("shell", "dotenv", "json", "yaml")
 
 
 def jax_cache_env(
@@ -39,9 +57,44 @@ def jax_cache_env(
     return env
 
 
-def format_env(env: Mapping[str, str]) -> str:
-    """Render an environment as ``KEY=VALUE`` lines, sorted, for shells and humans."""
-    return "".join(f"{key}={value}\n" for key, value in sorted(env.items()))
+def trainer_env(env: Mapping[str, str], *, read_only: bool) -> dict[str, str]:
+    """A training process's environment: the warmer's ``env`` (same key), plus the report switch.
+
+    ``read_only`` (a read-only mount, or trainers that must not add entries) raises the minimum
+    compile time so that JAX tries no write at all: no "Error writing persistent compilation cache
+    entry ... Read-only file system" warning per program that was not warmed. The key is unchanged.
+    """
+    result = {**env, REPORT: "1"}
+    if read_only:
+        result[MIN_COMPILE_TIME] = _number(NEVER_WRITE_SECS)
+    return result
+
+
+def format_env(env: Mapping[str, str], fmt: str = "shell") -> str:
+    """Render an environment, sorted by name, in one of :data:`FORMATS`.
+
+    ``shell``: ``export KEY='value'`` lines, quoted by :func:`shlex.quote`, for ``eval "$(...)"``
+    and ``. FILE`` (exported, so the training process the shell starts sees them). ``dotenv``:
+    ``KEY=value`` lines, unquoted (docker ``--env-file`` and kubectl ``--from-env-file`` take the
+    rest of the line verbatim). ``json``: one object. ``yaml``: a container's ``env:`` list.
+    """
+    items = sorted(env.items())
+    if fmt == "shell":
+        return "".join(f"export {key}={shlex.quote(value)}\n" for key, value in items)
+    if fmt == "dotenv":
+        if any("\n" in value for _, value in items):
+            raise ValueError("a value contains a newline, which a dotenv line cannot carry")
+        return "".join(f"{key}={value}\n" for key, value in items)
+    if fmt == "json":
+        import json
+
+        return json.dumps(dict(items), indent=2) + "\n"
+    if fmt == "yaml":
+        import yaml
+
+        body = {"env": [{"name": key, "value": value} for key, value in items]}
+        return str(yaml.safe_dump(body, sort_keys=False))
+    raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
 
 
 def _number(value: float) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import jsonpatch
 
+from compilecache.cache.cacheenv import trainer_env
 from compilecache.controller import status
 from compilecache.controller.api import CacheSpec, SpecError, parse_cache
 from compilecache.controller.jobs import LABEL_CACHE, cache_env
@@ -31,6 +32,18 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 # k8s.io/apimachinery/pkg/util/validation: qualifiedNameFmt-style label values, 63 characters at most.
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_VALUE_MAX = 63
+# What a pod may set that changes JAX's cache key or the compiled program, hence every key, beyond
+# the cache's own settings: XLA_FLAGS and LIBTPU_INIT_ARGS are hashed (jax/_src/cache_key.py
+# _hash_xla_flags); the others change the lowered program or the compile options.
+KEY_VARIABLES = (
+    "XLA_FLAGS",
+    "LIBTPU_INIT_ARGS",
+    "JAX_ENABLE_X64",
+    "JAX_DEFAULT_MATMUL_PRECISION",
+    "JAX_USE_SHARDY_PARTITIONER",
+    "JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY",
+    "JAX_PLATFORMS",
+)
 
 
 @dataclass(frozen=True)
@@ -164,8 +177,45 @@ def cache_mount(spec: CacheSpec) -> dict[str, Any] | None:
 
 
 def env_list(spec: CacheSpec) -> list[dict[str, str]]:
-    """The cache environment as a container's ``env`` list, sorted by name (as in warm-up Jobs)."""
-    return [{"name": key, "value": value} for key, value in sorted(cache_env(spec).items())]
+    """A trainer's cache environment as a container's ``env`` list, sorted by name.
+
+    The warm-up Jobs' settings (the same cache key), the report switch, and on a read-only
+    cache (``consumers.readOnly``) a minimum compile time that stops JAX trying writes.
+    """
+    env = trainer_env(cache_env(spec), read_only=spec.consumers.read_only)
+    return [{"name": key, "value": value} for key, value in sorted(env.items())]
+
+
+def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[str]:
+    """The container's own key-relevant settings (:data:`KEY_VARIABLES`) that no warm-up ran with.
+
+    A warm-up runs with the cache's settings and its workload's ``env``; a trainer whose
+    ``XLA_FLAGS`` (say) differs from every workload's misses every compile. A value from
+    ``valueFrom`` is unknown here and not judged.
+    """
+    ours = cache_env(spec)
+    warm = [{**_values(workload.env), **ours} for workload in spec.warmup.workloads] or [ours]
+    items = [item for item in container.get("env") or [] if isinstance(item, Mapping)]
+    own = _values(items)
+    from_refs = {item.get("name") for item in items if "valueFrom" in item}
+    found = []
+    for name in KEY_VARIABLES:
+        if name in ours or name in from_refs:
+            continue  # the cache's own settings: a differing one is reported where it is skipped
+        warmed = {w.get(name) for w in warm}
+        if own.get(name) in warmed:
+            continue
+        mine = repr(own[name]) if name in own else "unset"
+        theirs = " or ".join(sorted("unset" if value is None else repr(value) for value in warmed))
+        found.append(
+            f"container {container.get('name')}: env {name} is {mine} but the warm-up ran with {theirs}: "
+            "JAX's cache keys differ and compiles miss (set it in spec.warmup: jax.xlaFlags or a workload's env)"
+        )
+    return found
+
+
+def _values(env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    return {str(item["name"]): str(item["value"]) for item in env if "name" in item and "value" in item}
 
 
 def service_account(spec: CacheSpec) -> str | None:
@@ -205,6 +255,7 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
     for kind in kinds:
         for container in pod_spec.get(kind) or []:
             skipped += _mutate_container(container, mount, env_list(spec))
+            skipped += settings_differences(container, spec)
 
     notes: list[str] = []
     if spec.consumers.gate and not is_serving(cache):

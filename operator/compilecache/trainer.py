@@ -1,0 +1,315 @@
+"""A training process's own verdict on the warmed cache: one line at exit, and one JSON result.
+
+Loaded with no change to the training code: the package declares this module under JAX's
+``jax_plugins`` entry-point group, and JAX imports it and calls :func:`initialize` when it first
+initialises its backends (``jax/_src/xla_bridge.py`` ``discover_pjrt_plugins``). It does nothing
+unless the process has ``COMPILECACHE_REPORT`` set (the webhook and ``compilecache env`` set it;
+warm-up Jobs do not). :func:`compilecache.runtime.enable` installs it too.
+
+Counting is JAX's own: the ``jax.monitoring`` events ``compile_requests_use_cache`` and
+``cache_hits`` (misses = requests − hits; JAX's ``cache_misses`` event fires only on a write). The
+names of the missed programs come from the DEBUG record JAX logs for each miss; the record is
+captured by a logger filter that lets through only what the logger would have passed anyway, so
+no DEBUG line reaches the console whatever logging the workload configures. Why a program missed
+comes from the run manifests in the cache (read only): a key-relevant setting that differs from
+the warm-up's (:mod:`compilecache.cache.keysettings`), a program warmed under another key, or a
+program not warmed at all.
+
+Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
+60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
+days says early whether it hit; ``0`` waits for the exit. At exit it prints the line again only
+if the counts changed since, and when the termination message file exists, is writable
+and still empty (the container's own message wins), writes one JSON object there (under 4096
+bytes, Kubernetes' limit) for the operator to read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compilecache.cache import keysettings
+from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
+
+SCHEMA = "compilecache.dev/trainer/v1"
+# The same events jobtools/compiler.py counts for the warmer.
+REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
+HITS_EVENT = "/jax/compilation_cache/cache_hits"
+NOT_WARMED = "not warmed"
+KEY_DIFFERS = "warmed under another key: arguments, shardings, donation or program differ"
+MAX_MISSED = 10
+MAX_BYTES = 4096  # Kubernetes truncates a termination message beyond this
+_COMPILER_LOGGER = "jax._src.compiler"
+# jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
+_MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)'")
+_TRUE = ("1", "true", "yes", "on")
+SETTLE = "COMPILECACHE_REPORT_SETTLE_SECS"
+DEFAULT_SETTLE_SECS = 60.0
+
+
+@dataclass
+class Tally:
+    """What this process asked of the cache so far."""
+
+    requests: int = 0
+    hits: int = 0
+    missed: list[str] = field(default_factory=list)  # the module name of each miss JAX logged, in order
+
+
+class Recorder(logging.Filter):
+    """Counts JAX's cache events and captures the name of each missed program."""
+
+    def __init__(self, settle_secs: float = 0.0) -> None:
+        super().__init__()
+        self.tally = Tally()
+        self._lock = threading.Lock()
+        self.reported = False
+        self.lowered_level = False  # whether we set the compiler logger's level to DEBUG
+        self.printed: tuple[int, int] | None = None  # (requests, hits) of the line printed, if any
+        self.settle_secs = settle_secs
+        self._last_request = 0.0
+        self._settled = threading.Condition(self._lock)
+        self._watcher: threading.Thread | None = None
+
+    def on_event(self, event: str, **_: object) -> None:
+        """A ``jax.monitoring`` listener."""
+        if event == REQUESTS_EVENT:
+            with self._lock:
+                self.tally.requests += 1
+                self._last_request = time.monotonic()
+                if self.settle_secs > 0 and self._watcher is None:
+                    self._watcher = threading.Thread(target=self._report_when_settled, name="compilecache-report")
+                    self._watcher.daemon = True  # never keeps a finished training alive
+                    self._watcher.start()
+        elif event == HITS_EVENT:
+            with self._lock:
+                self.tally.hits += 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Capture a miss record; pass on only what the logger would pass without our DEBUG level."""
+        if isinstance(record.msg, str) and "CACHE MISS" in record.msg:
+            match = _MISS.search(record.getMessage())
+            if match:
+                with self._lock:
+                    self.tally.missed.append(match[1])
+        if not self.lowered_level:
+            return True
+        # Our DEBUG level stands in for the level the logger inherited (from "jax" or the root):
+        # the parent's effective level is what the user configured, now, for it.
+        parent = logging.getLogger(_COMPILER_LOGGER).parent
+        return record.levelno >= (parent.getEffectiveLevel() if parent else logging.WARNING)
+
+    def _report_when_settled(self) -> None:
+        with self._settled:
+            while (left := self._last_request + self.settle_secs - time.monotonic()) > 0:
+                self._settled.wait(left)  # a new request moves the deadline; re-check it on waking
+        print_verdict(self, early=True)
+
+    def snapshot(self) -> Tally:
+        """A copy of the counts (events may still arrive from other threads)."""
+        with self._lock:
+            return Tally(self.tally.requests, self.tally.hits, list(self.tally.missed))
+
+
+_recorder: Recorder | None = None
+_install_lock = threading.Lock()
+
+
+def initialize() -> None:
+    """JAX's plugin hook: install the report when the process asked for it, else do nothing."""
+    if os.environ.get(REPORT, "").strip().lower() in _TRUE:
+        install()
+
+
+def install() -> Recorder:
+    """Start counting (idempotent) and report once at exit."""
+    global _recorder
+    with _install_lock:
+        if _recorder is not None:
+            return _recorder
+        import jax.monitoring
+
+        # Loaded now, not at exit: importing it then fails (concurrent.futures registers an
+        # exit hook on import, refused once the interpreter shuts down).
+        import compilecache.cache.store  # noqa: F401
+
+        recorder = Recorder(settle_secs=_settle_secs())
+        jax.monitoring.register_event_listener(recorder.on_event)
+        logger = logging.getLogger(_COMPILER_LOGGER)
+        if logger.level == logging.NOTSET:
+            # JAX logs each miss at DEBUG. A level the user set on this very logger is theirs and
+            # stays (misses are then counted, not named); only an inherited one is stood in for.
+            logger.setLevel(logging.DEBUG)
+            recorder.lowered_level = True
+        logger.addFilter(recorder)
+        atexit.register(report_at_exit)
+        _recorder = recorder
+        return recorder
+
+
+def report_at_exit() -> None:
+    """Print the verdict (unless printed already with these counts) and write the termination message."""
+    recorder = _recorder
+    if recorder is None or recorder.reported:
+        return
+    recorder.reported = True
+    result = print_verdict(recorder, early=False)
+    if result is not None:
+        write_termination_message(result, os.environ.get(TERMINATION_LOG, DEFAULT_TERMINATION_LOG))
+
+
+def print_verdict(recorder: Recorder, *, early: bool) -> dict[str, Any] | None:
+    """Print the one line to stderr, once per distinct count; the result, or None on an error (never raises)."""
+    try:
+        tally = recorder.snapshot()
+        result = current_verdict(tally)
+        if recorder.printed != (tally.requests, tally.hits) and not (early and recorder.printed):
+            recorder.printed = (tally.requests, tally.hits)
+            print(result["summary"], file=sys.stderr, flush=True)
+        return result
+    except Exception as error:  # a report must never turn a clean run into a traceback
+        print(f"compilecache: no report ({type(error).__name__}: {error})", file=sys.stderr, flush=True)
+        return None
+
+
+def _settle_secs() -> float:
+    try:
+        return max(0.0, float(os.environ.get(SETTLE, DEFAULT_SETTLE_SECS)))
+    except ValueError:
+        return DEFAULT_SETTLE_SECS
+
+
+def current_verdict(tally: Tally | None = None) -> dict[str, Any]:
+    """The verdict so far: this process's counts against the cache's run manifests."""
+    if tally is None:
+        tally = _recorder.snapshot() if _recorder is not None else Tally()
+    import jax
+
+    cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
+    manifests = _read_manifests(str(cache_dir)) if cache_dir and tally.missed else []
+    return verdict(tally, keysettings.current(), manifests)
+
+
+def verdict(tally: Tally, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON result (pure): counts, up to 10 missed programs with a reason, and the one line."""
+    reasons = [(_one_line(display_name(name)), _one_line(miss_reason(name, here, manifests))) for name in tally.missed]
+    misses = tally.requests - tally.hits
+    unnamed = max(0, misses - len(reasons))
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "requests": tally.requests,
+        "hits": tally.hits,
+        "misses": misses,
+        "missed": [{"name": _cut(name, 200), "reason": _cut(reason, 300)} for name, reason in _first(reasons)],
+        "summary": summary_line(tally.requests, tally.hits, reasons, unnamed),
+    }
+    return fit(result)
+
+
+def miss_reason(module: str, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]]) -> str:
+    """Why ``module`` missed: a differing setting, another key, or not warmed at all."""
+    prefix = f"{module}-"
+    warmed = [m for m in manifests if any(name.startswith(prefix) for name in _entry_names(m))]
+    if not warmed:
+        return NOT_WARMED
+    newest = max(warmed, key=lambda m: str(m.get("finished_at") or m.get("run_id") or ""))
+    differing = keysettings.differences(here, keysettings.from_manifest(newest))
+    return differing[0] if differing else KEY_DIFFERS
+
+
+def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], unnamed: int = 0) -> str:
+    """``compilecache: 10/26 compiles hit; missed: train_step (XLA_FLAGS differs: ...), 16 programs (not warmed)``."""
+    line = f"compilecache: {hits}/{requests} compiles hit"
+    if requests == 0:
+        return line + " (no compile used the persistent cache)"
+    groups: dict[str, list[str]] = {}
+    for name, reason in reasons:
+        groups.setdefault(reason, []).append(name)
+    parts = []
+    for reason in sorted(groups, key=lambda r: r == NOT_WARMED):  # the informative reasons first
+        names = list(dict.fromkeys(groups[reason]))
+        count = len(groups[reason])
+        who = ", ".join(names) if count <= 3 and len(names) == count else _programs(count)
+        parts.append(f"{who} ({reason})")
+    if unnamed:
+        parts.append(f"{_programs(unnamed)} (not named: JAX's miss log was off)")
+    if parts:
+        line += "; missed: " + ", ".join(parts)
+    return _cut(line, 1500)
+
+
+def display_name(module: str) -> str:
+    """``jit_train_step`` → ``train_step`` (JAX names a jitted function's module ``jit_<name>``)."""
+    return module.removeprefix("jit_") or module
+
+
+def fit(result: dict[str, Any]) -> dict[str, Any]:
+    """Drop missed items until the JSON is under :data:`MAX_BYTES`."""
+    while len(json.dumps(result).encode()) >= MAX_BYTES and result["missed"]:
+        result["missed"].pop()
+    if len(json.dumps(result).encode()) >= MAX_BYTES:
+        result["summary"] = _cut(result["summary"], 500)
+    return result
+
+
+def write_termination_message(result: Mapping[str, Any], path: str) -> bool:
+    """Write ``result`` to ``path`` if it exists, is writable and empty; whether it did."""
+    try:
+        if not os.path.exists(path):  # the kubelet creates it; elsewhere there is nothing to write
+            return False
+        if not os.access(path, os.W_OK) or os.path.getsize(path) > 0:
+            return False
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(result, separators=(",", ":")))
+        return True
+    except OSError:
+        return False
+
+
+def _read_manifests(cache_dir: str) -> list[dict[str, Any]]:
+    from compilecache.cache.store import open_store
+
+    try:
+        documents, _ = open_store(cache_dir).read_manifests()
+    except Exception:  # no gcsfs, no permission, a broken link: the counts stand without reasons
+        return []
+    return documents
+
+
+def _entry_names(manifest: Mapping[str, Any]) -> Iterable[str]:
+    for entry in manifest.get("entries") or []:
+        if isinstance(entry, Mapping):
+            yield str(entry.get("file", ""))
+    for hit in manifest.get("hits") or []:
+        if isinstance(hit, Mapping):
+            yield str(hit.get("file", ""))
+    for target in manifest.get("targets") or []:
+        if isinstance(target, Mapping):
+            yield from (str(key) for key in target.get("cache_keys") or [])
+
+
+def _first(reasons: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    # The informative reasons first, each (name, reason) once, at most MAX_MISSED.
+    unique = list(dict.fromkeys(reasons))
+    return sorted(unique, key=lambda item: item[1] == NOT_WARMED)[:MAX_MISSED]
+
+
+def _programs(count: int) -> str:
+    return f"{count} program" if count == 1 else f"{count} programs"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "?"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
