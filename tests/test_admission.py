@@ -10,7 +10,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import NOT_IN_KEY, REPORT, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import NOT_IN_KEY, REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.controller import admission, jobs
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
@@ -69,7 +69,12 @@ def test_env_is_exactly_the_warmup_jobs_env() -> None:
     pod_env = env_of(admission.mutate(pod(LABELLED), llama).pod["spec"]["containers"][0])
     in_key = {key: value for key, value in pod_env.items() if key not in NOT_IN_KEY}
     assert in_key == {key: job_env[key] for key in in_key}
-    assert set(pod_env) == {*jax_cache_env("x", xla_flags="y"), REPORT}  # XLA_FLAGS included
+    assert set(pod_env) == {*jax_cache_env("x", xla_flags="y"), REPORT, TERMINATION_LOG}  # XLA_FLAGS included
+    assert pod_env[TERMINATION_LOG] == "/dev/termination-log"  # the kubelet's default file
+    custom = pod(LABELLED)
+    custom["spec"]["containers"][0]["terminationMessagePath"] = "/run/why"
+    custom_env = env_of(admission.mutate(custom, llama).pod["spec"]["containers"][0])
+    assert custom_env[TERMINATION_LOG] == "/run/why"  # the trainer writes where this container's kubelet reads
     # The warm-up reports as a warmer, never as a trainer; a read-only trainer tries no writes.
     assert REPORT not in job_env and pod_env[REPORT] == "1"
     assert float(pod_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) > 3600 * 24 * 365

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import REPORT, format_env, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, format_env, jax_cache_env, trainer_env
 from compilecache.cli import main
 from jaxhelpers import clean_env
 from specs import cache_spec
@@ -38,9 +38,10 @@ def test_env_options_and_format() -> None:
 def test_trainer_env_adds_the_report_and_on_read_only_caches_stops_writes() -> None:
     env = jax_cache_env("/c", min_compile_time_secs=1.5, xla_flags="--a")
     writer = trainer_env(env, read_only=False)
-    assert writer == env | {REPORT: "1"}
+    report = {REPORT: "1", TERMINATION_LOG: "/dev/termination-log"}  # the kubelet's default file
+    assert writer == env | report
     reader = trainer_env(env, read_only=True)
-    assert reader == env | {REPORT: "1", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1000000000"}
+    assert reader == env | report | {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1000000000"}
 
 
 ODD_FLAGS = "--xla_a=1 --xla_b='two words' \"quoted\" $HOME `id` ;x"

@@ -155,6 +155,18 @@ def wait_pod(setup: Setup, job: str, predicate: Any, timeout: float = 90, namesp
     return found
 
 
+def training_result(log: str) -> dict[str, Any]:
+    """What examples/train.py printed (its last JSON line), and that the trainer's own verdict agrees.
+
+    The package's jax_plugins entry point prints ``compilecache: H/R compiles hit`` after it, with
+    no code change in the training program (COMPILECACHE_REPORT from the webhook).
+    """
+    result: dict[str, Any] = json.loads([line for line in log.splitlines() if line.startswith("{")][-1])
+    verdict = f"compilecache: {result['hits']}/{result['requests']} compiles hit"
+    assert verdict in log, log[-2000:]
+    return result
+
+
 def finished_jobs(setup: Setup, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
     jobs = setup.cluster.client.list(JOBS, namespace, label_selector=selector)
     return [job for job in jobs if is_finished(job)]
@@ -212,12 +224,22 @@ def test_training_pod_created_before_ready_is_gated_then_hits_every_warmed_entry
     assert pod["status"]["phase"] == "Succeeded", log[-3000:]
     assert "compilecache.dev/released" in pod["metadata"]["annotations"]
     assert not pod["spec"].get("schedulingGates")
-    result = json.loads(log.strip().splitlines()[-1])
+    result = training_result(log)
     # The webhook's env named the container path; the kubelet mapped it to the pod's read-only copy.
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["JAX_COMPILATION_CACHE_DIR"] == "/var/cache/compilecache"
     assert "/ro/" in result["cache_dir"] and pod["metadata"]["name"] in result["cache_dir"], result["cache_dir"]
     assert result["requests"] > 0 and result["hits"] == result["requests"] and result["misses"] == 0, result
+    # The trainer's verdict travelled back as a kubelet carries it: the termination message, then the status.
+    report = json.loads(pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"])
+    assert report["schema"] == "compilecache.dev/trainer/v1"
+    assert (report["hits"], report["requests"]) == (result["hits"], result["requests"]), report
+    name = pvc_example["cache"]["metadata"]["name"]
+    consumers = local.cluster.client.wait_for(
+        lambda: (status_of(local, name).get("consumers") or {}).get("requests") and status_of(local, name)["consumers"],
+        timeout=30,
+    )
+    assert (consumers["hits"], consumers["requests"]) == (result["hits"], result["requests"]), consumers
 
 
 def test_metrics_scraped_from_the_operator_match_the_loop(local: Setup, pvc_example: dict[str, Any]) -> None:
@@ -253,6 +275,12 @@ def test_metrics_scraped_from_the_operator_match_the_loop(local: Setup, pvc_exam
         sum(pool["compileSeconds"] for pool in status["pools"])
     )
     assert samples[("compilecache_webhook_admissions_total", (("outcome", "gated"),))] >= 1
+    # The training pod's own verdict (its termination message) is counted once it has finished.
+    _, trained = local.cluster.client.wait_for(
+        lambda: (got := scrape())[1].get(("compilecache_training_cache_hits_total", cache)) and got, timeout=30
+    )
+    hits = trained[("compilecache_training_cache_hits_total", cache)]
+    assert hits > 0 and trained[("compilecache_training_compile_requests_total", cache)] == hits
     assert samples[("compilecache_reconcile_duration_seconds_count", (("result", "success"),))] > 0
 
 
@@ -284,7 +312,7 @@ def test_gcs_example_reaches_ready_and_a_training_pod_hits_it(local: Setup) -> N
     log = local.cluster.logs(GCS_NS, done["metadata"]["name"], "train")
     assert done["status"]["phase"] == "Succeeded", log[-3000:]
     assert done["spec"]["serviceAccountName"] == "cache-writer"  # the webhook ran it as the cache's account
-    result = json.loads(log.strip().splitlines()[-1])
+    result = training_result(log)
     assert result["cache_dir"] == "gs://my-jax-caches/caches/llama"
     assert result["requests"] > 0 and result["hits"] == result["requests"], result
 
@@ -371,5 +399,5 @@ def test_a_pod_matched_only_by_pod_selector_gets_the_cache(local: Setup, pvc_exa
     pod = wait_pod(local, "by-selector", lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
     log = local.cluster.logs(NS, pod["metadata"]["name"], "train")
     assert pod["metadata"]["labels"]["compilecache.dev/cache"] == "llama-pvc", pod["metadata"]
-    result = json.loads(log.strip().splitlines()[-1])
+    result = training_result(log)
     assert result["misses"] == 0 and result["hits"] > 0, result

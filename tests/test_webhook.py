@@ -28,7 +28,7 @@ import jsonpatch
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.controller import handlers, webhook
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from specs import cluster
@@ -272,7 +272,7 @@ def test_pvc_cache_not_ready_gets_volume_env_and_gate(hook: Webhook) -> None:
     assert container["volumeMounts"] == [
         {"name": "compilecache", "mountPath": "/var/cache/compilecache", "readOnly": True}
     ]
-    assert env_of(container) == jax_cache_env("/var/cache/compilecache")
+    assert env_of(container) == trainer_env(jax_cache_env("/var/cache/compilecache"), read_only=True)
     assert spec["schedulingGates"] == [GATE]
     assert any("scheduling gate" in warning for warning in response["warnings"])
 
@@ -286,7 +286,7 @@ def test_ready_cache_gets_no_gate(hook: Webhook) -> None:
 def test_gcs_cache_gets_the_gs_dir_and_its_service_account(hook: Webhook) -> None:
     _, mutated = admit(hook, pod("llama-gcs"))
     spec = mutated["spec"]
-    assert env_of(spec["containers"][0]) == jax_cache_env("gs://my-caches/caches/llama")
+    assert env_of(spec["containers"][0]) == trainer_env(jax_cache_env("gs://my-caches/caches/llama"), read_only=True)
     assert (spec["serviceAccountName"], spec["serviceAccount"]) == ("cache-writer", "cache-writer")
     assert "volumes" not in spec and spec["schedulingGates"] == [GATE]
 

@@ -64,7 +64,8 @@ def trainer_env(env: Mapping[str, str], *, read_only: bool) -> dict[str, str]:
     compile time so that JAX tries no write at all: no "Error writing persistent compilation cache
     entry ... Read-only file system" warning per program that was not warmed. The key is unchanged.
     """
-    result = {**env, REPORT: "1"}
+    # Where the report goes: the kubelet's default terminationMessagePath (the webhook sets a pod's own).
+    result = {**env, REPORT: "1", TERMINATION_LOG: DEFAULT_TERMINATION_LOG}
     if read_only:
         result[MIN_COMPILE_TIME] = _number(NEVER_WRITE_SECS)
     return result

@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonpatch
 
-from compilecache.cache.cacheenv import trainer_env
+from compilecache.cache.cacheenv import TERMINATION_LOG, trainer_env
 from compilecache.controller import status
 from compilecache.controller.api import CacheSpec, SpecError, parse_cache
 from compilecache.controller.jobs import LABEL_CACHE, cache_env
@@ -186,6 +186,12 @@ def env_list(spec: CacheSpec) -> list[dict[str, str]]:
     return [{"name": key, "value": value} for key, value in sorted(env.items())]
 
 
+def termination_env(container: Mapping[str, Any], item: dict[str, str]) -> dict[str, str]:
+    """``item``, but the trainer's report path is the container's own ``terminationMessagePath`` if it sets one."""
+    path = container.get("terminationMessagePath")
+    return {"name": TERMINATION_LOG, "value": str(path)} if item["name"] == TERMINATION_LOG and path else item
+
+
 def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[str]:
     """The container's own key-relevant settings (:data:`KEY_VARIABLES`) that no warm-up ran with.
 
@@ -254,7 +260,9 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
     kinds = ["containers", "initContainers"] if spec.consumers.init_containers else ["containers"]
     for kind in kinds:
         for container in pod_spec.get(kind) or []:
-            skipped += _mutate_container(container, mount, env_list(spec))
+            skipped += _mutate_container(
+                container, mount, [termination_env(container, item) for item in env_list(spec)]
+            )
             skipped += settings_differences(container, spec)
 
     notes: list[str] = []

@@ -292,6 +292,8 @@ class PodRun(threading.Thread):
         log = log_path(self.root, self.namespace, self.pod_name, name)
         termination = self.dir / f"{name}.termination-log"
         termination.unlink(missing_ok=True)
+        # The kubelet creates the (empty) file at terminationMessagePath before the container starts.
+        termination.touch()
         try:
             argv, env, cwd = self._command(container, volumes, termination)
             argv = unprivileged(argv)
