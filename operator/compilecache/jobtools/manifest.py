@@ -54,6 +54,8 @@ def target_record(run: TargetRun, sizes: Mapping[str, int]) -> dict[str, Any]:
         "bytes": sum(sizes[name] for name in written),
         "cache_keys": sorted(set(run.keys_hit) | set(run.keys_missed) | set(run.keys_written)),
         "key_components": dict(run.key_components),
+        # What was lowered: verify and trainers name the first difference from it on a miss.
+        "signature": dict(run.signature),
     }
 
 
