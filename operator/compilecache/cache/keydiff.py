@@ -37,7 +37,8 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
     """One line naming the first difference of ``other`` from ``warmer``, or None.
 
     The order is the order a user fixes things in: settings that change every
-    key first, then the mesh, then the arguments one by one, then static args.
+    key first, then the arguments one by one (an argument's sharding names its
+    mesh axes), then the mesh as a whole, then static args.
     Values read ``warmer vs other``.
     """
     if not warmer or not other:
@@ -46,8 +47,6 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
         mine, theirs = warmer.get("settings", {}).get(setting), other.get("settings", {}).get(setting)
         if mine != theirs:
             return f"{name}: setting {setting}: {_show(mine)} vs {_show(theirs)}"
-    if warmer.get("mesh_axes") != other.get("mesh_axes"):
-        return f"{name}: mesh axis names {_show(warmer.get('mesh_axes'))} vs {_show(other.get('mesh_axes'))}"
     mine_args: Sequence[Mapping[str, Any]] = warmer.get("args", [])
     their_args: Sequence[Mapping[str, Any]] = other.get("args", [])
     theirs_by_path = {arg["path"]: arg for arg in their_args}
@@ -57,14 +56,13 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
             return f"{name} arg {_path(arg['path'])}: present in the warmer only (argument structure differs)"
         for field in ("type", "weak_type", "sharding", "donated"):
             if arg.get(field) != theirs.get(field):
-                prefix = "" if field == "type" else f"{field}="
-                return (
-                    f"{name} arg {_path(arg['path'])}: {arg.get('type')} "
-                    f"{prefix}{_show(arg.get(field))} vs {_show(theirs.get(field))}"
-                )
+                what = "" if field == "type" else f"{arg.get('type')} {field}="
+                return f"{name} arg {_path(arg['path'])}: {what}{_show(arg.get(field))} vs {_show(theirs.get(field))}"
     extra = [arg["path"] for arg in their_args if arg["path"] not in {a["path"] for a in mine_args}]
     if extra:
         return f"{name} arg {_path(extra[0])}: present in training only (argument structure differs)"
+    if warmer.get("mesh_axes") != other.get("mesh_axes"):
+        return f"{name}: mesh axis names {_show(warmer.get('mesh_axes'))} vs {_show(other.get('mesh_axes'))}"
     static_mine, static_theirs = warmer.get("static", {}), other.get("static", {})
     for position in sorted(set(static_mine) | set(static_theirs)):
         if static_mine.get(position) != static_theirs.get(position):

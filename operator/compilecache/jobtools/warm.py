@@ -268,9 +268,12 @@ def _run_script(
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
         raise WarmError(f"{reason}{': ' + last[0] if last and last[0] not in reason else ''}")
-    note = steps_note(result.get("stepped"))
+    stepped = result.get("stepped")
+    note = steps_note(stepped)
     if note:
         print(f"  note: {note}")
+    elif stepped:
+        print(f"  stopped {script} after {stepped['ran']} calls of {stepped['step_fn']} (--steps)")
     return [run_from_dict(run) for run in result["runs"]], result.get("facts") or {}
 
 
