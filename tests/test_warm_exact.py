@@ -147,14 +147,17 @@ FLAX_ENV = {"XLA_FLAGS": FOUR_CPUS}
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_exact_mode_stops_the_real_entrypoint_and_training_then_hits_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry", ["examples/train_flax.py", "examples.train_flax:main"])
+def test_exact_mode_stops_the_real_entrypoint_and_training_then_hits_everything(tmp_path: Path, entry: str) -> None:
     cache, report_path = tmp_path / "cache", tmp_path / "r.json"
     argv = ["warm", "--cache-dir", str(cache), "--report", str(report_path)]
     # The entrypoint asks for 10 000 steps; --steps 2 stops it after the second.
-    exact = ["--script", "examples/train_flax.py", "--steps", "2", "--", "--steps", "10000"]
+    exact = ["--script", entry, "--steps", "2", "--", "--steps", "10000"]
     done = run_cli([*argv, *exact], clean_env(FLAX_ENV))
     assert done.returncode == 0, done.stderr
-    assert "stopped examples/train_flax.py after 2 calls of train_step" in done.stdout
+    assert f"stopped {entry} after 2 calls of train_step" in done.stdout
+    [manifest_path] = (cache / ".compilecache" / "manifests").iterdir()
+    assert json.loads(manifest_path.read_text())["settings"]["XLA_FLAGS"] == FOUR_CPUS
     report = json.loads(report_path.read_text())
     verify = report["verify"]
     assert verify["ok"] and verify["requests"] == verify["hits"] >= 2, verify
@@ -268,3 +271,28 @@ def test_each_aot_trap_ends_in_a_hit_or_a_named_difference(tmp_path: Path, trap:
     else:
         assert done.returncode == 3, done.stderr
         assert f"differs from what the warmer compiled: {named}" in done.stderr
+
+
+def test_cli_parses_the_exact_mode_flags() -> None:
+    from compilecache.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["warm", "--cache-dir", "/c", "--script", "pkg.train:main", "--steps", "3", "--step-fn", "step", "--", "-x"]
+    )
+    assert (args.script, args.steps, args.step_fn, args.script_args) == ("pkg.train:main", 3, "step", ["--", "-x"])
+    assert build_parser().parse_args(["warm", "--cache-dir", "/c", "--script", "t.py"]).step_fn == "train_step"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workload", "a:b", "--steps", "2"], "--steps N needs --script"),
+        (["--script", "t.py", "--steps", "0"], "at least 1"),
+        (["--script", "no such entry"], "is not MODULE:FUNC"),
+    ],
+)
+def test_exact_mode_bad_input_is_a_one_line_error(tmp_path: Path, argv: list[str], message: str) -> None:
+    (tmp_path / "t.py").write_text("")
+    done = run_cli(["warm", "--cache-dir", str(tmp_path / "cache"), *argv], clean_env(), cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done

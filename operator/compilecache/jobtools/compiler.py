@@ -245,8 +245,12 @@ def environment_facts() -> dict[str, Any]:
     import jax
     import jaxlib
 
+    from compilecache.cache.keydiff import key_settings
+
     devices = jax.devices()
     return {
+        # XLA_FLAGS, x64…: a trainer whose settings differ is told which (keydiff).
+        "settings": key_settings(),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "backend": jax.default_backend(),

@@ -100,6 +100,8 @@ def build_manifest(
         "finished_at": finished_at,
         "workloads": list(workloads),
         **_versions(facts),
+        # The key-relevant settings the run compiled under (compilecache.cache.keydiff.key_settings).
+        "settings": dict(facts.get("settings") or {}),
         "entries": entries,
         "hits": list(_hit_records(runs, finished_at)),
         "targets": [target_record(run, sizes) for run in runs],
