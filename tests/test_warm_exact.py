@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.cache.keydiff import first_difference
+from compilecache.cache.keydiff import first_difference, settings_difference
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.scriptrun import steps_note
 from compilecache.jobtools.verify import miss_messages, self_consistency_only
@@ -102,6 +102,12 @@ def test_a_miss_with_signatures_is_explained_by_the_difference_not_the_hash() ->
     [message] = miss_messages([warm], [fresh])
     assert "train_step arg 0 (.step): int32[] donated=True vs False" in message
     assert "key differs" not in message
+
+
+def test_settings_difference_is_what_a_trainer_compares_with_the_manifest() -> None:
+    recorded = {"XLA_FLAGS": "--a", "jax_enable_x64": False}
+    assert settings_difference(recorded, dict(recorded)) is None
+    assert settings_difference(recorded, {**recorded, "XLA_FLAGS": "--a --b"}) == "setting XLA_FLAGS: --a vs --a --b"
 
 
 def test_targets_without_training_side_are_listed_as_self_consistency_only() -> None:
@@ -202,7 +208,7 @@ def test_aot_mode_hits_and_a_trainer_with_other_xla_flags_is_told_which_setting(
 
 SIGNATURE_PROBE = """
 import json, sys
-from compilecache.cache.keydiff import first_difference, signature_of
+from compilecache.cache.keydiff import first_difference, settings_difference, signature_of
 from examples.workloads.flax_mlp import Config, make_batch, make_create_state, make_mesh, make_train_step
 config, mesh = Config.from_env(), make_mesh()
 args = (make_create_state(config, mesh)(), *make_batch(config, mesh, 0))
@@ -241,6 +247,16 @@ def unsharded():
     return [Target("train_step", make_train_step(), (state, *plain), training_args=real)]
 
 
+def weak_type_matters():
+    # Here the weak type reaches the program: int8 * weak int32 stays int8, * int32 widens.
+    import jax.numpy as jnp
+    scale = jax.jit(lambda step, x: x * step)
+    step = jnp.asarray(3)  # weakly typed, as training's counter is
+    naive = jax.ShapeDtypeStruct(step.shape, step.dtype)
+    real = lambda: (jnp.asarray(3), jnp.ones(4, jnp.int8))
+    return [Target("scale", scale, (naive, jax.ShapeDtypeStruct((4,), jnp.int8)), training_args=real)]
+
+
 def no_donation():
     config, mesh, create, real = _setup()
     args = (compilecache.abstract(jax.eval_shape(create)), *abstract_batch(config, mesh))
@@ -255,6 +271,7 @@ def no_donation():
     [
         # weak_type of TrainState.step does not reach this program's HLO: training hits.
         ("weak_type", None),
+        ("weak_type_matters", "scale arg 0: int32[] weak_type=False vs True"),
         ("unsharded", "train_step arg 0 (.step): int32[] sharding=unspecified vs P()"),
         ("no_donation", "train_step arg 0 (.step): int32[] donated=False vs True"),
     ],

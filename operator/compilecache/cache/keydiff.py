@@ -43,10 +43,9 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
     """
     if not warmer or not other:
         return None
-    for setting in sorted(set(warmer.get("settings", {})) | set(other.get("settings", {}))):
-        mine, theirs = warmer.get("settings", {}).get(setting), other.get("settings", {}).get(setting)
-        if mine != theirs:
-            return f"{name}: setting {setting}: {_show(mine)} vs {_show(theirs)}"
+    settings = settings_difference(warmer.get("settings", {}), other.get("settings", {}))
+    if settings is not None:
+        return f"{name}: {settings}"
     mine_args: Sequence[Mapping[str, Any]] = warmer.get("args", [])
     their_args: Sequence[Mapping[str, Any]] = other.get("args", [])
     theirs_by_path = {arg["path"]: arg for arg in their_args}
@@ -70,6 +69,19 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
                 f"{name} static arg {position}: {_show(static_mine.get(position))} "
                 f"vs {_show(static_theirs.get(position))}"
             )
+    return None
+
+
+def settings_difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """``setting XLA_FLAGS: A vs B`` when a process's key settings differ from a run's, else None.
+
+    ``recorded`` is a manifest's ``settings`` (what the warmer compiled under);
+    ``current`` is :func:`key_settings` of the process asking (a trainer). Every
+    key of every program differs then, so this is the first thing to tell.
+    """
+    for setting in sorted(set(recorded) | set(current)):
+        if recorded.get(setting) != current.get(setting):
+            return f"setting {setting}: {_show(recorded.get(setting))} vs {_show(current.get(setting))}"
     return None
 
 
