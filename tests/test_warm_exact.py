@@ -153,13 +153,22 @@ FLAX_ENV = {"XLA_FLAGS": FOUR_CPUS}
 
 @pytest.mark.slow
 @pytest.mark.jax
-@pytest.mark.parametrize("entry", ["examples/train_flax.py", "examples.train_flax:main"])
-def test_exact_mode_stops_the_real_entrypoint_and_training_then_hits_everything(tmp_path: Path, entry: str) -> None:
+@pytest.mark.parametrize(
+    ("entry", "steps_from"),
+    [("examples/train_flax.py", "flag"), ("examples.train_flax:main", "env")],
+)
+def test_exact_mode_stops_the_real_entrypoint_and_training_then_hits_everything(
+    tmp_path: Path, entry: str, steps_from: str
+) -> None:
     cache, report_path = tmp_path / "cache", tmp_path / "r.json"
-    argv = ["warm", "--cache-dir", str(cache), "--report", str(report_path)]
-    # The entrypoint asks for 10 000 steps; --steps 2 stops it after the second.
-    exact = ["--script", entry, "--steps", "2", "--", "--steps", "10000"]
-    done = run_cli([*argv, *exact], clean_env(FLAX_ENV))
+    argv = ["warm", "--cache-dir", str(cache), "--report", str(report_path), "--script", entry]
+    # The entrypoint asks for 10 000 steps; 2 (by flag, or a workload's env in a Job) stops it after the second.
+    env = clean_env(FLAX_ENV)
+    if steps_from == "flag":
+        argv += ["--steps", "2"]
+    else:
+        env["COMPILECACHE_WARM_STEPS"] = "2"
+    done = run_cli([*argv, "--", "--steps", "10000"], env)
     assert done.returncode == 0, done.stderr
     assert f"stopped {entry} after 2 calls of train_step" in done.stdout
     [manifest_path] = (cache / ".compilecache" / "manifests").iterdir()
@@ -297,7 +306,7 @@ def test_cli_parses_the_exact_mode_flags() -> None:
         ["warm", "--cache-dir", "/c", "--script", "pkg.train:main", "--steps", "3", "--step-fn", "step", "--", "-x"]
     )
     assert (args.script, args.steps, args.step_fn, args.script_args) == ("pkg.train:main", 3, "step", ["--", "-x"])
-    assert build_parser().parse_args(["warm", "--cache-dir", "/c", "--script", "t.py"]).step_fn == "train_step"
+    assert build_parser().parse_args(["warm", "--cache-dir", "/c", "--script", "t.py"]).step_fn is None
 
 
 @pytest.mark.slow

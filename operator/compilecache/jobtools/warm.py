@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 # jax_cache_env); command-line flags win, our defaults apply when neither is set.
 _ENV_MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 _ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+# The exact mode from the environment: a CompileCache workload's `env` reaches the
+# warm-up container, so a `script` workload can ask for it without new flags.
+_ENV_STEPS = "COMPILECACHE_WARM_STEPS"
+_ENV_STEP_FN = "COMPILECACHE_STEP_FN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,13 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="exact mode: stop --script after N calls of its jitted step function (see --step-fn)",
+        help=f"exact mode: stop --script after N calls of its jitted step function (default: ${_ENV_STEPS})",
     )
     parser.add_argument(
         "--step-fn",
-        default="train_step",
+        default=None,
         metavar="NAME",
-        help="name of the function training jits as its step, counted by --steps (default: train_step)",
+        help=f"name of the function training jits as its step (default: ${_ENV_STEP_FN} or train_step)",
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
     parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
@@ -111,9 +115,10 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
 
     script_args = _script_args(args)
+    base_env = dict(os.environ)
+    _exact_mode_from_env(args, base_env)
     _check_args(args, script_args)
     store = open_store(args.cache_dir)
-    base_env = dict(os.environ)
     options = _cache_options(args, base_env)
     run_id = new_run_id()
     started = utc_now()
@@ -335,6 +340,16 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         parse_spec(args.script)  # MODULE:FUNC, or a one-line error
     if args.steps is not None and (args.steps < 1 or not args.script):
         raise WarmError("--steps N needs --script and N of at least 1")
+
+
+def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """``--steps``/``--step-fn`` from the environment where the flags are not given (scripts only)."""
+    args.step_fn = args.step_fn or env.get(_ENV_STEP_FN) or "train_step"
+    if args.steps is None and args.script and env.get(_ENV_STEPS):
+        try:
+            args.steps = int(env[_ENV_STEPS])
+        except ValueError as error:
+            raise WarmError(f"{_ENV_STEPS} must be a whole number, got {env[_ENV_STEPS]!r}") from error
 
 
 def _script_args(args: argparse.Namespace) -> list[str]:
