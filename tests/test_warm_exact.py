@@ -177,6 +177,8 @@ def test_exact_mode_stops_the_real_entrypoint_and_training_then_hits_everything(
     verify = report["verify"]
     assert verify["ok"] and verify["requests"] == verify["hits"] >= 2, verify
     assert verify["self_consistency_only"] == []
+    if steps_from == "env":
+        return  # the same run as above, started another way: one training check is enough
     training = run_flax_train(clean_env({**FLAX_ENV, **jax_cache_env(cache)}), "--steps", "3")
     assert training["devices"] == 4
     assert training["requests"] == training["hits"] == report["targets"][0]["requests"], training

@@ -90,6 +90,10 @@ class _CountingJitted:
         self._counter.after_call(result)
         return result
 
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # As jax's own jitted functions do: a jitted method binds its instance.
+        return self if obj is None else functools.partial(self, obj)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._jitted, name)
 
