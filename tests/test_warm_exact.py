@@ -110,6 +110,15 @@ def test_settings_difference_is_what_a_trainer_compares_with_the_manifest() -> N
     assert settings_difference(recorded, {**recorded, "XLA_FLAGS": "--a --b"}) == "setting XLA_FLAGS: --a vs --a --b"
 
 
+def test_exact_mode_verify_requires_every_compile_of_the_warm_up_again() -> None:
+    warm = TargetRun("script:t.py", "t.py", requests=3, keys_written=["a", "b"], keys_hit=["c"])
+    same = TargetRun("script:t.py", "t.py", requests=3, hits=3, keys_hit=["a", "b", "c"])
+    fewer = TargetRun("script:t.py", "t.py", requests=2, hits=2, keys_hit=["a", "c"])
+    assert miss_messages([warm], [same]) == []
+    [problem] = miss_messages([warm], [fewer])
+    assert "did not compile 1 program(s) the warm-up compiled" in problem
+
+
 def test_targets_without_training_side_are_listed_as_self_consistency_only() -> None:
     runs = [
         TargetRun("w:t", "a", checks_training=True),

@@ -45,6 +45,13 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
             problems.append(f"target {warm.name!r} of workload {warm.workload} was not produced again")
             continue
         if run.hit:
+            unmade = _compiles_not_made_again(warm, run)
+            if unmade:
+                problems.append(
+                    f"target {warm.name!r} of workload {warm.workload}: the fresh run hit everything it compiled "
+                    f"but did not compile {unmade} program(s) the warm-up compiled (does the entrypoint stop at "
+                    "a different point each run?)"
+                )
             continue
         if run.requests == 0:
             problems.append(f"target {warm.name!r} of workload {warm.workload}: no cache request (cache off?)")
@@ -63,6 +70,17 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
             f"process ({run.misses}/{run.requests} requests): {detail}{hint}"
         )
     return problems
+
+
+def _compiles_not_made_again(warm: TargetRun, fresh: TargetRun) -> int:
+    """Programs the warm-up compiled (or hit) that the fresh run never asked for.
+
+    Only for an entrypoint (exact mode): a target is one program, and its hit is
+    the check. Keys come from JAX's log lines; with none captured, no claim.
+    """
+    if not warm.workload.startswith("script:") or not fresh.keys_hit:
+        return 0
+    return len((set(warm.keys_written) | set(warm.keys_hit)) - set(fresh.keys_hit))
 
 
 def self_consistency_only(verified: Sequence[TargetRun]) -> list[str]:
