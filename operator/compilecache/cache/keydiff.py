@@ -114,7 +114,7 @@ def signature_of(lowered: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
                 "donated": bool(getattr(info, "donated", False)),
             }
         )
-    return {"args": entries, "static": _static_args(args), "mesh_axes": axes, "settings": key_settings()}
+    return {"args": entries, "static": _static_args(args, kwargs or {}), "mesh_axes": axes, "settings": key_settings()}
 
 
 def key_settings() -> dict[str, Any]:
@@ -153,13 +153,10 @@ def _describe_sharding(sharding: Any) -> str:
     return kind
 
 
-def _static_args(args: Sequence[Any]) -> dict[str, str]:
-    """Top-level positional args that are not arrays: what jit treats as static (by repr)."""
-    static = {}
-    for position, value in enumerate(args):
-        if not _is_array_tree(value):
-            static[str(position)] = repr(value)[:200]
-    return static
+def _static_args(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, str]:
+    """Top-level args that are not arrays: what jit treats as static, by repr (positions, then names)."""
+    named = [(str(position), value) for position, value in enumerate(args)] + sorted(kwargs.items())
+    return {key: repr(value)[:200] for key, value in named if not _is_array_tree(value)}
 
 
 def _is_array_tree(value: Any) -> bool:
