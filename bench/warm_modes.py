@@ -74,12 +74,12 @@ def measure(width: int, repeat: int, scratch: Path) -> dict[str, float]:
 
     for index in range(repeat):
         cold = scratch / f"cold{index}"
-        add("cold first step", train({**env, **jax_cache_env(cold)})["first_step_seconds"])
+        add("cold first step", train({**env, **jax_cache_env(str(cold))})["first_step_seconds"])
         for mode in WARM:
             for verify in (True, False):
                 cache = scratch / f"{mode}{index}{verify}"
                 add(f"warm-up {mode}{'' if verify else ' --no-verify'}", warm(cache, env, mode, verify))
-            result = train({**env, **jax_cache_env(cache)})
+            result = train({**env, **jax_cache_env(str(cache))})
             if result["hits"] != result["requests"]:
                 raise SystemExit(f"{mode}: training missed {result['requests'] - result['hits']} compiles")
             add(f"{mode} first step", result["first_step_seconds"])

@@ -146,7 +146,7 @@ def test_abstract_keeps_weak_type_and_sharding() -> None:
     import compilecache
 
     step = jnp.asarray(0)  # a Python int made an array: weakly typed
-    tree = {"step": step, "w": jnp.ones((2, 3), jnp.bfloat16), "lr": 0.1}
+    tree: dict[str, Any] = {"step": step, "w": jnp.ones((2, 3), jnp.bfloat16), "lr": 0.1}
     out = compilecache.abstract(tree)
     assert out["step"].weak_type is True and out["w"].weak_type is False
     assert (out["w"].shape, out["w"].dtype, out["w"].sharding) == ((2, 3), jnp.bfloat16, tree["w"].sharding)
@@ -162,8 +162,11 @@ def test_signature_of_reads_weak_types_donation_and_static_args_off_the_lowering
 
     from compilecache.cache.keydiff import signature_of
 
-    step = jax.jit(lambda state, n, *, k: (state["step"] + n * k, state["w"]), static_argnums=1, static_argnames="k")
-    donating = jax.jit(step.__wrapped__, static_argnums=1, static_argnames="k", donate_argnums=0)
+    def fn(state: dict[str, jax.Array], n: int, *, k: int) -> tuple[jax.Array, jax.Array]:
+        return state["step"] + n * k, state["w"]
+
+    step = jax.jit(fn, static_argnums=1, static_argnames="k")
+    donating = jax.jit(fn, static_argnums=1, static_argnames="k", donate_argnums=0)
     state = {"step": jnp.asarray(0), "w": jnp.ones((2,), jnp.float32)}
 
     def signature(fn: Any, n: int) -> dict[str, Any]:
@@ -212,7 +215,7 @@ def test_exact_mode_stops_the_real_entrypoint_and_training_then_hits_everything(
     assert verify["self_consistency_only"] == []
     if steps_from == "env":
         return  # the same run as above, started another way: one training check is enough
-    training = run_flax_train(clean_env({**FLAX_ENV, **jax_cache_env(cache)}), "--steps", "3")
+    training = run_flax_train(clean_env({**FLAX_ENV, **jax_cache_env(str(cache))}), "--steps", "3")
     assert training["devices"] == 4
     assert training["requests"] == training["hits"] == report["targets"][0]["requests"], training
 
@@ -228,13 +231,13 @@ def test_aot_mode_hits_and_a_trainer_with_other_xla_flags_is_told_which_setting(
     report = json.loads(report_path.read_text())
     assert report["verify"]["self_consistency_only"] == ["create_state"]
     assert len(entry_files(cache)) == 2
-    training = run_flax_train(clean_env({**FLAX_ENV, **jax_cache_env(cache)}), "--steps", "2")
+    training = run_flax_train(clean_env({**FLAX_ENV, **jax_cache_env(str(cache))}), "--steps", "2")
     assert training["requests"] == training["hits"] == 2, training
 
     # The trap: the trainer runs with other XLA flags. Every key changes; the recorded
     # signature says why (what the trainer's verdict prints, from the same function).
     other_flags = f"{FOUR_CPUS} --xla_cpu_enable_fast_math=false"
-    env = clean_env({**FLAX_ENV, **jax_cache_env(cache, xla_flags=other_flags)})
+    env = clean_env({**FLAX_ENV, **jax_cache_env(str(cache), xla_flags=other_flags)})
     missed = run_flax_train(env, "--steps", "1")
     assert missed["hits"] == 0 < missed["requests"]
     recorded = next(t for t in report["targets"] if t["name"] == "train_step")["signature"]
