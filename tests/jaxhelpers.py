@@ -118,3 +118,23 @@ def probe_hits(spec: str, env: Mapping[str, str]) -> dict[str, int]:
 def entry_files(cache: Path) -> list[str]:
     """Published entry file names at the top of a cache dir."""
     return sorted(p.name for p in cache.iterdir() if p.name.endswith("-cache"))
+
+
+# The Flax example over 4 CPU devices (examples/workloads/flax_mlp.py, examples/train_flax.py).
+FOUR_CPUS = "--xla_force_host_platform_device_count=4"
+
+
+def run_flax_train(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
+    """``examples/train_flax.py --json`` in a fresh process; its JSON result."""
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "train_flax.py"), "--json", *extra],
+        env=dict(env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result

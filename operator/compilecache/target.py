@@ -35,6 +35,12 @@ class Target:
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     training_args: Callable[[], Sequence[Any]] | None = None
+    training_fn: Any = None
+
+    @property
+    def checks_training(self) -> bool:
+        """Whether verify compares against training's side (its inputs or its function)."""
+        return self.training_args is not None or self.training_fn is not None
 
 
 def check_target(value: object, workload: str) -> Target:
@@ -56,6 +62,11 @@ def check_target(value: object, workload: str) -> Target:
         raise WarmError(f"target {value.name!r} of workload {workload}: kwargs must be a mapping")
     if value.training_args is not None and not callable(value.training_args):
         raise WarmError(f"target {value.name!r} of workload {workload}: training_args must be callable")
+    if value.training_fn is not None and not callable(getattr(value.training_fn, "lower", None)):
+        raise WarmError(
+            f"target {value.name!r} of workload {workload}: training_fn {_describe(value.training_fn)} "
+            "is not jax.jit-wrapped (it has no .lower)"
+        )
     return value
 
 
@@ -67,6 +78,27 @@ def check_unique(targets: Sequence[tuple[str, Target]]) -> None:
         if key in seen:
             raise WarmError(f"workload {workload} returned two targets named {target.name!r}")
         seen.add(key)
+
+
+def abstract(tree: Any) -> Any:
+    """``tree`` with every array replaced by a ``jax.ShapeDtypeStruct`` that keeps what the
+    cache key depends on: shape, dtype, ``weak_type`` and sharding.
+
+    The obvious ``ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)`` drops
+    ``weak_type`` (a Python-scalar-born ``step`` counter is weakly typed), and a
+    program lowered from it misses training's entry. Leaves without a shape
+    (Python scalars, None) are kept as they are: jit treats them by value.
+    """
+    import jax
+
+    def one(leaf: Any) -> Any:
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            return leaf
+        aval = getattr(leaf, "aval", None)
+        weak = bool(getattr(aval, "weak_type", getattr(leaf, "weak_type", False)))
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=getattr(leaf, "sharding", None), weak_type=weak)
+
+    return jax.tree_util.tree_map(one, tree)
 
 
 def _describe(fn: object) -> str:

@@ -52,6 +52,8 @@ def run_to_dict(run: TargetRun) -> dict[str, Any]:
         "keys_written": run.keys_written,
         "key_components": run.key_components,
         "miss_log": run.miss_log,
+        "signature": run.signature,
+        "checks_training": run.checks_training,
     }
 
 

@@ -47,6 +47,10 @@ class TargetRun:
     keys_written: list[str] = field(default_factory=list)
     key_components: dict[str, str] = field(default_factory=dict)
     miss_log: list[str] = field(default_factory=list)
+    # What was lowered (compilecache.cache.keydiff), to name what differs on a miss.
+    signature: dict[str, Any] = field(default_factory=dict)
+    # Whether this compile used training's side (Target.training_args/training_fn).
+    checks_training: bool = False
 
     @property
     def misses(self) -> int:
@@ -148,9 +152,22 @@ class _CaptureHandler(logging.Handler):
         self._events.on_log(record)
 
 
-def lower_and_compile(target: Target, args: Sequence[Any]) -> None:
-    """``fn.lower(*args, **kwargs).compile()``: what the warmer and verify both do."""
-    target.fn.lower(*args, **dict(target.kwargs)).compile()
+def lower_and_compile(target: Target, args: Sequence[Any], *, training: bool = False) -> dict[str, Any]:
+    """``fn.lower(*args, **kwargs).compile()``: what the warmer and verify both do.
+
+    With ``training`` the target's ``training_fn`` (if any) is lowered instead of
+    ``fn``. Returns the lowered program's signature (empty if it cannot be read:
+    explaining a miss must never fail a warm-up).
+    """
+    from compilecache.cache.keydiff import signature_of
+
+    fn = target.training_fn if training and target.training_fn is not None else target.fn
+    lowered = fn.lower(*args, **dict(target.kwargs))
+    lowered.compile()
+    try:
+        return signature_of(lowered, args, target.kwargs)
+    except Exception:  # private JAX internals may move; the compile itself succeeded
+        return {}
 
 
 def target_args(target: Target, *, training: bool) -> Sequence[Any]:
@@ -187,10 +204,11 @@ def compile_targets(
             raise WarmError(
                 f"target {target.name!r} of workload {workload}: training_args raised {one_line(error)}"
             ) from error
+        run.checks_training = target.checks_training
         with events.attribute_to(run):
             start = time.perf_counter()
             try:
-                lower_and_compile(target, args)
+                run.signature = lower_and_compile(target, args, training=training)
             except Exception as error:
                 raise WarmError(
                     f"target {target.name!r} of workload {workload} failed to compile: {one_line(error)}"
@@ -227,8 +245,12 @@ def environment_facts() -> dict[str, Any]:
     import jax
     import jaxlib
 
+    from compilecache.cache.keydiff import key_settings
+
     devices = jax.devices()
     return {
+        # XLA_FLAGS, x64…: a trainer whose settings differ is told which (keydiff).
+        "settings": key_settings(),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "backend": jax.default_backend(),

@@ -54,6 +54,8 @@ def target_record(run: TargetRun, sizes: Mapping[str, int]) -> dict[str, Any]:
         "bytes": sum(sizes[name] for name in written),
         "cache_keys": sorted(set(run.keys_hit) | set(run.keys_missed) | set(run.keys_written)),
         "key_components": dict(run.key_components),
+        # What was lowered: verify and trainers name the first difference from it on a miss.
+        "signature": dict(run.signature),
     }
 
 
@@ -98,6 +100,8 @@ def build_manifest(
         "finished_at": finished_at,
         "workloads": list(workloads),
         **_versions(facts),
+        # The key-relevant settings the run compiled under (compilecache.cache.keydiff.key_settings).
+        "settings": dict(facts.get("settings") or {}),
         "entries": entries,
         "hits": list(_hit_records(runs, finished_at)),
         "targets": [target_record(run, sizes) for run in runs],

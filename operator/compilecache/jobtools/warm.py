@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.entries import entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
+from compilecache.jobtools.workload import parse_spec
 
 if TYPE_CHECKING:
     from compilecache.cache.store import CacheStore
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
 # jax_cache_env); command-line flags win, our defaults apply when neither is set.
 _ENV_MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 _ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+# The exact mode from the environment: a CompileCache workload's `env` reaches the
+# warm-up container, so a `script` workload can ask for it without new flags.
+_ENV_STEPS = "COMPILECACHE_WARM_STEPS"
+_ENV_STEP_FN = "COMPILECACHE_STEP_FN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +61,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE:FUNC",
         help="function returning compilecache.Target objects (repeatable)",
     )
-    parser.add_argument("--script", metavar="PATH", help="run a training/compile script under the cache env")
+    parser.add_argument(
+        "--script",
+        metavar="PATH|MODULE:FUNC",
+        help="run the training entrypoint (a script, or a function called with no arguments) under the cache env",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"exact mode: stop --script after N calls of its jitted step function (default: ${_ENV_STEPS})",
+    )
+    parser.add_argument(
+        "--step-fn",
+        default=None,
+        metavar="NAME",
+        help=f"name of the function training jits as its step (default: ${_ENV_STEP_FN} or train_step)",
+    )
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
     parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
     parser.add_argument(
@@ -104,9 +126,10 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
 
     script_args = _script_args(args)
+    base_env = dict(os.environ)
+    _exact_mode_from_env(args, base_env)
     _check_args(args, script_args)
     store = open_store(args.cache_dir)
-    base_env = dict(os.environ)
     options = _cache_options(args, base_env)
     run_id = new_run_id()
     started = utc_now()
@@ -209,7 +232,7 @@ def _compile(
     if args.workload:
         runs, facts = _compile_workloads(args.workload, args.jobs, staging_env)
     if args.script:
-        script_runs, script_facts = _run_script(args.script, script_args, {**base_env, **staging_env})
+        script_runs, script_facts = _run_script(args, script_args, {**base_env, **staging_env})
         runs += script_runs
         facts = facts or script_facts
     return runs, facts
@@ -243,14 +266,30 @@ def _compile_workloads(
     return runs, environment_facts()
 
 
-def _run_script(script: str, script_args: Sequence[str], env: Mapping[str, str]) -> tuple[list[Any], dict[str, Any]]:
-    from compilecache.jobtools.childproc import run_child, run_from_dict
+def _script_request(args: argparse.Namespace) -> dict[str, Any]:
+    """What scriptrun needs besides the entrypoint: the exact mode's step count, if any."""
+    return {"steps": args.steps, "step_fn": args.step_fn} if args.steps else {}
 
-    code, result, stderr = run_child("compilecache.jobtools.scriptrun", {}, env, [script, *script_args])
+
+def _run_script(
+    args: argparse.Namespace, script_args: Sequence[str], env: Mapping[str, str]
+) -> tuple[list[Any], dict[str, Any]]:
+    from compilecache.jobtools.childproc import run_child, run_from_dict
+    from compilecache.jobtools.scriptrun import steps_note
+
+    script = args.script
+    request = _script_request(args)
+    code, result, stderr = run_child("compilecache.jobtools.scriptrun", request, env, [script, *script_args])
     if code != 0 or "runs" not in result:
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
         raise WarmError(f"{reason}{': ' + last[0] if last and last[0] not in reason else ''}")
+    stepped = result.get("stepped")
+    note = steps_note(stepped)
+    if note:
+        print(f"  note: {note}")
+    elif stepped:
+        print(f"  stopped {script} after {stepped['ran']} calls of {stepped['step_fn']} (--steps)")
     return [run_from_dict(run) for run in result["runs"]], result.get("facts") or {}
 
 
@@ -263,7 +302,7 @@ def _verify(
 ) -> tuple[dict[str, Any], list[str]]:
     """Compile again in fresh processes against the published cache; list the misses."""
     from compilecache.jobtools.childproc import run_child, run_from_dict
-    from compilecache.jobtools.verify import miss_messages, verify_env
+    from compilecache.jobtools.verify import miss_messages, self_consistency_only, verify_env
 
     env = verify_env(base_env, jax_env)
     fresh: list[Any] = []
@@ -273,7 +312,10 @@ def _verify(
             raise WarmError(f"verify: {result.get('error') or 'fresh process failed'}: {stderr[-400:]}")
         fresh += [run_from_dict(run) for run in result["runs"]]
     if args.script:
-        code, result, _ = run_child("compilecache.jobtools.scriptrun", {}, env, [args.script, *script_args])
+        # The same entrypoint, the same arguments, stopped at the same step: it must hit every compile.
+        code, result, _ = run_child(
+            "compilecache.jobtools.scriptrun", _script_request(args), env, [args.script, *script_args]
+        )
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
         fresh += [run_from_dict(run) for run in result["runs"]]
@@ -284,6 +326,8 @@ def _verify(
         "hits": sum(run.hits for run in fresh),
         "requests": sum(run.requests for run in fresh),
         "problems": problems,
+        # Targets checked against nothing from training: their hit proves only self-consistency.
+        "self_consistency_only": self_consistency_only(fresh),
     }
     return summary, problems
 
@@ -302,7 +346,21 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
     if script_args and not args.script:
         raise WarmError(f"unexpected arguments {' '.join(script_args)!r} (arguments after -- need --script)")
     if args.script and not Path(args.script).is_file():
-        raise WarmError(f"script {args.script} does not exist")
+        if args.script.endswith(".py") or "/" in args.script:
+            raise WarmError(f"script {args.script} does not exist")
+        parse_spec(args.script)  # MODULE:FUNC, or a one-line error
+    if args.steps is not None and (args.steps < 1 or not args.script):
+        raise WarmError("--steps N needs --script and N of at least 1")
+
+
+def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """``--steps``/``--step-fn`` from the environment where the flags are not given (scripts only)."""
+    args.step_fn = args.step_fn or env.get(_ENV_STEP_FN) or "train_step"
+    if args.steps is None and args.script and env.get(_ENV_STEPS):
+        try:
+            args.steps = int(env[_ENV_STEPS])
+        except ValueError as error:
+            raise WarmError(f"{_ENV_STEPS} must be a whole number, got {env[_ENV_STEPS]!r}") from error
 
 
 def _script_args(args: argparse.Namespace) -> list[str]:
@@ -339,6 +397,13 @@ def _print_summary(report: Mapping[str, Any]) -> None:
     checked = (
         "verify skipped" if verify is None else f"verify: {verify['hits']}/{verify['requests']} hits in a fresh process"
     )
+    only_self = (verify or {}).get("self_consistency_only") or []
+    if only_self:
+        print(
+            f"  note: verify proved only self-consistency for {', '.join(only_self)}: it compiled the warmer's own "
+            "function and arguments again; give Target(training_args=..., training_fn=...) or warm the real "
+            "entrypoint (--script ... --steps N) to check what training calls"
+        )
     print(
         f"published {report['entries']} entries ({report['bytes']} bytes) to {report['cache_dir']}; "
         f"{checked}; manifest {report['manifest']}"

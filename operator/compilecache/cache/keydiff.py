@@ -1,0 +1,180 @@
+"""Why a compile missed: the first difference between two recorded program signatures.
+
+A JAX cache key is a hash; when a trainer (or verify) misses an entry the warmer
+wrote for the same function, the hash says nothing about *what* differed. So the
+warmer records, per target, a signature of what it lowered — per argument its
+shape/dtype, ``weak_type``, sharding and donation; static arguments; mesh axis
+names; the key-relevant settings (``XLA_FLAGS``, x64, …) — and a miss is
+explained by comparing two signatures: :func:`first_difference`, a pure function
+over JSON-able dicts (tested without JAX).
+
+:func:`signature_of` is the small JAX-side extractor, run on ``jitted.lower(...)``.
+It imports JAX only inside the function: this module belongs to the cache
+format, which the operator imports too. Users: the warmer and verify
+(:mod:`compilecache.jobtools`) and the trainer's own verdict (:mod:`compilecache.runtime`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Signature = dict[str, Any]
+
+# Settings that enter the cache key (JAX's cache_key.py hashes XLA flags, the
+# compile options and the x64/precision config) and that a trainer can set
+# differently from the warmer without noticing.
+_ENV_SETTINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
+_CONFIG_SETTINGS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_persistent_cache_enable_xla_caches",
+)
+
+
+def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:
+    """One line naming the first difference of ``other`` from ``warmer``, or None.
+
+    The order is the order a user fixes things in: settings that change every
+    key first, then the arguments one by one (an argument's sharding names its
+    mesh axes), then the mesh as a whole, then static args.
+    Values read ``warmer vs other``.
+    """
+    if not warmer or not other:
+        return None
+    settings = settings_difference(warmer.get("settings", {}), other.get("settings", {}))
+    if settings is not None:
+        return f"{name}: {settings}"
+    mine_args: Sequence[Mapping[str, Any]] = warmer.get("args", [])
+    their_args: Sequence[Mapping[str, Any]] = other.get("args", [])
+    theirs_by_path = {arg["path"]: arg for arg in their_args}
+    for arg in mine_args:
+        theirs = theirs_by_path.get(arg["path"])
+        if theirs is None:
+            return f"{name} arg {_path(arg['path'])}: present in the warmer only (argument structure differs)"
+        for field in ("type", "weak_type", "sharding", "donated"):
+            if arg.get(field) != theirs.get(field):
+                what = "" if field == "type" else f"{arg.get('type')} {field}="
+                return f"{name} arg {_path(arg['path'])}: {what}{_show(arg.get(field))} vs {_show(theirs.get(field))}"
+    extra = [arg["path"] for arg in their_args if arg["path"] not in {a["path"] for a in mine_args}]
+    if extra:
+        return f"{name} arg {_path(extra[0])}: present in training only (argument structure differs)"
+    if warmer.get("mesh_axes") != other.get("mesh_axes"):
+        return f"{name}: mesh axis names {_show(warmer.get('mesh_axes'))} vs {_show(other.get('mesh_axes'))}"
+    static_mine, static_theirs = warmer.get("static", {}), other.get("static", {})
+    for position in sorted(set(static_mine) | set(static_theirs)):
+        if static_mine.get(position) != static_theirs.get(position):
+            return (
+                f"{name} static arg {position}: {_show(static_mine.get(position))} "
+                f"vs {_show(static_theirs.get(position))}"
+            )
+    return None
+
+
+def settings_difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """``setting XLA_FLAGS: A vs B`` when a process's key settings differ from a run's, else None.
+
+    ``recorded`` is a manifest's ``settings`` (what the warmer compiled under);
+    ``current`` is :func:`key_settings` of the process asking (a trainer). Every
+    key of every program differs then, so this is the first thing to tell.
+    """
+    for setting in sorted(set(recorded) | set(current)):
+        if recorded.get(setting) != current.get(setting):
+            return f"setting {setting}: {_show(recorded.get(setting))} vs {_show(current.get(setting))}"
+    return None
+
+
+def signature_of(lowered: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> Signature:
+    """The signature of ``jitted.lower(*args, **kwargs)``: see the module docstring.
+
+    Reads ``lowered.args_info`` (public) for shapes, dtypes, weak types and
+    donation, and the lowering's ``in_shardings`` (private in jax 0.10; read
+    defensively) for what each argument is sharded as.
+    """
+    import jax
+
+    flat = jax.tree_util.tree_flatten_with_path(lowered.args_info)[0]
+    shardings = _in_shardings(lowered, len(flat))
+    entries = []
+    axes: list[str] = []
+    for position, (path, info) in enumerate(flat):
+        aval = getattr(info, "_aval", None)
+        sharding = shardings[position] if shardings is not None else None
+        mesh = getattr(sharding, "mesh", None)
+        for axis in getattr(mesh, "axis_names", ()) or ():
+            if str(axis) not in axes:
+                axes.append(str(axis))
+        entries.append(
+            {
+                "path": jax.tree_util.keystr(path),
+                "type": str(aval.str_short()) if aval is not None else "?",
+                "weak_type": bool(getattr(aval, "weak_type", False)),
+                "sharding": _describe_sharding(sharding),
+                "donated": bool(getattr(info, "donated", False)),
+            }
+        )
+    return {"args": entries, "static": _static_args(args, kwargs or {}), "mesh_axes": axes, "settings": key_settings()}
+
+
+def key_settings() -> dict[str, Any]:
+    """The key-relevant settings of this process (env and jax.config); JAX imported if loaded."""
+    settings: dict[str, Any] = {name: os.environ.get(name) or None for name in _ENV_SETTINGS}
+    try:
+        import jax
+    except ImportError:
+        return settings
+    for name in _CONFIG_SETTINGS:
+        value = getattr(jax.config, name, None)
+        settings[name] = value if value is None or isinstance(value, bool | int | float) else str(value)
+    return settings
+
+
+def _in_shardings(lowered: Any, count: int) -> list[Any] | None:
+    try:
+        shardings = list(lowered._lowering.compile_args["in_shardings"])
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return shardings if len(shardings) == count else None
+
+
+def _describe_sharding(sharding: Any) -> str:
+    """``P('data',)`` for a NamedSharding, ``unspecified`` where the caller gave none."""
+    if sharding is None:
+        return "unknown"
+    kind = type(sharding).__name__
+    if kind == "UnspecifiedValue":
+        return "unspecified"
+    spec = getattr(sharding, "spec", None)
+    if spec is not None:
+        return str(spec)
+    if getattr(sharding, "is_fully_replicated", False):
+        return "replicated"
+    return kind
+
+
+def _static_args(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, str]:
+    """Top-level args that are not arrays: what jit treats as static, by repr (positions, then names)."""
+    named = [(str(position), value) for position, value in enumerate(args)] + sorted(kwargs.items())
+    return {key: repr(value)[:200] for key, value in named if not _is_array_tree(value)}
+
+
+def _is_array_tree(value: Any) -> bool:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(value)
+    return all(hasattr(leaf, "shape") and hasattr(leaf, "dtype") for leaf in leaves)
+
+
+def _path(path: str) -> str:
+    """``[0][0]['step']`` (args_info is ``(args, kwargs)``) → ``0 (['step'])``: the index first."""
+    group, _, rest = path.partition("]")
+    if group in ("[0", "[1") and rest.startswith("[") and "]" in rest:
+        head, tail = rest[1:].split("]", 1)
+        head = head if group == "[0" else f"kwarg {head}"
+        return f"{head} ({tail})" if tail else head
+    return path
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is None else str(value)
