@@ -16,21 +16,12 @@ format, which the operator imports too. Users: the warmer and verify
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-Signature = dict[str, Any]
+from compilecache.cache import keysettings
 
-# Settings that enter the cache key (JAX's cache_key.py hashes XLA flags, the
-# compile options and the x64/precision config) and that a trainer can set
-# differently from the warmer without noticing.
-_ENV_SETTINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
-_CONFIG_SETTINGS = (
-    "jax_enable_x64",
-    "jax_default_matmul_precision",
-    "jax_persistent_cache_enable_xla_caches",
-)
+Signature = dict[str, Any]
 
 
 def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:
@@ -43,9 +34,9 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
     """
     if not warmer or not other:
         return None
-    settings = settings_difference(warmer.get("settings", {}), other.get("settings", {}))
-    if settings is not None:
-        return f"{name}: {settings}"
+    settings = keysettings.differences(other.get("settings") or {}, warmer.get("settings") or {})
+    if settings:  # every key differs then: the first thing to tell (reads this process vs the warm-up)
+        return f"{name}: {settings[0]}"
     mine_args: Sequence[Mapping[str, Any]] = warmer.get("args", [])
     their_args: Sequence[Mapping[str, Any]] = other.get("args", [])
     theirs_by_path = {arg["path"]: arg for arg in their_args}
@@ -69,19 +60,6 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
                 f"{name} static arg {position}: {_show(static_mine.get(position))} "
                 f"vs {_show(static_theirs.get(position))}"
             )
-    return None
-
-
-def settings_difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
-    """``setting XLA_FLAGS: A vs B`` when a process's key settings differ from a run's, else None.
-
-    ``recorded`` is a manifest's ``settings`` (what the warmer compiled under);
-    ``current`` is :func:`key_settings` of the process asking (a trainer). Every
-    key of every program differs then, so this is the first thing to tell.
-    """
-    for setting in sorted(set(recorded) | set(current)):
-        if recorded.get(setting) != current.get(setting):
-            return f"setting {setting}: {_show(recorded.get(setting))} vs {_show(current.get(setting))}"
     return None
 
 
@@ -114,20 +92,12 @@ def signature_of(lowered: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
                 "donated": bool(getattr(info, "donated", False)),
             }
         )
-    return {"args": entries, "static": _static_args(args, kwargs or {}), "mesh_axes": axes, "settings": key_settings()}
-
-
-def key_settings() -> dict[str, Any]:
-    """The key-relevant settings of this process (env and jax.config); JAX imported if loaded."""
-    settings: dict[str, Any] = {name: os.environ.get(name) or None for name in _ENV_SETTINGS}
-    try:
-        import jax
-    except ImportError:
-        return settings
-    for name in _CONFIG_SETTINGS:
-        value = getattr(jax.config, name, None)
-        settings[name] = value if value is None or isinstance(value, bool | int | float) else str(value)
-    return settings
+    return {
+        "args": entries,
+        "static": _static_args(args, kwargs or {}),
+        "mesh_axes": axes,
+        "settings": keysettings.current(),
+    }
 
 
 def _in_shardings(lowered: Any, count: int) -> list[Any] | None:

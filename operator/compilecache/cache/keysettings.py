@@ -23,8 +23,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-# Manifest fields written before ``settings`` existed (jobtools/manifest.py ``_versions``).
-_TOP_LEVEL = ("jax", "jaxlib", "backend", "device_kind", "device_count")
+# The manifest's top-level fields (expiry ranks builds per platform by them), also read from
+# manifests written before ``settings`` existed.
+PLATFORM = ("jax", "jaxlib", "backend", "device_kind", "device_count")
 
 # The warmer's manifests record, per target, the hash JAX logs for each key component; with no
 # flags at all, the "XLA flags" component hashes nothing.
@@ -42,6 +43,8 @@ _LABELS = {
     "xla_flags": "XLA_FLAGS",
     "xla_caches": "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES",
     "x64": "jax_enable_x64",
+    "matmul_precision": "jax_default_matmul_precision",
+    "libtpu_init_args": "LIBTPU_INIT_ARGS",
     "jax": "jax version",
 }
 
@@ -63,6 +66,8 @@ def current() -> dict[str, Any]:
         "xla_flags": normal_flags(os.environ.get("XLA_FLAGS", ""), _excluded_flags()),
         "xla_caches": str(getattr(jax.config, "jax_persistent_cache_enable_xla_caches", "")),
         "x64": bool(getattr(jax.config, "jax_enable_x64", False)),
+        "matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", None) or ""),
+        "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
         "xla_flags_hash": _xla_flags_hash(),
     }
 
@@ -99,7 +104,7 @@ def _excluded_flags() -> frozenset[str]:
 
 def from_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The settings a run manifest records: its ``settings`` object, else the older top-level fields."""
-    found = {key: manifest[key] for key in _TOP_LEVEL if manifest.get(key) is not None}
+    found = {key: manifest[key] for key in PLATFORM if manifest.get(key) is not None}
     for target in manifest.get("targets") or []:
         components = target.get("key_components") if isinstance(target, Mapping) else None
         if isinstance(components, Mapping) and components.get(XLA_FLAGS_COMPONENT):
@@ -112,7 +117,10 @@ def from_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]:
-    """One line per setting that differs, ``here`` (the trainer) first; settings either lacks are skipped."""
+    """One line per setting that differs, reading ``here vs warmed`` (this process, then the warm-up).
+
+    The trainer's verdict and verify both phrase a settings miss this way; settings either lacks are skipped.
+    """
     lines = []
     flags_known = "xla_flags" in here and "xla_flags" in warmed
     for key, label in _LABELS.items():
@@ -126,7 +134,7 @@ def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]
         if key not in here or key not in warmed or _same(key, here[key], warmed[key]):
             continue
         if key == "xla_flags":
-            mine, theirs = set(str(here[key]).split()), set(str(warmed[key]).split())
+            mine, theirs = set(str(here[key] or "").split()), set(str(warmed[key] or "").split())
             lines.append(f"{label} differs: {_words(mine - theirs)} vs {_words(theirs - mine)}")
         else:
             lines.append(f"{label} differs: {here[key]} vs {warmed[key]}")

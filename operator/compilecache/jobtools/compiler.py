@@ -242,21 +242,12 @@ def _run_all(fn: Callable[[int], None], count: int, jobs: int) -> None:
 
 def environment_facts() -> dict[str, Any]:
     """jax/jaxlib versions, backend, device kind and count: what the cache key depends on."""
-    import jax
-    import jaxlib
+    from compilecache.cache import keysettings
 
-    from compilecache.cache.keydiff import key_settings
-
-    devices = jax.devices()
-    return {
-        # XLA_FLAGS, x64…: a trainer whose settings differ is told which (keydiff).
-        "settings": key_settings(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": devices[0].device_kind if devices else "",
-        "device_count": jax.device_count(),
-    }
+    settings = keysettings.current()
+    # The top-level fields are what expiry ranks builds by (keepVersions, per platform);
+    # `settings` is everything a trainer compares to say why it missed (keysettings).
+    return {"settings": settings} | {key: settings[key] for key in keysettings.PLATFORM}
 
 
 def one_line(error: BaseException) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from compilecache.cache import keysettings
 from compilecache.cache.store import StagedEntry
 from compilecache.jobtools.compiler import TargetRun
 
@@ -100,7 +101,7 @@ def build_manifest(
         "finished_at": finished_at,
         "workloads": list(workloads),
         **_versions(facts),
-        # The key-relevant settings the run compiled under (compilecache.cache.keydiff.key_settings).
+        # The key-relevant settings the run compiled under (compilecache.cache.keysettings.current).
         "settings": dict(facts.get("settings") or {}),
         "entries": entries,
         "hits": list(_hit_records(runs, finished_at)),
@@ -139,7 +140,7 @@ def dumps(document: Mapping[str, Any]) -> bytes:
 
 
 def _versions(facts: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: facts.get(key) for key in ("jax", "jaxlib", "backend", "device_kind", "device_count")}
+    return {key: facts.get(key) for key in keysettings.PLATFORM}
 
 
 def _entry_owners(runs: Iterable[TargetRun]) -> dict[str, TargetRun]:
