@@ -237,6 +237,40 @@ def test_warm_then_fresh_training_process_hits(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_workload_that_configures_logging_gets_no_debug_flood(tmp_path: Path) -> None:
+    """absl, TensorFlow or clu put a handler on the root logger: JAX's key DEBUG lines must not reach it."""
+    folder = write_module(
+        tmp_path / "wl",
+        "loud",
+        "import logging, sys\n"
+        "logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format='%(levelname)s:%(name)s:%(message)s')\n"
+        + TINY_WORKLOAD,
+    )
+    cache = tmp_path / "cache"
+    done = run_cli(["warm", "--cache-dir", str(cache), "--workload", "loud:targets"], clean_env(pythonpath=[folder]))
+    assert done.returncode == 0, done.stderr
+    assert "DEBUG:" not in done.stderr and "cache_key" not in done.stderr, done.stderr[:2000]
+    report_lines = [line for line in done.stdout.splitlines() if "matmul" in line]
+    assert report_lines, done.stdout  # the keys were still captured: each target is reported
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_warm_up_never_reports_as_a_trainer(tmp_path: Path) -> None:
+    """A shell that ran `eval "$(compilecache env ...)"` carries COMPILECACHE_REPORT=1 into `warm`."""
+    from importlib.metadata import entry_points
+
+    if not any(point.value == "compilecache.trainer" for point in entry_points(group="jax_plugins")):
+        pytest.skip("the package's jax_plugins entry point is not installed (pip install -e .)")
+    folder = write_module(tmp_path / "wl", "tiny", TINY_WORKLOAD)
+    env = clean_env({"COMPILECACHE_REPORT": "1"}, pythonpath=[folder])
+    done = run_cli(["warm", "--cache-dir", str(tmp_path / "cache"), "--workload", "tiny:targets"], env)
+    assert done.returncode == 0, done.stderr
+    assert "compiles hit" not in done.stdout + done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_sharded_warm_then_fresh_training_process_hits(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

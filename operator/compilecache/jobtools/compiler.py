@@ -69,8 +69,7 @@ class CacheEvents:
     def __init__(self) -> None:
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._handler = _CaptureHandler(self)
-        self._saved_levels: dict[str, int] = {}
+        self._saved: dict[str, tuple[int, logging.Filter]] = {}
 
     def __enter__(self) -> CacheEvents:
         import jax.monitoring
@@ -78,22 +77,25 @@ class CacheEvents:
         jax.monitoring.register_event_listener(self._on_event)
         for name in _KEY_LOGGERS:
             logger = logging.getLogger(name)
-            self._saved_levels[name] = logger.level
-            # DEBUG is where JAX logs the key of every hit, miss and write; our
-            # handler sees them, and the default last-resort handler still
-            # prints only warnings, so nothing new reaches the user's console.
+            # DEBUG is where JAX logs the key of every hit, miss and write. A filter on the logger
+            # reads each record and passes on only what the logging the workload configured would
+            # have shown (absl or basicConfig handlers on the root would print every DEBUG line
+            # that propagates: a handler of ours could not stop that).
+            capture = _Capture(self, passes=logger.getEffectiveLevel())
+            self._saved[name] = (logger.level, capture)
+            logger.addFilter(capture)
             logger.setLevel(logging.DEBUG)
-            logger.addHandler(self._handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
         import jax.monitoring
 
         jax.monitoring.unregister_event_listener(self._on_event)
-        for name, level in self._saved_levels.items():
+        for name, (level, capture) in self._saved.items():
             logger = logging.getLogger(name)
-            logger.removeHandler(self._handler)
+            logger.removeFilter(capture)
             logger.setLevel(level)
+        self._saved.clear()
 
     @contextmanager
     def attribute_to(self, run: TargetRun) -> Iterator[TargetRun]:
@@ -143,13 +145,17 @@ class CacheEvents:
                 run.keys_hit.append(key[1])
 
 
-class _CaptureHandler(logging.Handler):
-    def __init__(self, events: CacheEvents) -> None:
-        super().__init__(level=logging.DEBUG)
-        self._events = events
+class _Capture(logging.Filter):
+    """Hands every record to :meth:`CacheEvents.on_log`; lets through only those at or above ``passes``."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def __init__(self, events: CacheEvents, *, passes: int) -> None:
+        super().__init__()
+        self._events = events
+        self._passes = passes
+
+    def filter(self, record: logging.LogRecord) -> bool:
         self._events.on_log(record)
+        return record.levelno >= self._passes
 
 
 def lower_and_compile(target: Target, args: Sequence[Any], *, training: bool = False) -> dict[str, Any]:

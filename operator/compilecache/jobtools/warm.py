@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import REPORT, jax_cache_env
 from compilecache.cache.entries import entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.jobtools.workload import parse_spec
@@ -126,6 +126,9 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
 
     script_args = _script_args(args)
+    # A warm-up is no trainer: never its own verdict (a shell that ran `eval "$(compilecache env)"`
+    # carries COMPILECACHE_REPORT=1), neither in this process, which may load JAX, nor in its children.
+    os.environ[REPORT] = "0"
     base_env = dict(os.environ)
     _exact_mode_from_env(args, base_env)
     _check_args(args, script_args)
