@@ -271,6 +271,21 @@ def test_a_warm_up_never_reports_as_a_trainer(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_setup_compiles_are_named_and_a_capped_jobs_says_so(tmp_path: Path) -> None:
+    setup_workload = TINY_WORKLOAD + (
+        "\n_scale = jax.jit(lambda x: x * 2.0)(jnp.ones((4,)))  # a workload that compiles while importing\n"
+    )
+    folder = write_module(tmp_path / "wl", "initing", setup_workload)
+    argv = ["warm", "--cache-dir", str(tmp_path / "cache"), "--workload", "initing:targets", "--jobs", "64"]
+    done = run_cli(argv, clean_env(pythonpath=[folder]))
+    assert done.returncode == 0, done.stderr
+    [setup] = [line for line in done.stdout.splitlines() if "initing:targets setup:" in line]
+    assert " programs (" in setup and "compiled" in setup and "miss" not in setup, setup
+    assert "--jobs 64 runs" in done.stderr and "compile thread" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_sharded_warm_then_fresh_training_process_hits(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
