@@ -38,7 +38,8 @@ def targets():
 
 def clean_env(extra: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
     """The test process's environment without JAX/XLA settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MODEL_"))}
+    # COMPILECACHE_*: an in-process `warm` (CLI tests) sets COMPILECACHE_REPORT=0 in this process.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MODEL_", "COMPILECACHE_"))}
     # This tree's package first (operator/ is the source root), then the repository for
     # examples.*: never the copy a virtual environment has installed from another tree.
     paths = [str(p) for p in pythonpath] + [str(REPO / "operator"), str(REPO)]
