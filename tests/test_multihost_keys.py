@@ -194,16 +194,16 @@ def run_group(
         for proc, _ in group:
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        pass
+        pass  # the stragglers are killed below and reported with their output
     finally:
         for proc, _ in group:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
     for index, (proc, log_path) in enumerate(group):
-        log = log_path.read_text(errors="replace")[-3000:]
+        tail = log_path.read_text(errors="replace")[-3000:]
         bound = f" (killed at the {GROUP_TIMEOUT_S} s bound)" if proc.returncode < 0 else ""
-        assert proc.returncode == 0, f"process {index} of {processes} exited {proc.returncode}{bound}:\n{log}"
+        assert proc.returncode == 0, f"process {index} of {processes} exited {proc.returncode}{bound}:\n{tail}"
     results = [json.loads((run_dir / f"{index}.json").read_text()) for index in range(processes)]
     assert [result["process_index"] for result in results] == list(range(processes))
     assert all(result["process_count"] == processes for result in results)
