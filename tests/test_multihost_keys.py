@@ -36,7 +36,10 @@ import pytest
 from compilecache.cache.cacheenv import jax_cache_env
 from jaxhelpers import clean_env, entry_files
 
-pytestmark = [pytest.mark.slow, pytest.mark.jax]
+# `long` (make test-long), not a CI gate yet: the 2-process gloo rendezvous hung past its 60 s bound in
+# 2 of 8 runs on a busy 2-core machine. The answers stand in docs/multihost.md; issue 12's multi-host
+# warm-up makes a 2-process test part of CI with a harness that survives that.
+pytestmark = [pytest.mark.slow, pytest.mark.jax, pytest.mark.long]
 
 # One group must finish in this; a healthy one takes a few seconds on 2 shared cores. A process
 # that lost its peer blocks in a collective or the shutdown barrier, so the bound is what ends it.
