@@ -126,6 +126,14 @@ BAD = [
      "spec.warmup.workloads[0].pools[1]"),
     ("pull secret not a name", _with("warmup.imagePullSecrets", [{"name": "Not_A_Secret"}]),
      "spec.warmup.imagePullSecrets[0].name"),
+    ("steps with an entrypoint", _with("warmup.workloads", [{"name": "w", "entrypoint": "m:f", "steps": 2}]),
+     "spec.warmup.workloads[0].steps"),
+    ("steps zero", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "steps": 0}]),
+     "spec.warmup.workloads[0].steps"),
+    ("stepFn without steps", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "stepFn": "step"}]),
+     "spec.warmup.workloads[0].stepFn"),
+    ("stepFn not a name", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "steps": 1, "stepFn": "a.b"}]),
+     "spec.warmup.workloads[0].stepFn"),
     *[(f"cron {text}", _with("schedule", text), "spec.schedule")
       for text in ["60 * * * *", "0 3 * * 8", "*/0 * * * *", "5-1 * * * *"]],
 ]  # fmt: skip

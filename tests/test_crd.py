@@ -363,6 +363,20 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "a workload's args are only allowed with script",
     ),
     (
+        "steps-without-script",
+        _set("warmup.workloads.0.steps", 2),
+        "spec.warmup.workloads[0]",
+        "cel",
+        "steps (the exact mode) runs a script",
+    ),
+    (
+        "step-fn-without-steps",
+        _set("warmup.workloads.0.stepFn", "train_step"),
+        "spec.warmup.workloads[0]",
+        "cel",
+        "stepFn names the function that steps counts",
+    ),
+    (
         "empty-pools-no-discover",
         _set("warmup.pools", []),
         "spec.warmup",

@@ -95,6 +95,23 @@ def test_scripts_run_in_order_before_entrypoints():
     assert {"name": "MODEL_LAYERS", "value": "24"} in pod["containers"][0]["env"]
 
 
+def test_exact_mode_runs_the_script_with_its_step_count_and_keeps_other_job_names():
+    warmup = cache_spec()["warmup"]
+    plain = {"name": "train", "script": "/app/train.py", "args": ["--steps=100000"]}
+    warmup["workloads"] = [plain | {"steps": 2, "stepFn": "_train_step"}]
+    pod = _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]
+    exact = ["--script", "/app/train.py", "--steps", "2", "--step-fn", "_train_step", "--", "--steps=100000"]
+    [command] = [c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
+    assert command[-len(exact) :] == exact  # the script's own args after --
+    # Without steps, a workload hashes as it did before the fields existed: no Job is renamed by the upgrade.
+    material = jobs._workload_material(
+        parse_spec({**cache_spec(), "warmup": warmup | {"workloads": [plain]}}).warmup.workloads[0]
+    )
+    assert set(material) == {"name", "entrypoint", "script", "args", "env"}
+    stepped = [j["metadata"]["name"] for j in _jobs(cache(warmup=warmup))]
+    assert stepped != [j["metadata"]["name"] for j in _jobs(cache(warmup=warmup | {"workloads": [plain]}))]
+
+
 def test_gcs_job_has_no_volume_but_the_url_and_service_account():
     obj = cache(storage={"gcs": {"bucket": "my-caches", "prefix": "llama", "serviceAccountName": "writer"}})
     pod = _jobs(obj)[0]["spec"]["template"]["spec"]

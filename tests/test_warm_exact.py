@@ -362,3 +362,17 @@ def test_exact_mode_bad_input_is_a_one_line_error(tmp_path: Path, argv: list[str
     assert done.returncode == 2, done
     [line] = [line for line in done.stderr.splitlines() if line.startswith("compilecache warm: error:")]
     assert message in line
+
+
+def test_the_step_is_found_by_name_through_partials() -> None:
+    """lm1b and the example transformer jit a functools.partial of their step: it has no __name__."""
+    import functools
+
+    from compilecache.jobtools.scriptrun import _function_name
+
+    def _train_step(params: Any, batch: Any, *, lr: float) -> Any:
+        return params
+
+    assert _function_name(_train_step) == "_train_step"
+    assert _function_name(functools.partial(functools.partial(_train_step, lr=0.1), None)) == "_train_step"
+    assert _function_name(object()) is None

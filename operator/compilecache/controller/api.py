@@ -41,6 +41,7 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _PYTHON_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _ENTRYPOINT = re.compile(rf"^{_PYTHON_PATH}:{_PYTHON_PATH}$")  # the CRD's pattern: module:attr.path
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MOUNT_PATH = re.compile(r"^(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+$")  # the CRD's pattern
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}  # and hugepages-<size>
@@ -104,6 +105,8 @@ class Workload:
     args: tuple[str, ...]
     env: tuple[Mapping[str, Any], ...]
     pools: tuple[str, ...]  # empty: every pool
+    steps: int | None = None  # exact mode: stop the script after this many step calls
+    step_fn: str | None = None  # the jitted function steps counts (None: the warmer's default)
 
 
 @dataclass(frozen=True)
@@ -430,7 +433,17 @@ def _workload(raw: Any, path: str) -> Workload:
                 "warmers and trainers match; do not set it in a workload's env",
             )
     pools = tuple(_strings(workload.get("pools", []), f"{path}.pools"))
-    return Workload(name=name, entrypoint=entrypoint, script=script, args=args, env=env, pools=pools)
+    steps = workload.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000):
+        raise SpecError(f"{path}.steps", f"must be a whole number from 1 to 100000, got {steps!r}")
+    if steps is not None and script is None:
+        raise SpecError(f"{path}.steps", "the exact mode runs a script; an entrypoint's targets are compiled ahead")
+    step_fn = _optional_str(workload.get("stepFn"), f"{path}.stepFn")
+    if step_fn is not None and (steps is None or not _IDENTIFIER.match(step_fn)):
+        raise SpecError(f"{path}.stepFn", f"names a Python function (with steps), got {step_fn!r}")
+    return Workload(
+        name=name, entrypoint=entrypoint, script=script, args=args, env=env, pools=pools, steps=steps, step_fn=step_fn
+    )
 
 
 def _pool(raw: Any, path: str) -> PoolSpec:

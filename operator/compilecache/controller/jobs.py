@@ -241,7 +241,11 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
     command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
     for workload in workloads:
         if workload.script is not None:
-            command += ["--script", workload.script, "--", *workload.args]
+            command += ["--script", workload.script]
+            if workload.steps is not None:  # the exact mode: stop the real script after its first steps
+                command += ["--steps", str(workload.steps)]
+                command += ["--step-fn", workload.step_fn] if workload.step_fn else []
+            command += ["--", *workload.args]
         else:
             command += ["--workload", str(workload.entrypoint)]
     return command
@@ -282,6 +286,9 @@ def _workload_material(workload: Workload) -> dict[str, Any]:
         "script": workload.script,
         "args": list(workload.args),
         "env": [dict(item) for item in workload.env],
+        # Only when set: a cache without them keeps its Job names across this upgrade.
+        **({"steps": workload.steps} if workload.steps is not None else {}),
+        **({"stepFn": workload.step_fn} if workload.step_fn is not None else {}),
     }
 
 

@@ -58,7 +58,7 @@ class StepCounter:
             if fun is None:  # jax.jit(donate_argnums=...) used as a decorator factory
                 return functools.partial(jit, *args, **kwargs)
             jitted = original(fun, *args, **kwargs)
-            if getattr(fun, "__name__", None) != counter.step_fn:
+            if _function_name(fun) != counter.step_fn:
                 return jitted
             counter.wrapped += 1
             return _CountingJitted(jitted, counter)
@@ -76,6 +76,14 @@ class StepCounter:
 
             jax.block_until_ready(result)
             raise StopWarm(self.steps, self.step_fn)
+
+
+def _function_name(fun: Any) -> str | None:
+    """The name of the function ``jax.jit`` was given, through ``functools.partial`` (lm1b's steps are partials)."""
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    name = getattr(fun, "__name__", None)
+    return name if isinstance(name, str) else None
 
 
 class _CountingJitted:
