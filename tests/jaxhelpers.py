@@ -69,19 +69,8 @@ def run_cli(args: Sequence[str], env: Mapping[str, str], cwd: Path = REPO) -> su
 
 
 def run_train(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
-    """``examples/train.py --json`` in a fresh process; its JSON result."""
-    completed = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "train.py"), "--json", "--steps", "1", *extra],
-        env=dict(env),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
+    """``examples/train.py --json --steps 1`` in a fresh process; its JSON result."""
+    return run_json_script("train.py", env, "--steps", "1", *extra)
 
 
 PROBE = """
@@ -127,8 +116,13 @@ FOUR_CPUS = "--xla_force_host_platform_device_count=4"
 
 def run_flax_train(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
     """``examples/train_flax.py --json`` in a fresh process; its JSON result."""
+    return run_json_script("train_flax.py", env, *extra)
+
+
+def run_json_script(script: str, env: Mapping[str, str], *args: str) -> dict[str, Any]:
+    """``examples/SCRIPT --json ARGS`` in a fresh process: the JSON object its last line prints."""
     completed = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "train_flax.py"), "--json", *extra],
+        [sys.executable, str(REPO / "examples" / script), "--json", *args],
         env=dict(env),
         cwd=REPO,
         capture_output=True,

@@ -10,7 +10,6 @@ needs no API credentials. The Job's name hashes the warm-up Jobs it follows and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,13 +130,7 @@ def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
 
 def parse_summary(message: str | None) -> dict[str, Any] | None:
     """The summary JSON (``expirecmd.termination_message``), or ``None`` for anything else (a log tail)."""
-    if not message:
-        return None
-    try:
-        summary = json.loads(message)
-    except ValueError:
-        return None
-    return summary if isinstance(summary, dict) and "schema" in summary else None
+    return status.parse_report(message)
 
 
 def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> Outcome:

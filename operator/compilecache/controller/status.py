@@ -149,18 +149,25 @@ def pool_status(
     return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
 
 
-def parse_warm_summary(message: str | None) -> dict[str, Any] | None:
-    """A warm-up container's summary (``compilecache warm --termination-log``), or ``None`` for anything else.
+def parse_report(message: str | None, schema: str | None = None) -> dict[str, Any] | None:
+    """A container's JSON report in its termination message (of ``schema``, if given), or ``None``.
 
     With ``FallbackToLogsOnError`` a failed container that wrote nothing leaves a log tail: not JSON.
     """
     if not message:
         return None
     try:
-        summary = json.loads(message)
+        report = json.loads(message)
     except ValueError:
         return None
-    return summary if isinstance(summary, dict) and summary.get("schema") == WARM_SCHEMA else None
+    if not isinstance(report, dict) or "schema" not in report:
+        return None
+    return report if schema is None or report["schema"] == schema else None
+
+
+def parse_warm_summary(message: str | None) -> dict[str, Any] | None:
+    """A warm-up container's summary (``compilecache warm --termination-log``), or ``None`` for anything else."""
+    return parse_report(message, WARM_SCHEMA)
 
 
 def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
