@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 import gcsemulator
+from compilecache.demo import train_result
 from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, free_port, run_operator
 from compilecache.local.jobrunner import is_finished
 
@@ -161,7 +162,7 @@ def training_result(log: str) -> dict[str, Any]:
     The package's jax_plugins entry point prints ``compilecache: H/R compiles hit`` after it, with
     no code change in the training program (COMPILECACHE_REPORT from the webhook).
     """
-    result: dict[str, Any] = json.loads([line for line in log.splitlines() if line.startswith("{")][-1])
+    result = train_result(log)
     verdict = f"compilecache: {result['hits']}/{result['requests']} compiles hit"
     assert verdict in log, log[-2000:]
     return result

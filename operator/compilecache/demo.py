@@ -143,7 +143,7 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
             print(f"compilecache demo: error: cache {status.get('phase')}: {status.get('message')}", file=sys.stderr)
             print(log[-2000:], file=sys.stderr)
             return 1
-    warm = json.loads(log.strip().splitlines()[-1])
+    warm = train_result(log)
     print(f"\n3/3 cold against warm (the pod, on the cache the operator warmed), total {clock.now():.0f}s")
     cached = status.get("cache") or {}
     print(
@@ -154,6 +154,9 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
             "training pod (warmed cache)",
         )
     )
+    verdicts = [line for line in log.splitlines() if line.startswith("compilecache: ") and "compiles hit" in line]
+    if verdicts:  # printed by the pod itself (the package's jax_plugins entry point), no code change
+        print(f"the training pod's own verdict: {verdicts[-1]}")
     return 0 if warm["misses"] == 0 else 1
 
 
@@ -279,7 +282,19 @@ def _train(repo: Path, env: dict[str, str]) -> dict[str, Any]:
     )
     if completed.returncode != 0:
         raise SystemExit(f"compilecache demo: error: training failed: {completed.stderr.strip()[-500:]}")
-    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return train_result(completed.stdout)
+
+
+def train_result(output: str) -> dict[str, Any]:
+    """What ``examples/train.py --json`` printed: its last JSON line.
+
+    A pod's log mixes in stderr, where the trainer's own verdict (``compilecache: H/R compiles
+    hit``, from the package's jax_plugins entry point) comes after it.
+    """
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"compilecache demo: error: no result from examples/train.py in: {output[-500:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
     return result
 
 
