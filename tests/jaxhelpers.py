@@ -92,17 +92,7 @@ print(json.dumps(counts))
 def probe_hits(spec: str, env: Mapping[str, str]) -> dict[str, int]:
     """In a fresh process with plain JAX settings from ``env``, compile a workload's targets;
     return cache requests and hits (no code of the warmer involved)."""
-    completed = subprocess.run(
-        [sys.executable, "-c", PROBE, spec],
-        env=dict(env),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    counts: dict[str, int] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return counts
+    return run_json([sys.executable, "-c", PROBE, spec], env)
 
 
 def entry_files(cache: Path) -> list[str]:
@@ -121,14 +111,13 @@ def run_flax_train(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
 
 def run_json_script(script: str, env: Mapping[str, str], *args: str) -> dict[str, Any]:
     """``examples/SCRIPT --json ARGS`` in a fresh process: the JSON object its last line prints."""
+    return run_json([sys.executable, str(REPO / "examples" / script), "--json", *args], env)
+
+
+def run_json(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
+    """``argv`` in a fresh process (from the repository root) that must exit 0: the JSON its last line prints."""
     completed = subprocess.run(
-        [sys.executable, str(REPO / "examples" / script), "--json", *args],
-        env=dict(env),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+        list(argv), env=dict(env), cwd=REPO, capture_output=True, text=True, timeout=240, check=False
     )
     assert completed.returncode == 0, completed.stderr
     result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
