@@ -194,6 +194,39 @@ def test_deleting_the_cache_releases_its_pods(kube_env: Any, operator: KopfRunne
 
 @pytest.mark.slow
 @pytest.mark.emulator
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_a_timeout_release_counts_only_where_its_patch_took(kube_env: Any) -> None:
+    """Two paths may release one pod (a pass, the pod's own event): the one whose patch fails (422) counted none."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from compilecache.controller.kube import Client
+    from compilecache.controller.metrics import METRICS
+
+    def timeouts() -> float:
+        for family in text_string_to_metric_families(generate_latest(METRICS.registry).decode()):
+            for sample in family.samples:
+                if sample.name == "compilecache_gate_timeouts_total" and sample.labels == {
+                    "namespace": NS,
+                    "name": "t",
+                }:
+                    return float(sample.value)
+        return 0.0
+
+    raced, waiting = create_pod(kube_env, "raced", cache="t"), create_pod(kube_env, "waiting", cache="t")
+    client = Client.from_environment()
+    stale = [raced, waiting]  # what a pass listed before another path released "raced"
+    gates.apply(client, NS, "t", None, Consumers(), gates.plan([raced], Consumers(), phase=status.READY, now=NOW), [])
+    before = timeouts()
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)  # the server stamped the pods
+    late = gates.plan(stale, Consumers(gate_timeout_seconds=60), phase=status.WARMING, now=later)
+    assert {r.reason for r in late} == {gates.GATE_TIMEOUT} and len(late) == 2
+    gates.apply(client, NS, "t", None, Consumers(), late, stale)
+    assert timeouts() - before == 1  # only "waiting": "raced" had been released as CacheReady
+    assert gate_names(kube_env, "waiting") == [OTHER_GATE["name"]]
+
+
 def test_print_snippet_reads_the_cache_from_the_cluster(kube_env: Any, capsys: pytest.CaptureFixture[str]) -> None:
     # `compilecache env NAME -n NS` (no operator needed: it only reads the CompileCache).
     created = create_cache(kube_env)

@@ -148,6 +148,8 @@ def apply(
     pods: Sequence[Mapping[str, Any]],
 ) -> dict[str, int]:
     """Patch the pods of ``releases`` (planned from ``pods``), post Events, and return ``status.consumers``."""
+    from compilecache.controller import metrics  # here: metrics reads this module's reasons
+
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     timed_out: list[str] = []
     for release in releases:
@@ -163,6 +165,8 @@ def apply(
         logger.info("Released pod %s/%s from the gate of cache %s: %s.", namespace, release.pod, name, release.reason)
         if release.reason == GATE_TIMEOUT:
             timed_out.append(release.pod)
+            # Counted where the patch succeeded: a planned release another path made first (422) is none.
+            metrics.METRICS.count_gate_timeouts(namespace or "", name, [patched])
             client.post_event(patched, "Warning", GATE_TIMEOUT, _timeout_message(name, consumers))
     if timed_out and cache is not None:
         pods_text = ", ".join(timed_out[:10]) + (f" and {len(timed_out) - 10} more" if len(timed_out) > 10 else "")

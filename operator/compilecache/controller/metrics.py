@@ -229,7 +229,7 @@ class Metrics:
             self.training_hits.labels(*key).inc(report.hits)
 
     def count_gate_timeouts(self, namespace: str, name: str, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Count pods this pass released by gateTimeout (before their annotation is read back)."""
+        """Count pods just released by gateTimeout (their patch took; read before the annotation is read back)."""
         key = (namespace, name)
         with self._lock:
             seen = self._seen.setdefault(key, _Seen())

@@ -74,8 +74,6 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None = N
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
-    timed_out = {release.pod for release in decided.releases if release.reason == gates.GATE_TIMEOUT}
-    metrics.METRICS.count_gate_timeouts(namespace, name, [pod for pod in pods if pod["metadata"]["name"] in timed_out])
     metrics.METRICS.observe_cache(namespace, name, new, pods)
     return Outcome(new, error)
 

@@ -113,7 +113,8 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
     expiry_jobs = tuple(client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name}))
     expiry_pods: list[Obj] = []
     for job in expiry_jobs:  # one, rarely two (a superseded one not yet deleted)
-        expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+        if status.job_state(job)["state"] in status.FINISHED:  # a running expiry has told nothing yet
+            expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
     warmup_jobs = tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name}))
     warmup_pods: list[Obj] = []
     recorded = cache.status.get("pools") or []
