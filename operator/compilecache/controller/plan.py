@@ -73,11 +73,6 @@ class Plan:
     releases: tuple[gates.Release, ...] = ()
     events: tuple[Event, ...] = ()
 
-    @property
-    def ready(self) -> bool:
-        """Whether the new status is Ready (training pods go, new ones are not gated)."""
-        return self.status.get("phase") == status.READY
-
 
 def plan(snapshot: Snapshot, now: str) -> Plan:
     """Decide one pass from ``snapshot`` at ``now`` (RFC 3339, as Kubernetes writes times)."""
