@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 # Run as a file (python examples/train.py) or a module; either way import the
 # workload from the repository root, where `examples` is a package.
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     import jax
+
+    join_process_group(jax)
 
     counts: dict[str, int] = defaultdict(int)
     durations: dict[str, float] = defaultdict(float)
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "config": asdict(config),
         "devices": jax.device_count(),
+        "process": jax.process_index(),
+        "processes": jax.process_count(),
         "cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
         "compile_seconds": round(durations[BACKEND_COMPILE], 4),
         "first_step_seconds": round(first_step, 4),
@@ -91,6 +96,20 @@ def main(argv: list[str] | None = None) -> int:
             f"cache hits {result['hits']}/{result['requests']}, losses {result['losses']}"
         )
     return 0
+
+
+def join_process_group(jax: Any) -> None:
+    """Join the training Job's process group when it has more than one process (multi-host).
+
+    The variables are the ones the operator gives a multi-host warm-up Job, so the warm-up runs
+    this script exactly as training does (docs/multihost.md): ``JAX_COORDINATOR_ADDRESS``
+    (process 0's ``host:port``, read by JAX itself), ``COMPILECACHE_NUM_PROCESSES`` and the
+    process id, ``COMPILECACHE_PROCESS_ID`` or else the Indexed Job's ``JOB_COMPLETION_INDEX``.
+    """
+    processes = int(os.environ.get("COMPILECACHE_NUM_PROCESSES") or 1)
+    if processes > 1:
+        process_id = os.environ.get("COMPILECACHE_PROCESS_ID") or os.environ["JOB_COMPLETION_INDEX"]
+        jax.distributed.initialize(num_processes=processes, process_id=int(process_id))
 
 
 if __name__ == "__main__":
