@@ -25,4 +25,3 @@ def is_dns1123_label(value: str) -> bool:
 def is_dns1035_label(value: str) -> bool:
     """A Service name: a DNS-1123 label that starts with a letter."""
     return len(value) <= LABEL_MAX and _DNS1035_LABEL.fullmatch(value) is not None
-

@@ -58,17 +58,29 @@ sys.exit(train.main(["--steps", str(args.steps)]))
 
 
 def example(name: str) -> dict[str, Any]:
-    """An example manifest as shipped, with its workload sized down by the env it reads."""
-    body: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
-    if body["kind"] == "CompileCache":
-        for workload in body["spec"]["warmup"]["workloads"]:
-            workload["env"] = [e for e in workload.get("env") or [] if e["name"] not in SMALL]
-            workload["env"] += [{"name": k, "value": v} for k, v in SMALL.items()]
-    else:  # the training Job: the same model, two steps, one JSON line
-        container = body["spec"]["template"]["spec"]["containers"][0]
-        container["command"] = ["python", "examples/train.py", "--steps", "2", "--json"]
-        container["env"] = [{"name": k, "value": v} for k, v in SMALL.items()]
+    """The one object of an example manifest, as shipped but sized down (:func:`examples_in`)."""
+    [body] = examples_in(name)
     return body
+
+
+def examples_in(name: str) -> list[dict[str, Any]]:
+    """An example manifest's objects as shipped, with the workload sized down by the env it reads.
+
+    Training Jobs run two steps and print one JSON line; everything else in them stays.
+    """
+    bodies = [body for body in yaml.safe_load_all((ROOT / "examples" / name).read_text()) if body]
+    for body in bodies:
+        if body["kind"] == "CompileCache":
+            envs = [workload.setdefault("env", []) for workload in body["spec"]["warmup"]["workloads"]]
+        elif body["kind"] == "Job":  # the training Job: the same model, two steps, one JSON line
+            container = body["spec"]["template"]["spec"]["containers"][0]
+            container["command"] = ["python", "examples/train.py", "--steps", "2", "--json"]
+            envs = [container.setdefault("env", [])]
+        else:
+            continue
+        for env in envs:
+            env[:] = [e for e in env if e["name"] not in SMALL] + [{"name": k, "value": v} for k, v in SMALL.items()]
+    return bodies
 
 
 def rendered_webhooks(tmp: Path) -> list[dict[str, Any]]:
@@ -405,3 +417,60 @@ def test_a_pod_matched_only_by_pod_selector_gets_the_cache(local: Setup, pvc_exa
     assert pod["metadata"]["labels"]["compilecache.dev/cache"] == "llama-pvc", pod["metadata"]
     result = training_result(log)
     assert result["misses"] == 0 and result["hits"] > 0, result
+
+
+# --- examples/cache-multihost.yaml and examples/training-multihost.yaml: one process group per run -----------
+
+
+def test_multihost_example_warms_every_process_and_each_training_process_hits(local: Setup) -> None:
+    """The 2-node example as shipped: an Indexed warm-up Job of 2 processes on 2 nodes, then a 2-process training Job.
+
+    JAX puts each process's own devices into its keys and writes entries from process 0 only
+    (docs/multihost.md): the training run hits every compile in *each* process only if the
+    warm-up ran the same topology and every process stored what it compiled.
+    """
+    client = local.cluster.client
+    [cache] = examples_in("cache-multihost.yaml")
+    name = cache["metadata"]["name"]
+    client.create(CC, cache, NS)
+    status = wait_phase(local, name, ("Ready", "Failed", "Degraded"), timeout=240)
+    assert status["phase"] == "Ready", status
+    [pool] = status["pools"]
+    assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 2, "Succeeded"), pool
+    assert pool["verifyHits"] == pool["verifyRequests"] > 0, pool
+
+    [job] = finished_jobs(local, f"compilecache.dev/cache={name}")
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
+    pods = pods_of(local, job["metadata"]["name"])
+    assert len(pods) == 2 and len({pod["spec"]["nodeName"] for pod in pods}) == 2, "one process per node"
+    reports = sorted(
+        (json.loads(pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"]) for pod in pods),
+        key=lambda report: int(report["process"]),
+    )
+    assert [(report["process"], report["processes"]) for report in reports] == [(0, 2), (1, 2)], reports
+    assert all(report["ok"] and report["verify"]["hits"] == report["verify"]["requests"] > 0 for report in reports)
+
+    objects = {body["kind"]: body for body in examples_in("training-multihost.yaml")}
+    client.create("v1/services", objects["Service"], NS)
+    client.create(JOBS, objects["Job"], NS)
+    training = objects["Job"]["metadata"]["name"]
+    done = client.wait_for(
+        lambda: (
+            (found := pods_of(local, training))
+            and len(found) == 2
+            and all((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in found)
+            and found
+        ),
+        timeout=120,
+    )
+    results = {}
+    for pod in done:
+        log = local.cluster.logs(NS, pod["metadata"]["name"], "train")
+        assert pod["status"]["phase"] == "Succeeded", log[-3000:]
+        result = training_result(log)
+        results[result["process"]] = result
+    assert sorted(results) == [0, 1] and all(result["processes"] == 2 for result in results.values())
+    # The answer to the question the design rests on: every process of the run loads every program.
+    for result in results.values():
+        assert result["requests"] > 0 and result["hits"] == result["requests"], results
+    assert results[0]["losses"] == results[1]["losses"]  # one step across both processes

@@ -35,7 +35,9 @@ OBJECTS = _objects()
 def test_the_examples_ship_single_and_multi_host_training() -> None:
     kinds = [name for name, _ in OBJECTS]
     assert "training-job.yaml:Job/llama-train" in kinds
-    assert {"training-multihost.yaml:Job/llama-train-mh", "training-multihost.yaml:Service/llama-train-mh"} <= set(kinds)
+    assert {"training-multihost.yaml:Job/llama-train-mh", "training-multihost.yaml:Service/llama-train-mh"} <= set(
+        kinds
+    )
 
 
 @pytest.mark.parametrize("obj", [obj for _, obj in OBJECTS], ids=[name for name, _ in OBJECTS])
@@ -69,5 +71,8 @@ def test_the_multi_host_training_job_reaches_process_0_by_the_name_it_is_given()
     assert int(env["COMPILECACHE_NUM_PROCESSES"]) == spec["completions"]
     # One process per node, and every pod opts in to the cache the example warms.
     [term] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["topologyKey"] == "kubernetes.io/hostname" and term["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert (
+        term["topologyKey"] == "kubernetes.io/hostname"
+        and term["labelSelector"]["matchLabels"].items() <= labels.items()
+    )
     assert labels["compilecache.dev/cache"] == "llama-multihost"
