@@ -45,8 +45,8 @@ INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 PORT_RANGE = (20000, 32000)
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-# A dotted DNS name not inside a longer one, then an optional :port.
-_HOST_PORT = re.compile(rf"(?<![\w.-])({_LABEL}(?:\.{_LABEL})+)(?::(\d{{1,5}}))?(?![\w-])")
+# A dotted DNS name not inside a longer name or a path (but after a URL's //), then an optional :port.
+_HOST_PORT = re.compile(rf"(?:(?<=//)|(?<![\w./-]))({_LABEL}(?:\.{_LABEL})+)(?::(\d{{1,5}}))?(?![\w-])")
 
 
 @dataclass(frozen=True)
