@@ -244,6 +244,14 @@ def test_a_failed_process_fails_the_job_and_its_peer_is_killed(cluster: LocalClu
     assert left["metadata"]["annotations"][INDEX] == "1" and left["status"]["phase"] == "Failed"
 
 
+def test_without_its_headless_service_the_names_do_not_resolve(cluster: LocalCluster) -> None:
+    _, job = multihost("mh-nosvc", PEERS)
+    cluster.client.create(JOBS, job, NS)  # no Service: a real cluster's DNS has no record either
+    done = finished(cluster, "mh-nosvc")
+    assert any(c["type"] == "Failed" for c in done["status"]["conditions"]), done["status"]
+    assert "mh-nosvc-0.mh-nosvc" in logs(cluster, "mh-nosvc")  # left as written: nothing resolves it
+
+
 # Real jax.distributed through the rewritten address: process 0 runs JAX's coordination service on
 # the Job's port (it binds [::]:<port>), process 1 joins it; both see 2 processes. No collectives run
 # (the gloo rendezvous is the warmer's test's business): this checks the local cluster's side only.

@@ -329,7 +329,17 @@ class Controllers:
             blocks = {uid: base for uid, (base, _) in self._blocks.items()}
         if not blocks:
             return {}
-        return dns.host_table(namespace, self.client.list(JOBS), self.client.list(SERVICES), blocks)
+        jobs, services = self.client.list(JOBS), self.client.list(SERVICES)
+        for job in jobs:
+            if job["metadata"]["uid"] in blocks and not dns.job_hosts(job, services):
+                # What a real pod would see as NXDOMAIN (until the Service appears; here for good).
+                logger.warning(
+                    "local cluster: Job %s/%s has no headless Service %r selecting its pods: its names do not resolve",
+                    job["metadata"].get("namespace"),
+                    job["metadata"]["name"],
+                    dns.indexed_hosts(job)[0][1],
+                )
+        return dns.host_table(namespace, jobs, services, blocks)
 
     def _delete_pod(self, namespace: str, name: str) -> None:
         try:
