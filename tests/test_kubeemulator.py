@@ -125,6 +125,71 @@ def test_canary_stock_cannot_list_namespaces(stock: KubeClient) -> None:
     assert status == 500, "upstream kmock now parses /api/v1/namespaces: drop it from local/apiserver"
 
 
+# --- Services (multi-host warm-ups pair an Indexed Job with a headless Service) --------------------
+
+SVC = "v1/services"
+
+
+def test_a_headless_service_is_stored_defaulted_listed_and_deleted(kube: KubeClient) -> None:
+    body = {"metadata": {"name": "warm-h100-2h"}, "spec": {"clusterIP": "None", "selector": {"app": "x"}}}
+    status, created = kube.call("POST", kube.path(SVC, "ns1"), body)
+    assert status == 201, created
+    assert (created["kind"], created["apiVersion"]) == ("Service", "v1")
+    spec = created["spec"]
+    assert (spec["clusterIP"], spec["clusterIPs"], spec["type"]) == ("None", ["None"], "ClusterIP")
+    assert "ports" not in spec  # a headless Service needs no ports
+    assert kube.get(SVC, "warm-h100-2h", "ns1") == created
+    assert [s["metadata"]["name"] for s in kube.list(SVC, "ns1")] == ["warm-h100-2h"]
+    assert kube.list(SVC, "ns2") == []
+    kube.delete(SVC, "warm-h100-2h", "ns1")
+    assert kube.get(SVC, "warm-h100-2h", "ns1") is None
+
+
+def test_a_cluster_ip_service_gets_an_address_and_keeps_it(kube: KubeClient) -> None:
+    body = {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}
+    created = kube.create(SVC, body, "ns1")
+    ip = created["spec"]["clusterIP"]
+    assert ip.startswith("10.96.") and created["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
+    replaced = {**created, "spec": {"ports": [{"port": 81}]}}  # a PUT that leaves the address out keeps it
+    assert kube.request("PUT", kube.path(SVC, "ns1", "web"), replaced)["spec"]["clusterIP"] == ip
+    with pytest.raises(KubeError) as changed:
+        kube.patch(SVC, "web", {"spec": {"clusterIP": "None"}}, "ns1")
+    assert changed.value.status == 422 and "may not change once set" in changed.value.body["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "field"),
+    [
+        ("Warm", {"clusterIP": "None"}, "metadata.name"),  # upper case: not a DNS-1035 label
+        ("2h-warm", {"clusterIP": "None"}, "metadata.name"),  # a DNS-1035 label starts with a letter
+        ("w" * 64, {"clusterIP": "None"}, "metadata.name"),
+        ("web", {}, "spec.ports"),  # only a headless Service may have no ports
+        ("web", {"clusterIP": "None", "type": "NodePort", "ports": [{"port": 80}]}, "spec.clusterIP"),
+        ("web", {"clusterIP": "not-an-ip", "ports": [{"port": 80}]}, "spec.clusterIP"),
+        ("web", {"ports": [{"port": 80}, {"port": 81}]}, "spec.ports[0].name"),
+        ("web", {"ports": [{"port": 0}]}, "spec.ports[0].port"),
+    ],
+)
+def test_invalid_services_are_refused_as_the_api_server_does(
+    kube: KubeClient, name: str, spec: dict[str, Any], field: str
+) -> None:
+    status, answer = kube.call("POST", kube.path(SVC, "ns1"), {"metadata": {"name": name}, "spec": spec})
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    assert answer["message"].startswith(f'Service "{name}" is invalid: ')
+    assert field in {cause["field"] for cause in answer["details"]["causes"]}
+    assert kube.list(SVC, "ns1") == []
+
+
+def test_a_pod_hostname_must_be_a_dns_label(kube: KubeClient) -> None:
+    long_job = "j" * 62
+    status, answer = kube.call(
+        "POST", kube.path("v1/pods", "ns1"), {"metadata": {"name": "p"}, "spec": {"hostname": f"{long_job}-10"}}
+    )
+    assert status == 422 and "spec.hostname" in answer["message"] and "no more than 63" in answer["message"]
+    ok = {"metadata": {"name": "p"}, "spec": {"hostname": "warm-0", "subdomain": "warm"}}
+    assert kube.call("POST", kube.path("v1/pods", "ns1"), ok)[0] == 201
+
+
 # --- create ---------------------------------------------------------------------------------------
 
 
@@ -505,7 +570,7 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     found = kube.request("GET", "/apis/compilecache.dev/v1alpha1")["resources"]
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
-    assert len(RESOURCES) == 9  # with MutatingWebhookConfigurations, for the local cluster's admission
+    assert len(RESOURCES) == 10  # with MutatingWebhookConfigurations (admission) and Services (multi-host DNS)
 
 
 def test_served_requests_are_forgotten_unless_kept(tmp_path: Path) -> None:

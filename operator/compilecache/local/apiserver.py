@@ -33,14 +33,17 @@ that fails once upstream kmock fills it, so that this module can shrink:
 13. ``/api/v1/namespaces[/name]`` paths (stock kmock's path parser crashes or misreads them);
     ``keep_requests=False`` forgets served requests (kmock scans them all on every request);
 14. mutating admission of Pod creations, when an ``admission`` function is given (the local
-    cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS).
+    cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS);
+15. validation and defaulting of the built-in fields the product's manifests could get wrong
+    (``compilecache.local.validation``: Service names and cluster IPs, a Pod's hostname and
+    subdomain): ``422 Invalid`` with the real server's message.
 
 Remaining gaps (the operator must not rely on them): no validation or defaulting against a CRD
-schema; no admission of other resources or operations; no controllers here (the local cluster's
-Job runner plays the Job controller, the scheduler and the kubelet); no namespace lifecycle
-(deleting a Namespace leaves its objects); no server-side apply; no list pagination (``limit``
-is ignored, all items come in one page); no 410 Gone for old resource versions (the whole event
-history is kept in memory).
+schema, nor of built-in kinds beyond item 15; no admission of other resources or operations; no
+controllers here (the local cluster's Job runner plays the Job controller, the scheduler and the
+kubelet); no namespace lifecycle (deleting a Namespace leaves its objects); no server-side apply;
+no list pagination (``limit`` is ignored, all items come in one page); no 410 Gone for old
+resource versions (the whole event history is kept in memory).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ import jsonpatch
 import jsonpointer
 import kmock
 from kmock._internal import parsing, rendering
+
+from compilecache.local import validation
 
 Body = dict[str, Any]
 PODS = kmock.resource("", "v1", "pods")
@@ -188,6 +193,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _outcomes: dict[int, rendering.Payload] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _admitted: dict[int, Body] = attrs.field(factory=dict, init=False)
+    _cluster_ips: int = attrs.field(default=0, init=False)  # ClusterIPs handed out (10.96.0.10 + n)
     admission: Admission | None = None
     # kmock keeps every request for assertions (``list(emulator)``) and scans them all on each
     # new request (its reactions' filters): the cost per request grows with the run, ~0.2 s
@@ -320,6 +326,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
         assert request.resource is not None and request.name is not None  # routed only so
         return (request.resource, request.namespace if info.namespaced else None, request.name)
 
+    @staticmethod
+    def _validate(resource: kmock.resource, body: Body, old: Body | None) -> None:
+        """Refuse an invalid built-in object with the real server's 422 (``validation``)."""
+        plural = str(resource.plural)
+        errors = validation.validate(plural, body, old) if resource.group == "" else []
+        if errors:
+            name = (body.get("metadata") or {}).get("name") or ""
+            causes = [{"reason": "FieldValueInvalid", "message": what, "field": path} for path, what in errors]
+            kind = validation.KINDS.get(plural, plural)
+            raise kube_error(
+                422, "Invalid", validation.invalid_message(plural, name, errors), name=name, kind=kind, causes=causes
+            )
+
     def _not_found(self, request: rendering.Request) -> kmock.KubernetesError:
         assert request.resource is not None
         plural = request.resource.plural
@@ -412,6 +431,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise kube_error(422, "Invalid", "Forbidden: no new finalizers can be added if the object is being deleted")
         if new == old:  # a no-op write changes nothing and notifies nobody, as in the API server
             return old
+        if request.resource.plural == "services":
+            new = validation.keep_allocated(new, old)
+        self._validate(request.resource, new, old)
         ignored = ("metadata", "status") if "status" in info.subresources else ("metadata",)
         if {k: v for k, v in new.items() if k not in ignored} != {k: v for k, v in old.items() if k not in ignored}:
             meta["generation"] = meta.get("generation", 0) + 1
@@ -456,6 +478,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
             )
         for field in ("deletionTimestamp", "resourceVersion"):
             meta.pop(field, None)
+        self._validate(request.resource, body, None)
+        ip = ""
+        if request.resource.plural == "services" and not (body.get("spec") or {}).get("clusterIP"):
+            self._cluster_ips += 1
+            ip = f"10.96.{(10 + self._cluster_ips) // 256}.{(10 + self._cluster_ips) % 256}"
+        body = validation.defaults(str(request.resource.plural), body, ip)
+        meta = body["metadata"]
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
         body["apiVersion"] = self._api_version(request.resource)
         body["kind"] = info.kind or request.resource.plural

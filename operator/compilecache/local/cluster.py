@@ -8,7 +8,9 @@ It exists so that a person without a cluster, and the tests, run the product's r
 the real operator, the real ``compilecache warm`` and ``compilecache expire`` commands in
 its Jobs, a real training process admitted through the operator's webhook. It is a harness,
 not a way to run training: every container runs on this machine's CPU, in this Python
-environment (see ``pods.py`` for what is and is not emulated).
+environment (see ``pods.py`` for what is and is not emulated). Multi-host Jobs (Indexed Jobs
+with a headless Service) run too: one pod per node where anti-affinity asks for it, their host
+names rewritten to this machine with a block of ports per Job (``dns.py``).
 """
 
 from __future__ import annotations
@@ -115,9 +117,11 @@ class LocalCluster:
         image_files: Mapping[str, Path] | None = None,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """``workdir``: every container's working directory (the image's WORKDIR; default the current one);
-        ``env``/``passthrough_env``: added to every container's environment; ``image_files``: container
-        paths the image would hold (``{"/app": Path("my-app")}``); ``namespaces``: name → labels."""
+        """``pools``: the simulated nodes (``nodes.py``; a multi-host warm-up of N hosts needs a pool of at
+        least N nodes: the default ``h100`` pool has 2); ``workdir``: every container's working directory
+        (the image's WORKDIR; default the current one); ``env``/``passthrough_env``: added to every
+        container's environment; ``image_files``: container paths the image would hold
+        (``{"/app": Path("my-app")}``); ``namespaces``: name → labels."""
         self.root = root.resolve()
         self.pools = tuple(pools)
         self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files)

@@ -1,14 +1,26 @@
-"""Simulated GPU nodes for the local cluster, from a small config (pure functions, no I/O).
+"""Simulated GPU nodes for the local cluster, from a small config, and the scheduler's filters (pure, no I/O).
 
-A config lists pools; each becomes ``count`` Nodes; a GPU pool's (``gpus`` > 0) carry the labels GPU operators put on
+A config lists pools; each becomes ``count`` Nodes named ``<pool>-0`` .. ``<pool>-<count-1>``, each with its
+own ``kubernetes.io/hostname``; a GPU pool's (``gpus`` > 0) carry the labels GPU operators put on
 real ones (``nvidia.com/gpu.present``, ``nvidia.com/gpu.product``, ``nvidia.com/gpu.count``,
 and on GKE ``cloud.google.com/gke-accelerator``), the ``nvidia.com/gpu`` allocatable count
 and the usual ``nvidia.com/gpu`` NoSchedule taint. Nothing runs on a GPU: the Job runner
 runs every container as a local CPU process; the nodes exist so that the operator's pool
-discovery and the scheduler's nodeSelector/toleration checks see a realistic cluster.
+discovery and the scheduler's checks see a realistic cluster.
 
     pools:
       - {name: h100, product: NVIDIA-H100-80GB-HBM3, count: 2, gpus: 8, accelerator: nvidia-h100-80gb}
+
+``compilecache demo --nodes FILE`` reads such a file; ``LocalCluster(pools=...)`` takes the parsed pools
+(``pools_from_config``). A multi-host warm-up of ``hosts: N`` places one pod per node (required pod
+anti-affinity on ``kubernetes.io/hostname``), so it needs a pool with ``count >= N``; with fewer nodes
+the pods beyond ``count`` stay Pending (``Unschedulable``). The default pools give ``h100`` 2 nodes.
+
+The scheduler's filters, in the real scheduler's order (the first that fails names the node's reason):
+taints (NoSchedule/NoExecute against tolerations), ``nodeSelector``, and required pod anti-affinity
+(``affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution``, any ``topologyKey`` a
+node label carries, both ways: the new pod's terms and the placed pods' terms). There is no resource
+accounting, no node affinity, no pod affinity, no topology spread and no preemption.
 """
 
 from __future__ import annotations
@@ -16,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from compilecache.local.admission import selector_matches
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
@@ -117,8 +131,92 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
 
 def fits(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """Whether the pod may go to the node: nodeSelector and NoSchedule/NoExecute taints (no resource accounting)."""
+    return _node_rejection(pod_spec, node) is None
+
+
+def _node_rejection(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
+    for taint in taints:
+        if not tolerates(pod_spec.get("tolerations") or [], taint):
+            return f"had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
     labels = node["metadata"].get("labels") or {}
     if any(labels.get(key) != value for key, value in (pod_spec.get("nodeSelector") or {}).items()):
+        return "didn't match Pod's node affinity/selector"
+    return None
+
+
+def anti_affinity_terms(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod's required pod anti-affinity terms."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
+    return list(affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def _term_selects(term: Mapping[str, Any], owner: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether ``owner``'s affinity term selects the pod ``other`` (its namespaces and labelSelector)."""
+    namespace = (other.get("metadata") or {}).get("namespace")
+    namespaces = term.get("namespaces") or []
+    if term.get("namespaceSelector") == {}:  # {} selects every namespace; other selectors are not supported
+        pass
+    elif namespaces:
+        if namespace not in namespaces:
+            return False
+    elif namespace != (owner.get("metadata") or {}).get("namespace"):  # default: the owner's own namespace
         return False
-    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
-    return all(tolerates(pod_spec.get("tolerations") or [], taint) for taint in taints)
+    selector = term.get("labelSelector")
+    if selector is None:  # a term without a labelSelector selects no pod (unlike an empty one)
+        return False
+    labels = (other.get("metadata") or {}).get("labels") or {}
+    return selector == {} or selector_matches(selector, labels)
+
+
+def anti_affinity_allows(
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    placed: Sequence[Mapping[str, Any]],
+    nodes_by_name: Mapping[str, Mapping[str, Any]],
+) -> bool:
+    """Whether required pod anti-affinity lets ``pod`` go to ``node``, given the ``placed`` (bound, live) pods.
+
+    A term forbids the nodes that share its ``topologyKey`` label value with a node running a pod it
+    selects; a node without that label is not constrained by the term (the scheduler's InterPodAffinity).
+    The placed pods' own terms count too: a pod may not join a domain whose pod repels it.
+    """
+    labels = node["metadata"].get("labels") or {}
+
+    def same_domain(other: Mapping[str, Any], key: str) -> bool:
+        other_node = nodes_by_name.get((other.get("spec") or {}).get("nodeName") or "")
+        if other_node is None or key not in labels:
+            return False
+        return (other_node["metadata"].get("labels") or {}).get(key) == labels[key]
+
+    for other in placed:
+        for term in anti_affinity_terms(pod):
+            if _term_selects(term, pod, other) and same_domain(other, str(term.get("topologyKey"))):
+                return False
+        for term in anti_affinity_terms(other):
+            if _term_selects(term, other, pod) and same_domain(other, str(term.get("topologyKey"))):
+                return False
+    return True
+
+
+def rejection(
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    placed: Sequence[Mapping[str, Any]],
+    nodes_by_name: Mapping[str, Mapping[str, Any]],
+) -> str | None:
+    """Why the scheduler filters ``node`` out for ``pod`` (its message fragment), or ``None`` when it fits."""
+    reason = _node_rejection(pod.get("spec") or {}, node)
+    if reason is None and not anti_affinity_allows(pod, node, placed, nodes_by_name):
+        reason = "didn't match pod anti-affinity rules"
+    return reason
+
+
+def unschedulable_message(reasons: Sequence[str | None]) -> str:
+    """The scheduler's FitError message: ``0/N nodes are available: <count> node(s) <reason>, ...``."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        if reason is not None:
+            counts[reason] = counts.get(reason, 0) + 1
+    detail = ", ".join(f"{count} node(s) {reason}" for reason, count in sorted(counts.items()))
+    return f"0/{len(reasons)} nodes are available" + (f": {detail}." if detail else "")

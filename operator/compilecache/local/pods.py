@@ -5,7 +5,10 @@
 image's ``WORKDIR``) and a base environment (``PATH`` with this environment's ``bin``
 first, ``PYTHONPATH``). A container needs ``command`` (there is no image entrypoint);
 ``command`` + ``args`` are executed directly, never through a shell, with the pod's
-``env`` (``value`` and ``fieldRef`` to the pod's name, namespace and node).
+``env`` (``value``, and ``fieldRef`` to the pod's name, namespace, uid, node, service account, IPs,
+and ``metadata.labels['<key>']``/``metadata.annotations['<key>']`` as the downward API reads them).
+Host names of other pods (``<job>-<index>.<service>``) are rewritten to this machine, with their
+ports moved to a block of the Job's own: see ``dns.py`` (the local cluster's "cluster DNS").
 
 **Volumes** map to local directories: a PersistentVolumeClaim to
 ``<root>/volumes/<namespace>/<claim>`` (shared by every pod that mounts it), an
@@ -43,19 +46,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from compilecache.local.apiserver import now_rfc3339
 from compilecache.local.client import KubeClient, KubeError
+from compilecache.local.dns import HostTable, map_hosts
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +136,40 @@ def map_value(value: str, table: Sequence[tuple[str, str]]) -> str:
     return prefix + value
 
 
+DOWNWARD_FIELDS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "metadata.labels['<key>']",
+    "metadata.annotations['<key>']",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.podIP",
+)
+_KEYED_FIELD = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def downward_field(pod: Mapping[str, Any], path: str) -> str | None:
+    """The value of an env ``fieldRef`` (the downward API), ``None`` for a path the local cluster does not serve.
+
+    Every pod's IP is this machine's (``127.0.0.1``); a missing label or annotation is ``""``, as in the kubelet.
+    """
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if keyed := _KEYED_FIELD.fullmatch(path):
+        return str((meta.get(keyed[1]) or {}).get(keyed[2], ""))
+    plain = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName") or "default",
+        "status.hostIP": "127.0.0.1",
+        "status.podIP": "127.0.0.1",
+    }
+    return str(plain[path] or "") if path in plain else None
+
+
 def read_only_copy(source: Path, target: Path) -> None:
     """A private copy of ``source`` whose files are 0444 and directories 0555 (owned by nobody when root)."""
     shutil.copytree(source, target, symlinks=True)
@@ -184,10 +223,19 @@ def unprivileged(argv: list[str]) -> list[str]:
 class PodRun(threading.Thread):
     """One pod on the local kubelet, from start to its final status."""
 
-    def __init__(self, client: KubeClient, root: Path, image: Image, pod: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        root: Path,
+        image: Image,
+        pod: Mapping[str, Any],
+        hosts: Callable[[], HostTable] | None = None,
+    ) -> None:
+        """``hosts``: the cluster DNS names this pod resolves, read when each container starts (``dns.py``)."""
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['name']}", daemon=True)
         self.client, self.root, self.image, self.pod = client, root, image, pod
+        self.hosts = hosts
         self.namespace, self.pod_name, self.uid = meta["namespace"], meta["name"], meta.get("uid")
         self.dir = pod_dir(root, self.namespace, self.pod_name)
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -340,26 +388,29 @@ class PodRun(threading.Thread):
             table.append((mount["mountPath"], str(local)))
         table.sort(key=lambda item: len(item[0]), reverse=True)
 
+        hosts = self.hosts() if self.hosts is not None else {}
+
+        def mapped(value: Any) -> str:
+            return map_hosts(map_value(str(value), table), hosts)
+
         env = dict(self.image.env)
-        fields = {
-            "metadata.name": self.pod_name,
-            "metadata.namespace": self.namespace,
-            "spec.nodeName": (self.pod.get("spec") or {}).get("nodeName") or "",
-            "status.podIP": "127.0.0.1",
-        }
         for item in container.get("env") or []:
             if "value" in item or "valueFrom" not in item:
-                env[item["name"]] = map_value(str(item.get("value", "")), table)
+                env[item["name"]] = mapped(item.get("value", ""))
                 continue
             field_ref = (item["valueFrom"] or {}).get("fieldRef") or {}
-            if field_ref.get("fieldPath") not in fields:
-                raise PodError("CreateContainerConfigError", f"env {item['name']}: only fieldRef to {sorted(fields)}")
-            env[item["name"]] = fields[field_ref["fieldPath"]]
+            value = downward_field(self.pod, str(field_ref.get("fieldPath")))
+            if value is None:
+                raise PodError(
+                    "CreateContainerConfigError",
+                    f"env {item['name']}: the local cluster supports fieldRef only to {', '.join(DOWNWARD_FIELDS)}",
+                )
+            env[item["name"]] = value
         if container.get("envFrom"):
             raise PodError("CreateContainerConfigError", "envFrom is not supported by the local cluster")
 
-        command = [map_value(str(part), table) for part in container.get("command") or []]
-        args = [map_value(str(part), table) for part in container.get("args") or []]
+        command = [mapped(part) for part in container.get("command") or []]
+        args = [mapped(part) for part in container.get("args") or []]
         if not command:
             raise PodError(
                 "CreateContainerConfigError", "the local cluster runs no images: give the container a command"

@@ -30,6 +30,8 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
         kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}),
     ),
     ("v1/events", kmock.ResourceInfo(kind="Event", namespaced=True)),
+    # Multi-host warm-ups pair an Indexed Job with a headless Service (the local cluster's DNS reads it).
+    ("v1/services", kmock.ResourceInfo(kind="Service", namespaced=True, subresources={"status"})),
     ("v1/serviceaccounts", kmock.ResourceInfo(kind="ServiceAccount", namespaced=True)),
     ("batch/v1/jobs", kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"})),
     (
