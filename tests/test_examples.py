@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from k8snames import KUBERNETES_VERSIONS, is_dns1035_label, is_dns1123_label
+from compilecache.local.validation import dns1035_label, dns1123_label
+from k8snames import KUBERNETES_VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +61,8 @@ def test_the_multi_host_training_job_reaches_process_0_by_the_name_it_is_given()
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
     # A Service name is a DNS-1035 label; each pod's hostname <job>-<index> a DNS-1123 label.
-    assert is_dns1035_label(service["metadata"]["name"])
-    assert all(is_dns1123_label(f"{job['metadata']['name']}-{index}") for index in range(spec["completions"]))
+    assert dns1035_label(service["metadata"]["name"]) == []
+    assert all(dns1123_label(f"{job['metadata']['name']}-{index}") == [] for index in range(spec["completions"]))
     assert service["spec"]["clusterIP"] == "None" and pod["subdomain"] == service["metadata"]["name"]
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
