@@ -24,8 +24,10 @@ The warmer never runs a collective: compiling needs the group's devices, not glo
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -276,6 +278,13 @@ class Coordination:
         self.group = group
         self._service: Any = None
         self._client: Any = None
+        self._stopped = False  # the run is over: the watcher must not read the service's end as a loss
+        self._failing = False  # this process failed: its own news is no reason to stop
+        # After settle() the watcher ends nothing: publishing is all or nothing, and every later
+        # wait of the main thread is bounded and reports a peer's failure itself.
+        self.busy = threading.Lock()
+        self._settled = False
+        self._watcher: threading.Thread | None = None
 
     def connect(self) -> None:
         """Start (process 0) and join the group; fails if not all processes come in time."""
@@ -325,22 +334,82 @@ class Coordination:
     def agree(self, phase: str, work: Callable[[], T]) -> T:
         """Run ``work``, post its outcome, and return only once every process has done so, ``ok``.
 
-        Our own failure is posted (the others stop with its reason) and raised; another
+        Our own failure is raised (the caller reports it, then tells the others: :meth:`fail`); another
         process's failure, or a process silent past the bounds, raises :class:`GroupFailed`.
         """
-        try:
-            result = work()
-        except BaseException as error:
-            self.fail(error)
-            raise
+        result = work()  # a failure here is the caller's to report, then to post (fail)
         self.post(phase, "ok")
         self.wait(phase)
         return result
 
     def fail(self, error: BaseException) -> None:
-        """Tell the others this process failed (whatever phase they wait in), best effort."""
+        """Tell the others this process failed (whatever phase they wait in), best effort.
+
+        Process 0 hosts the service, and the others learn why only while it runs: it waits
+        (bounded by the heartbeat timeout) until each has read the news.
+        """
+        if self._failing:
+            return
+        self._failing = True
         why = str(error) if isinstance(error, WarmError) else _one_line(error)
         self.post("failed", f"failed: {why}")
+        with contextlib.suppress(Exception):  # ALREADY_EXISTS: another process failed first
+            self._client.key_value_set(
+                f"{_KEY_PREFIX}abort", f"process {self.group.process_id} of {self.group.processes} failed: {why}"[:2000]
+            )
+        if self.group.process_id != 0 or self._client is None:
+            return
+        deadline = time.monotonic() + self.group.timeouts.heartbeat
+        for peer in range(1, self.group.processes):
+            while time.monotonic() < deadline:
+                try:
+                    self._client.blocking_key_value_get(f"{_KEY_PREFIX}acked/{peer}", _POLL_MS)
+                    break
+                except Exception:
+                    continue
+
+    def watch(self, on_abort: Callable[[str], None]) -> None:
+        """Call ``on_abort(why)`` from a thread once another process failed or the group is lost.
+
+        The main thread may be inside XLA (compiling) or JAX (waiting for the devices of a
+        peer that will never come) for a long time: only a thread sees the news in time.
+        """
+
+        def run() -> None:
+            while not self._stopped:
+                try:
+                    news: str = self._client.blocking_key_value_get(f"{_KEY_PREFIX}abort", _POLL_MS)
+                except Exception as error:
+                    text = _one_line(error)
+                    if "DEADLINE_EXCEEDED" in text or "Deadline" in text:
+                        continue
+                    if self._stopped or self._failing:
+                        return
+                    with self.busy:
+                        if self._settled:
+                            return
+                        on_abort(
+                            f"{self.group.describe()}: lost the warm-up group at "
+                            f"{self.group.address(COORDINATION_PORT)} (process 0 ended or the network failed): {text}"
+                        )
+                    return
+                if self._stopped or self._failing:
+                    return
+                with contextlib.suppress(Exception):
+                    self._client.key_value_set(f"{_KEY_PREFIX}acked/{self.group.process_id}", "1")
+                with self.busy:
+                    if self._settled:
+                        return
+                    on_abort(news)
+                return
+
+        self._watcher = threading.Thread(target=run, name="compilecache-group-watch", daemon=True)
+        self._watcher.start()
+
+    def settle(self) -> None:
+        """From now on this process finishes what it does (it publishes next): stop the watcher's aborts."""
+        with self.busy:
+            self._settled = True
 
     def post(self, phase: str, outcome: str) -> None:
         """This process's outcome of ``phase``: ``ok`` or ``failed: why``. Best effort when failing."""
@@ -393,9 +462,19 @@ class Coordination:
             ) from error
 
     def close(self) -> None:
-        """Leave together (every process has finished): a bounded shutdown barrier."""
+        """Leave together (every process has finished): a bounded barrier, then the shutdown.
+
+        Process 0 hosts the service: it must not stop it while another process still reads
+        what it posted (jaxlib 0.10.2's client shutdown does not wait for the others).
+        """
+        self._stopped = True
+        if self._watcher is not None:
+            # Never leave it inside a call into jaxlib: a thread still there when Python exits
+            # aborts the process ("FATAL: exception not rethrown"); its waits last _POLL_MS.
+            self._watcher.join(timeout=10 * _POLL_MS / 1000)
         try:
             if self._client is not None:
+                self._client.wait_at_barrier(f"{_KEY_PREFIX}done", self.group.timeouts.connect * 1000)
                 self._client.shutdown()
             if self._service is not None:
                 self._service.shutdown()
@@ -405,6 +484,7 @@ class Coordination:
 
     def abandon(self) -> None:
         """Drop the group without waiting for the others (this process failed)."""
+        self._stopped = True
         self._client = self._service = None
 
 

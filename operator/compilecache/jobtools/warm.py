@@ -35,9 +35,10 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from compilecache.cache.cacheenv import REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
@@ -136,21 +137,28 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = warm(args)
     except WarmError as error:
-        print(f"compilecache warm: error: {error}", file=sys.stderr)
-        place = _group_fields(getattr(args, "group", None))
-        if args.report:
-            failure = getattr(error, "report", None) or {"ok": False, "targets": [], "entries": 0, "bytes": 0, **place}
-            failure["ok"], failure["error"] = False, str(error)
-            _write_report(args.report, dumps(failure))
-        if args.termination_log:
-            summary = getattr(error, "report", None) or {"targets": [], "entries": 0, "bytes": 0, **place}
-            write_termination_summary(args.termination_log, {**summary, "ok": False, "error": str(error)})
+        _report_failure(args, error)
         return error.exit_code
     if args.report:
         _write_report(args.report, dumps(report))
     if args.termination_log:
         write_termination_summary(args.termination_log, report)
     return 0
+
+
+def _report_failure(args: argparse.Namespace, error: WarmError) -> None:
+    """The one-line error on stderr, and the failed report and termination summary."""
+    from compilecache.jobtools.manifest import dumps
+
+    print(f"compilecache warm: error: {error}", file=sys.stderr)
+    place = _group_fields(getattr(args, "group", None))
+    if args.report:
+        failure = getattr(error, "report", None) or {"ok": False, "targets": [], "entries": 0, "bytes": 0, **place}
+        failure["ok"], failure["error"] = False, str(error)
+        _write_report(args.report, dumps(failure))
+    if args.termination_log:
+        summary = getattr(error, "report", None) or {"targets": [], "entries": 0, "bytes": 0, **place}
+        write_termination_summary(args.termination_log, {**summary, "ok": False, "error": str(error)})
 
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,7 +175,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     group = args.group = group_from(args.num_processes, args.process_id, args.coordinator, base_env)
     if group is None:
         return _warm(args, script_args, base_env, None, None)
-    from compilecache.jobtools.multihost import Coordination
+    from compilecache.jobtools.multihost import Coordination, GroupFailed
 
     if args.termination_log:
         # JAX's coordination client ends a process whose peer died at once (no Python runs): this
@@ -187,14 +195,36 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     print(f"compilecache warm: {group.describe()}, coordinator {group.address(0)}", flush=True)
     coordination = Coordination(group)
     coordination.connect()
+
+    def abort(why: str) -> None:
+        # Another process failed while this one works (the main thread may be inside XLA):
+        # report it and end now; nothing of this process has been published before the agreement.
+        _report_failure(args, GroupFailed(why))
+        _exit_now(GroupFailed.exit_code)
+
+    coordination.watch(abort)
     try:
         report = _warm(args, script_args, base_env, group, coordination)
     except BaseException as error:
-        coordination.fail(error)  # the others stop at their next wait, with this reason
+        # Report first: once the others hear of it, process 0 may end, and the group's client
+        # then ends this process too (SIGABRT from JAX's coordination client).
+        if isinstance(error, WarmError):
+            _report_failure(args, error)
+        else:
+            traceback.print_exc()
+        coordination.fail(error)  # the others stop at once, with this reason
         coordination.abandon()
-        raise
+        _exit_now(error.exit_code if isinstance(error, WarmError) else 1)
     coordination.close()
     return report
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End a member of a group now, its report written: JAX's exit hook would leave its
+    ``jax.distributed`` group with a barrier a failed peer never reaches."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _warm(
@@ -233,6 +263,8 @@ def _warm(
             from compilecache.jobtools.multihost import leave_jax
 
             leave_jax()  # every process has compiled: the compile group ends at once
+        if coordination is not None:
+            coordination.settle()
         staged = agreed("published", lambda: store.publish(workdir, _own_entries(store, workdir, runs)))
     finally:
         store.discard(workdir)
