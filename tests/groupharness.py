@@ -246,7 +246,8 @@ def update(w, g):
 
 class Model:
     def __init__(self):
-        self.mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "model"))
+        # 2x2 over 4 devices (2 processes x 2, or 1 x 4); 1x2 over one process's 2 devices.
+        self.mesh = Mesh(np.array(jax.devices()).reshape(-1, 2), ("data", "model"))
         self.w_sharding = NamedSharding(self.mesh, P(None, "model"))
         self.x_sharding = NamedSharding(self.mesh, P("data", None))
         self.step = jax.jit(jax.value_and_grad(loss), in_shardings=(self.w_sharding, self.x_sharding))

@@ -30,9 +30,8 @@ import pytest
 from groupharness import distributed_cpu_problem, hits, run_group
 from jaxhelpers import entry_files
 
-# `long` (make test-long), not a CI gate yet: the 2-process gloo rendezvous hung past its 60 s bound in
-# 2 of 8 runs on a busy 2-core machine. The answers stand in docs/multihost.md; issue 12's multi-host
-# warm-up makes a 2-process test part of CI with a harness that survives that.
+# `long` (make test-long): these measure JAX (docs/multihost.md), they do not gate the product. CI runs
+# 2-process groups in tests/test_multihost_warm.py, with the same bounded harness (groupharness.py).
 pytestmark = [pytest.mark.slow, pytest.mark.jax, pytest.mark.long]
 
 # Key components that JAX hashes (jax/_src/cache_key.py get(), in its order).

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from compilecache.jobtools.multihost import group_from
 from groupharness import (
     Finished,
     cpu_env,
@@ -244,53 +243,6 @@ def test_a_process_that_fails_before_the_barrier_fails_the_group_and_nothing_is_
         assert one.returncode == 17, logs
         assert "ended abruptly" in summary["error"] or "process 1" in summary["error"], summary
     print(f"group with a process that {failure}s ended in {warmed.seconds:.1f} s")
-
-
-# --- Fast checks of the parts (no group).
-
-
-def test_the_group_comes_from_flags_then_the_jobs_environment() -> None:
-    env = {"COMPILECACHE_NUM_PROCESSES": "4", "JOB_COMPLETION_INDEX": "3", "JAX_COORDINATOR_ADDRESS": "job-0.svc:8476"}
-    group = group_from(None, None, None, env)
-    assert group is not None and (group.processes, group.process_id, group.host, group.port) == (
-        4,
-        3,
-        "job-0.svc",
-        8476,
-    )
-    assert group.address(3) == "job-0.svc:8479"
-    assert group_from(None, None, None, {**env, "COMPILECACHE_PROCESS_ID": "1"}).process_id == 1  # type: ignore[union-attr]
-    flagged = group_from(2, 0, "[::1]:9000", env)
-    assert flagged is not None and (flagged.processes, flagged.process_id, flagged.host, flagged.port) == (
-        2,
-        0,
-        "[::1]",
-        9000,
-    )
-    assert group_from(None, None, None, {}) is None
-    assert group_from(1, None, None, env) is None  # one process: today's warmer
-
-
-@pytest.mark.parametrize(
-    ("flags", "env", "message"),
-    [
-        ((None, None, None), {"COMPILECACHE_NUM_PROCESSES": "two"}, "must be a whole number"),
-        ((0, None, None), {}, "at least 1"),
-        ((2, None, "h:1"), {}, "no process id"),
-        ((2, 2, "h:1"), {}, "outside 0..1"),
-        ((2, 1, None), {}, "no coordinator"),
-        ((2, 1, "nohost"), {}, "not HOST:PORT"),
-        ((2, 1, "h:65534"), {}, "not HOST:PORT"),
-        ((2, 1, "h:1"), {"COMPILECACHE_GROUP_PHASE_TIMEOUT": "soon"}, "must be a whole number"),
-    ],
-)
-def test_a_bad_group_is_a_one_line_error(
-    flags: tuple[int | None, int | None, str | None], env: dict[str, str], message: str
-) -> None:
-    from compilecache.cache.errors import WarmError
-
-    with pytest.raises(WarmError, match=message):
-        group_from(*flags, env)
 
 
 def test_a_script_that_never_joins_its_group_fails_and_says_what_to_read(tmp_path: Path) -> None:
