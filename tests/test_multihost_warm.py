@@ -68,17 +68,17 @@ for _ in range(100):
     model.run_step(model.step)  # the jitted step is named after its function: loss
 """
 
-# One process of a failing group: process 1's workload fails (or dies) before it compiles.
+# One process of a failing group: process MH_FAILING's workload fails (or dies) before it compiles.
 FAILING_WORKLOAD = """
 import os
 import mhmodel
 
 
 def targets():
-    if os.environ["JOB_COMPLETION_INDEX"] == "1":
+    if os.environ["JOB_COMPLETION_INDEX"] == os.environ["MH_FAILING"]:
         if os.environ["MH_FAILURE"] == "die":
             os._exit(17)  # no Python cleanup, no word to the group: as a killed pod
-        raise RuntimeError("process 1 cannot build its model")
+        raise RuntimeError("this process cannot build its model")
     return mhmodel.targets()
 """
 
@@ -107,6 +107,7 @@ def warm_group(
     *,
     processes: int = 2,
     extra_env: Mapping[str, str] | None = None,
+    process_env: Mapping[int, Mapping[str, str]] | None = None,
 ) -> Warmed:
     """Run ``compilecache warm`` N times at once, as the pods of one Indexed Job."""
     port = free_port(block=4)  # the warmer uses port..port+3
@@ -127,6 +128,7 @@ def warm_group(
                     "COMPILECACHE_GROUP_CONNECT_TIMEOUT": "90",
                     "COMPILECACHE_GROUP_PHASE_TIMEOUT": "180",
                     **(extra_env or {}),
+                    **(process_env or {}).get(index, {}),
                 },
             )
         )
@@ -216,15 +218,20 @@ def test_exact_mode_warms_a_two_process_training_script(tmp_path: Path) -> None:
     assert len(own) == 2 and own[0] and own[1] and not set(own[0]) & set(own[1])
 
 
-@pytest.mark.parametrize("failure", ["error", "die"])
+@pytest.mark.parametrize(("failing", "failure"), [(1, "error"), (0, "error"), (1, "die")])
 def test_a_process_that_fails_before_the_barrier_fails_the_group_and_nothing_is_published(
-    tmp_path: Path, failure: str
+    tmp_path: Path, failing: int, failure: str
 ) -> None:
     cache = tmp_path / "cache"
     model_dir = write_model(tmp_path / "model")
     (model_dir / "mhfail.py").write_text(textwrap.dedent(FAILING_WORKLOAD))
 
-    warmed = warm_group(cache, model_dir, ["--workload", "mhfail:targets"], extra_env={"MH_FAILURE": failure})
+    warmed = warm_group(
+        cache,
+        model_dir,
+        ["--workload", "mhfail:targets"],
+        extra_env={"MH_FAILURE": failure, "MH_FAILING": str(failing)},
+    )
 
     zero, one = warmed.finished
     logs = explain(warmed.finished, f"group with a process that {failure}s", WARM_TIMEOUT_S)
@@ -232,11 +239,16 @@ def test_a_process_that_fails_before_the_barrier_fails_the_group_and_nothing_is_
     assert not zero.killed and not one.killed, logs
     assert zero.returncode != 0 and one.returncode != 0, logs
     assert entry_files(cache) == [] and manifests(cache) == [], logs
-    summary = warmed.summaries[0]
-    assert summary["ok"] is False and (summary["process"], summary["processes"]) == (0, 2), summary
+    other = 1 - failing
+    summary = warmed.summaries[other]
+    assert summary["ok"] is False and (summary["process"], summary["processes"]) == (other, 2), summary
     if failure == "error":
-        assert one.returncode == 2, logs
-        assert "process 1 of 2 failed" in summary["error"] and "cannot build its model" in summary["error"], summary
+        # Both exit 2 with a summary that names the cause: the failing process its own error, the
+        # other the failing one's (process 0, which hosts the group, waits until it was heard).
+        assert zero.returncode == one.returncode == 2, logs
+        assert f"process {failing} of 2 failed" in summary["error"], summary
+        assert "cannot build its model" in summary["error"], summary
+        assert "cannot build its model" in warmed.summaries[failing]["error"]
     else:
         # Process 0 is ended by JAX's coordination client once process 1's heartbeats stop; the
         # summary it wrote in advance says so.
@@ -269,3 +281,27 @@ def test_a_script_that_never_joins_its_group_fails_and_says_what_to_read(tmp_pat
         and "COMPILECACHE_NUM_PROCESSES" in error
         and "COMPILECACHE_PROCESS_ID" in error
     )
+
+
+def test_a_process_whose_verify_misses_fails_every_process(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    model_dir = write_model(tmp_path / "model")
+
+    # Process 1 keeps nothing (every entry is below its minimum size): its fresh process misses.
+    warmed = warm_group(
+        cache,
+        model_dir,
+        ["--workload", "mhmodel:targets"],
+        process_env={1: {"JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": str(2**40)}},
+    )
+
+    zero, one = warmed.finished
+    logs = explain(warmed.finished, "group whose process 1 misses", WARM_TIMEOUT_S)
+    assert not zero.killed and not one.killed, logs
+    assert one.returncode == 3 and "MISSED" in warmed.summaries[1]["error"], logs
+    # Process 0 hit all of its own, and still fails: the group's run is sound only if all hit.
+    assert zero.returncode == 3, logs
+    assert warmed.summaries[0]["verify"] == {"hits": 2, "requests": 2}
+    assert "process 1 of 2 failed" in warmed.summaries[0]["error"], warmed.summaries[0]
+    # Each process published what it had, with its manifest (expiry can account for it).
+    assert len(entry_files(cache)) == 2 and len(manifests(cache)) == 2

@@ -361,7 +361,9 @@ class Coordination:
             return
         deadline = time.monotonic() + self.group.timeouts.heartbeat
         for peer in range(1, self.group.processes):
-            while time.monotonic() < deadline:
+            # A peer that failed itself needs no news (and may be gone: waiting on it would
+            # outlast the heartbeat bound, when JAX's client aborts this process).
+            while time.monotonic() < deadline and self._failure(peer) is None:
                 try:
                     self._client.blocking_key_value_get(f"{_KEY_PREFIX}acked/{peer}", _POLL_MS)
                     break
