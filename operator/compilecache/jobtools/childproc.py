@@ -20,21 +20,33 @@ from compilecache.jobtools.compiler import TargetRun
 
 
 def run_child(
-    module: str, request: Mapping[str, Any], env: Mapping[str, str], extra: Sequence[str] = ()
+    module: str,
+    request: Mapping[str, Any],
+    env: Mapping[str, str],
+    extra: Sequence[str] = (),
+    timeout: float | None = None,
 ) -> tuple[int, dict[str, Any], str]:
-    """Run ``python -m module REQUEST RESULT [extra...]``; return (exit code, result, stderr tail)."""
+    """Run ``python -m module REQUEST RESULT [extra...]``; return (exit code, result, stderr tail).
+
+    Past ``timeout`` seconds the child is killed: exit code 124, and the result says so.
+    """
     with tempfile.TemporaryDirectory(prefix="compilecache-") as scratch:
         request_path = Path(scratch) / "request.json"
         result_path = Path(scratch) / "result.json"
         request_path.write_text(json.dumps(request))
-        completed = subprocess.run(
-            [sys.executable, "-m", module, str(request_path), str(result_path), *extra],
-            env=dict(env),
-            stdout=None,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-        )
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-m", module, str(request_path), str(result_path), *extra],
+                env=dict(env),
+                stdout=None,
+                stderr=subprocess.PIPE,
+                text=True,
+                check=False,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as expired:  # subprocess.run has killed it
+            stderr = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else ""
+            return 124, {"error": f"{module} did not finish within {timeout:.0f}s (killed)"}, _tail(stderr)
         result: dict[str, Any] = json.loads(result_path.read_text()) if result_path.exists() else {}
     return completed.returncode, result, _tail(completed.stderr)
 

@@ -72,6 +72,7 @@ def build_manifest(
     workloads: Sequence[str],
     verify: Mapping[str, Any] | None = None,
     repaired: Mapping[str, str] | None = None,
+    group: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every entry this run wrote (size, sha256, versions, device, workload, target,
     compile seconds, time) and every entry it hit, plus the per-target records."""
@@ -93,9 +94,12 @@ def build_manifest(
                 "written_at": finished_at,
             }
         )
+    # A member of a multi-host group: {"run_id": the group's, "process": k, "processes": N}.
+    placed = {} if group is None else {"group": dict(group)}
     return {
         "schema": MANIFEST_SCHEMA,
         "run_id": run_id,
+        **placed,
         "cache_dir": cache_dir,
         "started_at": started_at,
         "finished_at": finished_at,
@@ -131,6 +135,7 @@ def build_report(manifest: Mapping[str, Any], manifest_path: str | None, error: 
         "repaired": list(manifest.get("repaired", [])),
         "started_at": manifest.get("started_at"),
         "finished_at": manifest.get("finished_at"),
+        **{key: value for key, value in (manifest.get("group") or {}).items() if key in ("process", "processes")},
     }
 
 

@@ -14,6 +14,11 @@ stopped with :class:`StopWarm` (a ``SystemExit(0)``). Every compile the first N
 steps needed has then happened, and JAX writes each entry right after
 compiling it, before running it — so nothing is lost by stopping; the parent
 checks and publishes the staged entries only after this process has exited.
+
+One process of a multi-host warm-up (``"processes": N`` in the request): the entrypoint joins
+its group itself (``jax.distributed.initialize`` from the environment the warmer gives it:
+:func:`compilecache.jobtools.multihost.script_env`); this wrapper makes every process write its
+own entries, and fails the run if the entrypoint never joined a group of N.
 """
 
 from __future__ import annotations
@@ -121,6 +126,17 @@ def main(argv: Sequence[str]) -> int:
     sys.argv = [entry, *entry_args]
     if _is_path(entry):
         sys.path.insert(0, str(Path(entry).resolve().parent))
+    processes = int(request.get("processes") or 1)
+    if processes > 1:
+        from compilecache.cache.errors import WarmError
+        from compilecache.jobtools.multihost import install_own_key_writer
+
+        try:
+            # Before the entrypoint compiles anything: JAX alone writes process 0's entries only.
+            install_own_key_writer()
+        except WarmError as refused:
+            write_result(result_path, {"error": str(refused), "code": 2})
+            return 2
     start = time.perf_counter()
     if counter is not None:
         counter.install()
@@ -137,6 +153,17 @@ def main(argv: Sequence[str]) -> int:
             traceback.print_exc()
             code, error = 1, f"script {entry} raised {one_line(raised)}"
     run.compile_seconds = time.perf_counter() - start
+    if processes > 1 and code == 0:
+        from compilecache.jobtools.multihost import joined_processes, single_process_message
+
+        joined = joined_processes()
+        if joined != processes:
+            code = 2
+            error = (
+                single_process_message(processes)
+                if joined == 1
+                else f"the script joined a group of {joined} processes, but {processes} were asked"
+            )
     facts = None
     if "jax" in sys.modules:
         from compilecache.jobtools.compiler import environment_facts

@@ -115,6 +115,11 @@ def main(argv: Sequence[str]) -> int:
     request: dict[str, Any] = json.loads(Path(request_path).read_text())
     runs: list[TargetRun] = []
     try:
+        if request.get("group"):
+            from compilecache.jobtools.multihost import join_jax
+
+            # The same N processes as the warm-up and training: or the keys are not theirs.
+            join_jax(request["group"], own_keys=False)
         with CacheEvents() as events:
             items: list[tuple[str, Target]] = []
             for spec in request["workloads"]:

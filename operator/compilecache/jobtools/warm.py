@@ -19,6 +19,11 @@ with a one-line error before anything reaches the live cache:
    the published cache and require a hit;
 5. write the run's manifest into the cache and the ``--report`` JSON.
 
+With ``--num-processes N`` (or ``$COMPILECACHE_NUM_PROCESSES``) above 1 this process is one of
+a group (a multi-host warm-up Job, one pod per process): every process does every step for its
+own cache keys, and no process goes on to the next step before all agree that the previous one
+succeeded (:mod:`compilecache.jobtools.multihost`; docs/multihost.md).
+
 Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment,
 3 verify found a miss, 4 an unsound entry (nothing published).
 """
@@ -30,9 +35,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from compilecache.cache.cacheenv import REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
@@ -42,6 +48,9 @@ from compilecache.jobtools.workload import parse_spec
 
 if TYPE_CHECKING:
     from compilecache.cache.store import CacheStore
+    from compilecache.jobtools.multihost import Coordination, Group
+
+T = TypeVar("T")
 
 # Options the Job's environment may already carry (set by the operator from
 # jax_cache_env); command-line flags win, our defaults apply when neither is set.
@@ -51,6 +60,8 @@ _ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 # warm-up container, so a `script` workload can ask for it without new flags.
 _ENV_STEPS = "COMPILECACHE_WARM_STEPS"
 _ENV_STEP_FN = "COMPILECACHE_STEP_FN"
+# A group compiles in every process (see _compile).
+_ENV_SHARE_BINARY = "JAX_SHARE_BINARY_BETWEEN_HOSTS"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +107,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--min-compile-time-secs", type=float, default=None, help=f"default: ${_ENV_MIN_TIME} or 0")
     parser.add_argument("--min-entry-size-bytes", type=int, default=None, help=f"default: ${_ENV_MIN_SIZE} or 0")
+    parser.add_argument(
+        "--num-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes of the multi-host group this warmer is one of (default: $COMPILECACHE_NUM_PROCESSES or 1)",
+    )
+    parser.add_argument(
+        "--process-id",
+        type=int,
+        default=None,
+        metavar="K",
+        help="this process's index in the group (default: $COMPILECACHE_PROCESS_ID, else $JOB_COMPLETION_INDEX)",
+    )
+    parser.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="process 0's address; the group uses PORT..PORT+3 (default: $JAX_COORDINATOR_ADDRESS)",
+    )
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments of --script")
 
 
@@ -106,14 +137,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = warm(args)
     except WarmError as error:
-        print(f"compilecache warm: error: {error}", file=sys.stderr)
-        if args.report:
-            failure = getattr(error, "report", None) or {"ok": False, "targets": [], "entries": 0, "bytes": 0}
-            failure["ok"], failure["error"] = False, str(error)
-            _write_report(args.report, dumps(failure))
-        if args.termination_log:
-            summary = getattr(error, "report", None) or {"targets": [], "entries": 0, "bytes": 0}
-            write_termination_summary(args.termination_log, {**summary, "ok": False, "error": str(error)})
+        _report_failure(args, error)
         return error.exit_code
     if args.report:
         _write_report(args.report, dumps(report))
@@ -122,10 +146,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_failure(args: argparse.Namespace, error: WarmError) -> None:
+    """The one-line error on stderr, and the failed report and termination summary."""
+    from compilecache.jobtools.manifest import dumps
+
+    print(f"compilecache warm: error: {error}", file=sys.stderr)
+    place = _group_fields(getattr(args, "group", None))
+    if args.report:
+        failure = getattr(error, "report", None) or {"ok": False, "targets": [], "entries": 0, "bytes": 0, **place}
+        failure["ok"], failure["error"] = False, str(error)
+        _write_report(args.report, dumps(failure))
+    if args.termination_log:
+        summary = getattr(error, "report", None) or {"targets": [], "entries": 0, "bytes": 0, **place}
+        write_termination_summary(args.termination_log, {**summary, "ok": False, "error": str(error)})
+
+
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     """The whole run; returns the report or raises :class:`WarmError`."""
-    from compilecache.cache.store import open_store
-    from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
+    from compilecache.jobtools.multihost import group_from
 
     script_args = _script_args(args)
     # A warm-up is no trainer: never its own verdict (a shell that ran `eval "$(compilecache env)"`
@@ -134,9 +172,83 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     base_env = dict(os.environ)
     _exact_mode_from_env(args, base_env)
     _check_args(args, script_args)
-    store = open_store(args.cache_dir)
+    group = args.group = group_from(args.num_processes, args.process_id, args.coordinator, base_env)
+    if group is None:
+        return _warm(args, script_args, base_env, None, None)
+    from compilecache.jobtools.multihost import Coordination, GroupFailed
+
+    if args.termination_log:
+        # JAX's coordination client ends a process whose peer died at once (no Python runs): this
+        # summary stands until the run's own outcome replaces it.
+        write_termination_summary(
+            args.termination_log,
+            {
+                "ok": False,
+                "targets": [],
+                "entries": 0,
+                "bytes": 0,
+                **_group_fields(group),
+                "error": f"{group.describe()} ended abruptly: another process of the warm-up group died or "
+                "stopped answering, or this one was killed (see the pod logs)",
+            },
+        )
+    print(f"compilecache warm: {group.describe()}, coordinator {group.address(0)}", flush=True)
+    coordination = Coordination(group)
+    coordination.connect()
+
+    def abort(why: str) -> None:
+        # Another process failed while this one works (the main thread may be inside XLA):
+        # report it and end now; nothing of this process has been published before the agreement.
+        _report_failure(args, GroupFailed(why))
+        _exit_now(GroupFailed.exit_code)
+
+    coordination.watch(abort)
+    try:
+        report = _warm(args, script_args, base_env, group, coordination)
+    except BaseException as error:
+        # Report first: once the others hear of it, process 0 may end, and the group's client
+        # then ends this process too (SIGABRT from JAX's coordination client).
+        if isinstance(error, WarmError):
+            _report_failure(args, error)
+        else:
+            traceback.print_exc()
+        coordination.fail(error)  # the others stop at once, with this reason
+        coordination.abandon()
+        _exit_now(error.exit_code if isinstance(error, WarmError) else 1)
+    coordination.close()
+    return report
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End a member of a group now, its report written: JAX's exit hook would leave its
+    ``jax.distributed`` group with a barrier a failed peer never reaches."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _warm(
+    args: argparse.Namespace,
+    script_args: Sequence[str],
+    base_env: Mapping[str, str],
+    group: Group | None,
+    coordination: Coordination | None,
+) -> dict[str, Any]:
+    """Steps 1-5; with a group, each ends in an agreement of all its processes."""
+    from compilecache.cache.store import open_store
+    from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
+
+    def agreed(phase: str, work: Callable[[], T]) -> T:
+        return coordination.agree(phase, work) if coordination is not None else work()
+
+    store = agreed("opened", lambda: open_store(args.cache_dir))
     options = _cache_options(args, base_env)
-    run_id = new_run_id()
+    if coordination is not None and group is not None:
+        # One run id for the group (process 0's), and a staging dir and manifest per process.
+        shared = coordination.share("run-id", new_run_id() if group.process_id == 0 else None)
+        run_id = f"{shared}-p{group.process_id}"
+    else:
+        run_id = new_run_id()
     started = utc_now()
     workdir = store.prepare(run_id)
     try:
@@ -145,8 +257,15 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         for name, why in sorted(damaged.items()):
             print(f"  replacing damaged entry {name}: {why}")
         staging_env = jax_cache_env(workdir, **options)
-        runs, facts = _compile(args, script_args, base_env, staging_env)
-        staged = store.publish(workdir, _own_entries(store, workdir, runs))
+        # Nothing is published before every process has compiled.
+        runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
+        if group is not None and args.workload:
+            from compilecache.jobtools.multihost import leave_jax
+
+            leave_jax()  # every process has compiled: the compile group ends at once
+        if coordination is not None:
+            coordination.settle()
+        staged = agreed("published", lambda: store.publish(workdir, _own_entries(store, workdir, runs)))
     finally:
         store.discard(workdir)
 
@@ -154,7 +273,9 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     problems: list[str] = []
     if args.verify:
         verify_env_ = jax_cache_env(store.jax_dir(), **options)
-        verify_result, problems = _verify(args, script_args, base_env, verify_env_, runs)
+        verify_result, problems = _verify(args, script_args, base_env, verify_env_, runs, group, coordination)
+    if coordination is not None:
+        coordination.post("verified", f"failed: {_verify_error(problems)}" if problems else "ok")
     manifest = build_manifest(
         run_id=run_id,
         cache_dir=store.url,
@@ -166,9 +287,15 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         workloads=[*args.workload, *([f"script:{args.script}"] if args.script else [])],
         verify=verify_result,
         repaired=damaged,
+        group=None if group is None else {"run_id": run_id.rsplit("-p", 1)[0], **_group_fields(group)},
     )
     manifest_path = store.write_manifest(manifest_name(run_id), dumps(manifest))
     error = _verify_error(problems) if problems else None
+    if coordination is not None and error is None:
+        try:
+            coordination.wait("verified")  # a run is sound only if every process hit
+        except WarmError as failed:
+            error = str(failed)
     report = build_report(manifest, manifest_path, error)
     _print_summary(report)
     if error:
@@ -176,6 +303,11 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         failure.report = report  # type: ignore[attr-defined]
         raise failure
     return report
+
+
+def _group_fields(group: Group | None) -> dict[str, int]:
+    """``{"process": k, "processes": N}`` for a member of a group; nothing for a lone warmer."""
+    return {} if group is None else {"process": group.process_id, "processes": group.processes}
 
 
 def _damaged_entries(store: CacheStore) -> dict[str, str]:
@@ -228,23 +360,28 @@ def _compile(
     script_args: Sequence[str],
     base_env: Mapping[str, str],
     staging_env: Mapping[str, str],
+    group: Group | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Compile the workloads in this process and/or run the script in a child."""
     from compilecache.jobtools.compiler import TargetRun
 
     runs: list[TargetRun] = []
     facts: dict[str, Any] = {}
+    if group is not None:
+        # Process 0 would otherwise compile alone and hand its executable to the others, which
+        # then never write their own keys (jax/_src/compiler.py _compile_and_share_module).
+        staging_env = {**staging_env, _ENV_SHARE_BINARY: "false"}
     if args.workload:
-        runs, facts = _compile_workloads(args.workload, args.jobs, staging_env)
+        runs, facts = _compile_workloads(args.workload, args.jobs, staging_env, group)
     if args.script:
-        script_runs, script_facts = _run_script(args, script_args, {**base_env, **staging_env})
+        script_runs, script_facts = _run_script(args, script_args, {**base_env, **staging_env}, group)
         runs += script_runs
         facts = facts or script_facts
     return runs, facts
 
 
 def _compile_workloads(
-    specs: Sequence[str], jobs: int, staging_env: Mapping[str, str]
+    specs: Sequence[str], jobs: int, staging_env: Mapping[str, str], group: Group | None = None
 ) -> tuple[list[Any], dict[str, Any]]:
     # The options must be in place before JAX reads them: the environment for
     # anything JAX has not imported yet, jax.config for anything it has.
@@ -255,6 +392,11 @@ def _compile_workloads(
     from compilecache.target import Target, check_unique
 
     apply_env(dict(staging_env))
+    if group is not None:
+        from compilecache.jobtools.multihost import COMPILE_PORT, group_request, join_jax
+
+        # Before any workload runs: its devices (and so its keys) must be the whole group's.
+        join_jax(group_request(group, COMPILE_PORT))
     runs: list[TargetRun] = []
     with CacheEvents() as events:
         items: list[tuple[str, Target]] = []
@@ -273,20 +415,35 @@ def _compile_workloads(
     return runs, environment_facts()
 
 
-def _script_request(args: argparse.Namespace) -> dict[str, Any]:
-    """What scriptrun needs besides the entrypoint: the exact mode's step count, if any."""
-    return {"steps": args.steps, "step_fn": args.step_fn} if args.steps else {}
+def _script_request(args: argparse.Namespace, group: Group | None = None) -> dict[str, Any]:
+    """What scriptrun needs besides the entrypoint: the exact mode's step count, if any, and the
+    group size the entrypoint must join."""
+    request: dict[str, Any] = {"steps": args.steps, "step_fn": args.step_fn} if args.steps else {}
+    if group is not None:
+        request["processes"] = group.processes
+    return request
+
+
+def _child_timeout(group: Group | None) -> float | None:
+    """A child of a group member is bounded: a peer's child that died could leave it waiting."""
+    return None if group is None else float(group.timeouts.phase)
 
 
 def _run_script(
-    args: argparse.Namespace, script_args: Sequence[str], env: Mapping[str, str]
+    args: argparse.Namespace, script_args: Sequence[str], env: Mapping[str, str], group: Group | None = None
 ) -> tuple[list[Any], dict[str, Any]]:
     from compilecache.jobtools.childproc import run_child, run_from_dict
     from compilecache.jobtools.scriptrun import steps_note
 
     script = args.script
-    request = _script_request(args)
-    code, result, stderr = run_child("compilecache.jobtools.scriptrun", request, env, [script, *script_args])
+    request = _script_request(args, group)
+    if group is not None:
+        from compilecache.jobtools.multihost import script_env
+
+        env = {**env, **script_env(group)}
+    code, result, stderr = run_child(
+        "compilecache.jobtools.scriptrun", request, env, [script, *script_args], timeout=_child_timeout(group)
+    )
     if code != 0 or "runs" not in result:
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
@@ -306,22 +463,45 @@ def _verify(
     base_env: Mapping[str, str],
     jax_env: Mapping[str, str],
     runs: Sequence[Any],
+    group: Group | None = None,
+    coordination: Coordination | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Compile again in fresh processes against the published cache; list the misses."""
+    """Compile again in fresh processes against the published cache; list the misses.
+
+    In a group, each fresh process joins a group of the same N on the verify port.
+    """
     from compilecache.jobtools.childproc import run_child, run_from_dict
     from compilecache.jobtools.verify import miss_messages, self_consistency_only, verify_env
 
     env = verify_env(base_env, jax_env)
     fresh: list[Any] = []
+    timeout = _child_timeout(group)
     if args.workload:
-        code, result, stderr = run_child("compilecache.jobtools.verify", {"workloads": args.workload, "jobs": 1}, env)
+        request: dict[str, Any] = {"workloads": args.workload, "jobs": 1}
+        if group is not None:
+            from compilecache.jobtools.multihost import VERIFY_PORT, group_request
+
+            request["group"] = group_request(group, VERIFY_PORT)
+        code, result, stderr = run_child("compilecache.jobtools.verify", request, env, timeout=timeout)
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or 'fresh process failed'}: {stderr[-400:]}")
         fresh += [run_from_dict(run) for run in result["runs"]]
+        if args.script and coordination is not None:
+            # The script's verify group takes the same port: only once every workload verify ended.
+            coordination.agree("verified-workloads", lambda: None)
     if args.script:
+        script_env_ = env
+        if group is not None:
+            from compilecache.jobtools.multihost import verify_script_env
+
+            script_env_ = {**env, **verify_script_env(group)}
         # The same entrypoint, the same arguments, stopped at the same step: it must hit every compile.
         code, result, _ = run_child(
-            "compilecache.jobtools.scriptrun", _script_request(args), env, [args.script, *script_args]
+            "compilecache.jobtools.scriptrun",
+            _script_request(args, group),
+            script_env_,
+            [args.script, *script_args],
+            timeout=timeout,
         )
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
@@ -482,6 +662,9 @@ def termination_summary(report: Mapping[str, Any]) -> str:
         "verify": None if verify is None else {"hits": verify.get("hits"), "requests": verify.get("requests")},
         "targets": targets,
     }
+    for field in ("process", "processes"):  # a member of a multi-host group says which one it is
+        if report.get(field) is not None:
+            summary[field] = int(report[field])
     if report.get("error"):
         summary["error"] = str(report["error"])[:_ERROR_CHARS]
     text = json.dumps(summary, separators=(",", ":"))
