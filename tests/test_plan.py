@@ -94,7 +94,7 @@ def test_a_refused_job_fails_its_pool_with_the_apis_message_and_is_not_retried()
     first = plan.plan(snapshot(), NOW)
     refused = first.creates[1].name
     message = 'Job.batch "x" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value'
-    after = snapshot().after(frozenset({first.creates[0].name}), {refused: message})
+    after = snapshot().after(frozenset({first.creates[0].key}), {first.creates[1].key: message})
     second = plan.plan(after, NOW)
     assert [c.name for c in second.creates] == [first.creates[2].name]  # only the other pool's Job
     pool = next(p for p in second.status["pools"] if p.get("job") == refused)
@@ -111,7 +111,7 @@ def test_a_refused_job_fails_its_pool_with_the_apis_message_and_is_not_retried()
 
 def test_a_refused_claim_fails_the_cache_and_creates_no_job() -> None:
     first = plan.plan(snapshot(), NOW)
-    second = plan.plan(snapshot().after(frozenset(), {"jax-cache": "exceeded quota: storage"}), NOW)
+    second = plan.plan(snapshot().after(frozenset(), {"persistentvolumeclaims/jax-cache": "exceeded quota: storage"}), NOW)
     assert second.creates == ()
     assert second.status["phase"] == status.FAILED and "exceeded quota" in second.status["message"]
     assert first.creates[0].resource == PVCS
@@ -167,7 +167,7 @@ def test_gated_pods_wait_while_a_degraded_cache_expires_and_start_once_it_settle
 def test_a_refused_expiry_job_is_failed_and_not_retried() -> None:
     snap, decided = degraded(None)
     [create] = decided.creates
-    refused = plan.plan(snap.after(frozenset(), {create.name: "forbidden: exceeded quota"}), NOW)
+    refused = plan.plan(snap.after(frozenset(), {create.key: "forbidden: exceeded quota"}), NOW)
     assert refused.creates == () and refused.status["phase"] == status.FAILED
     assert "exceeded quota" in refused.status["message"]
     again = plan.plan(snapshot(with_status(cache(), refused.status), **_parts(snap)), NOW)
@@ -300,10 +300,10 @@ def check(snap: Snapshot, decided: plan.Plan) -> None:
     existing = {obj["metadata"]["name"] for obj in (*snap.jobs, *snap.expiry_jobs)}
     if snap.claim is not None:
         existing.add(snap.claim["metadata"]["name"])
-    names = [create.name for create in decided.creates]
+    names = [create.key for create in decided.creates]
     assert len(names) == len(set(names)), names
     for create in decided.creates:
-        assert create.name not in existing and create.name not in snap.created and create.name not in snap.rejected
+        assert create.name not in existing and create.key not in snap.created and create.key not in snap.rejected
         if create.resource == JOBS:
             owners = create.manifest["metadata"]["ownerReferences"]
             assert [(o["uid"], o["controller"]) for o in owners] == [(uid, True)]
@@ -384,7 +384,7 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
         decided = plan.plan(snap, now)
         check(snap, decided)
         # The API refuses some creations: the pass plans again with each refusal, as reconcile does.
-        refused = {c.name: "refused" for c in decided.creates if next(fate) == "refused"}
+        refused = {c.key: "refused" for c in decided.creates if next(fate) == "refused"}
         if refused:
             first = next(iter(refused))
             snap = snap.after(frozenset(), {first: "refused"})
