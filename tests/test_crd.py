@@ -183,7 +183,14 @@ def test_printer_columns_are_the_documented_ones() -> None:
 def test_status_enums() -> None:
     nodes = dict(iter_nodes(SCHEMA))
     assert nodes["status.phase"]["enum"] == ["Pending", "Warming", "Expiring", "Ready", "Degraded", "Failed"]
-    assert nodes["status.pools[].state"]["enum"] == ["Pending", "Running", "Succeeded", "Failed", "NoNodes", "TooFewNodes"]
+    assert nodes["status.pools[].state"]["enum"] == [
+        "Pending",
+        "Running",
+        "Succeeded",
+        "Failed",
+        "NoNodes",
+        "TooFewNodes",
+    ]
     assert nodes["status.conditions[].status"]["enum"] == ["True", "False", "Unknown"]
     assert nodes["status.conditions"]["x-kubernetes-list-map-keys"] == ["type"]
     # One entry per pool × topology; records from before topologies default to hosts 1.

@@ -111,7 +111,9 @@ def test_a_refused_job_fails_its_pool_with_the_apis_message_and_is_not_retried()
 
 def test_a_refused_claim_fails_the_cache_and_creates_no_job() -> None:
     first = plan.plan(snapshot(), NOW)
-    second = plan.plan(snapshot().after(frozenset(), {"persistentvolumeclaims/jax-cache": "exceeded quota: storage"}), NOW)
+    second = plan.plan(
+        snapshot().after(frozenset(), {"persistentvolumeclaims/jax-cache": "exceeded quota: storage"}), NOW
+    )
     assert second.creates == ()
     assert second.status["phase"] == status.FAILED and "exceeded quota" in second.status["message"]
     assert first.creates[0].resource == PVCS

@@ -1,10 +1,11 @@
 """Plan: one pure function from a pass's snapshot to what the pass does (no I/O).
 
 :func:`plan` decides everything a pass of a CompileCache does — the claim, Jobs and
-multi-host Services to create, the superseded Jobs and the Services no running Job needs to delete, the training pods to release, the new status
-and its Events — from a :class:`~compilecache.controller.snapshot.Snapshot` and the
-time. ``act.py`` applies the result and cannot make a decision; when the API refuses
-a creation, the pass plans again with the refusal in the snapshot (``Snapshot.after``).
+multi-host Services to create, the superseded Jobs and the Services no running Job
+needs to delete, the training pods to release, the new status and its Events — from
+a :class:`~compilecache.controller.snapshot.Snapshot` and the time. ``act.py`` applies
+the result and cannot make a decision; when the API refuses a creation, the pass
+plans again with the refusal in the snapshot (``Snapshot.after``).
 :func:`failed` is the plan of a pass that raised: a status that says what failed,
 and the gate releases that must happen anyway.
 

@@ -4,9 +4,10 @@ A pass is observe → plan → act (``reconcile.py``). This module is the observ
 :class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
 why the spec does not parse), and :class:`Snapshot` adds everything else the pure
 ``plan.plan`` needs: the claim, the Nodes, the cache's warm-up and expiry Jobs, the
-expiry Jobs' pods, the headless Services of multi-host warm-ups and the training pods it gates. :func:`observe` makes the reads;
-it decides nothing (it reads the claim only where the spec names one, and the Services
-only where a multi-host warm-up is or was wanted: a single-host cache costs no extra call).
+expiry Jobs' pods, the headless Services of multi-host warm-ups and the training pods
+it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
+where the spec names one, and the Services only where a multi-host warm-up is or was
+wanted: a single-host cache costs no extra call).
 """
 
 from __future__ import annotations
