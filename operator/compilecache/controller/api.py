@@ -60,6 +60,7 @@ _PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
 _RESERVED_ENV = {"JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS"}
 HOSTS_MAX = 256  # the CRD's maximum of warmup.topologies[].hosts (pods of one Indexed warm-up Job)
 TOPOLOGIES_MAX = 8  # the CRD's maxItems of warmup.topologies
+INT64_MAX = 2**63 - 1
 
 
 class SpecError(ValueError):
@@ -523,10 +524,19 @@ def _lifecycle(lifecycle: Mapping[str, Any]) -> Lifecycle:
     keep = lifecycle.get("keepVersions")
     return Lifecycle(
         max_age_seconds=None if max_age is None else _convert(units.parse_duration, max_age, "spec.lifecycle.maxAge"),
-        max_size_bytes=None if max_size is None else _convert(units.parse_bytes, max_size, "spec.lifecycle.maxSize"),
+        max_size_bytes=None if max_size is None else _max_size(max_size),
         keep_versions=None if keep is None else _int(keep, "spec.lifecycle.keepVersions", minimum=1),
         verify=_bool(lifecycle.get("verify", True), "spec.lifecycle.verify"),
     )
+
+
+def _max_size(value: Any) -> int:
+    # The CRD's quantity pattern admits '.1E5000': a size no int64 holds (Kubernetes quantities'
+    # bound) and whose digits Python refuses to print, so it could never reach the expiry Job.
+    size: int = _convert(units.parse_bytes, value, "spec.lifecycle.maxSize")
+    if size > INT64_MAX:
+        raise SpecError("spec.lifecycle.maxSize", f"must be at most {INT64_MAX} bytes (just under 8Ei), got {value!r}")
+    return size
 
 
 def _consumers(consumers: Mapping[str, Any]) -> Consumers:
