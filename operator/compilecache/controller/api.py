@@ -60,7 +60,9 @@ _PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
 _RESERVED_ENV = {"JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS"}
 HOSTS_MAX = 256  # the CRD's maximum of warmup.topologies[].hosts (pods of one Indexed warm-up Job)
 TOPOLOGIES_MAX = 8  # the CRD's maxItems of warmup.topologies
-INT64_MAX = 2**63 - 1
+# Bigger than any volume or bucket will be (10^30 bytes), and small enough to print: the CRD's
+# quantity pattern admits '.1E5000', whose digits Python refuses to print (the pass crashed on it).
+MAX_SIZE_BYTES = 10**30
 
 
 class SpecError(ValueError):
@@ -531,11 +533,9 @@ def _lifecycle(lifecycle: Mapping[str, Any]) -> Lifecycle:
 
 
 def _max_size(value: Any) -> int:
-    # The CRD's quantity pattern admits '.1E5000': a size no int64 holds (Kubernetes quantities'
-    # bound) and whose digits Python refuses to print, so it could never reach the expiry Job.
     size: int = _convert(units.parse_bytes, value, "spec.lifecycle.maxSize")
-    if size > INT64_MAX:
-        raise SpecError("spec.lifecycle.maxSize", f"must be at most {INT64_MAX} bytes (just under 8Ei), got {value!r}")
+    if size > MAX_SIZE_BYTES:
+        raise SpecError("spec.lifecycle.maxSize", f"must be at most 1E30 bytes, got {value!r}")
     return size
 
 
