@@ -106,6 +106,7 @@ def string(node: Schema) -> st.SearchStrategy[str]:
 
 def _integer(node: Schema) -> st.SearchStrategy[int]:
     high = 2**31 - 1 if node.get("format") == "int32" else 2**53
+    high = min(high, int(node["maximum"])) if "maximum" in node else high
     low = int(node["minimum"]) if "minimum" in node else -(2**31)
     return st.one_of(st.integers(low, min(high, low + 10_000)), st.sampled_from([low, high]))
 
@@ -251,6 +252,8 @@ OVERRIDES: dict[str, Callable[[Schema, str], st.SearchStrategy[Any]]] = {
         st.sampled_from(["0 3 * * *", "*/15 * * * *", "0 0 29 2 *", "0 0 30 2 *", "5-1 * * * *", "0 9 * * mon-fri"]),
         string(node),
     ),
+    # Mostly topologies that the node sets below can place (up to 3 nodes a pool), and the edges.
+    "spec.warmup.topologies[].hosts": lambda node, path: st.one_of(st.integers(1, 4), _integer(node)),
     # No kopf bookkeeping or status in a spec test.
     "status": lambda node, path: st.just({}),
 }
@@ -306,14 +309,16 @@ def node_sets(draw: st.DrawFn, cache: Mapping[str, Any]) -> list[dict[str, Any]]
             "status": {"allocatable": {"cpu": "32", "memory": "256Gi", resource: gpus}},
         }
 
+    # Up to 3 nodes a pool: multi-host topologies (warmup.topologies) get placed, or TooFewNodes.
     for pool in warmup.get("pools", []):
-        if draw(st.booleans()):
+        for _ in range(draw(st.integers(0, 3))):
             nodes.append(node(dict(pool.get("nodeSelector") or {}), pool.get("gpuResource", "nvidia.com/gpu")))
     discover = warmup.get("discover")
     if discover is not None:
         for value in draw(st.lists(valid_values, max_size=3)):
             labels = {**(discover.get("nodeSelector") or {}), discover["groupBy"]: value}
-            nodes.append(node(labels, discover.get("gpuResource", "nvidia.com/gpu")))
+            for _ in range(draw(st.integers(1, 3))):
+                nodes.append(node(labels, discover.get("gpuResource", "nvidia.com/gpu")))
     return nodes
 
 

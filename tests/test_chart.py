@@ -37,7 +37,7 @@ from chartrender import (
 from compilecache.controller.admission import selector_matches
 from compilecache.local.apiserver import KubeEmulator
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
-from specs import cache_spec, cluster
+from specs import PRODUCT, cache_spec, cluster
 
 CC = "compilecache.dev/v1alpha1/compilecaches"
 _PROD = {"key": "env", "operator": "In", "values": ["prod"]}
@@ -547,6 +547,7 @@ def _add_resources(emulator: KubeEmulator) -> KubeEmulator:
         "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
             kind="CustomResourceDefinition", namespaced=False
         ),
+        "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),  # multi-host warm-ups
     }
     for resource, info in extra.items():
         info.verbs = set(verbs)
@@ -630,9 +631,27 @@ def _full_scenario(kube: KubeClient, namespace: str) -> None:
     warmup = cache_spec()["warmup"] | {"image": "registry.example/trainer:1.3"}
     kube.patch(CC, "llama", {"spec": {"warmup": warmup}}, namespace)  # a new spec hash: the old Jobs go
     kube.wait_for(lambda: (names := {j["metadata"]["name"] for j in _jobs(kube, namespace)}) and not names & old)
+    _multihost_scenario(kube, namespace)
     kube.delete(CC, "llama", namespace)
     kube.wait_for(lambda: _jobs(kube, namespace) == [])
     time.sleep(0.5)  # a resync round after the deletion
+
+
+def _multihost_scenario(kube: KubeClient, namespace: str) -> None:
+    """A 2-host warm-up: its headless Service is listed, created with the Job, and deleted once the Job finished."""
+    spec = cache_spec()
+    h100 = {"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}
+    spec["warmup"] |= {"topologies": [{"hosts": 2}], "pools": [h100]}
+    spec["warmup"].pop("discover")
+    kube.create(CC, {"metadata": {"name": "multi"}, "spec": spec}, namespace)
+    services = "compilecache.dev/cache=multi"
+    [job] = kube.wait_for(lambda: kube.list(JOBS, namespace, services))
+    [service] = kube.wait_for(lambda: kube.list("v1/services", namespace, services))
+    assert service["metadata"]["name"] == job["metadata"]["name"]
+    done = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 2, "startTime": "2026-01-01T00:00:00Z"}
+    kube.patch(JOBS, job["metadata"]["name"], {"status": done}, namespace, "status")
+    kube.wait_for(lambda: kube.list("v1/services", namespace, services) == [])  # the operator deleted it
+    kube.delete(CC, "multi", namespace)
 
 
 @pytest.fixture(scope="module")
@@ -704,6 +723,9 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
         ("watch", "", "pods"),
         ("patch", "", "pods"),
         ("patch", "kopf.dev", "clusterkopfpeerings"),
+        ("list", "", "services"),
+        ("create", "", "services"),
+        ("delete", "", "services"),
     }
     assert expected <= rules, sorted(expected - rules)
     assert ("list", "", "namespaces") in {call.rule for call in recorded["replicas-2-namespaces"]}

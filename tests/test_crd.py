@@ -183,9 +183,19 @@ def test_printer_columns_are_the_documented_ones() -> None:
 def test_status_enums() -> None:
     nodes = dict(iter_nodes(SCHEMA))
     assert nodes["status.phase"]["enum"] == ["Pending", "Warming", "Expiring", "Ready", "Degraded", "Failed"]
-    assert nodes["status.pools[].state"]["enum"] == ["Pending", "Running", "Succeeded", "Failed", "NoNodes"]
+    assert nodes["status.pools[].state"]["enum"] == [
+        "Pending",
+        "Running",
+        "Succeeded",
+        "Failed",
+        "NoNodes",
+        "TooFewNodes",
+    ]
     assert nodes["status.conditions[].status"]["enum"] == ["True", "False", "Unknown"]
     assert nodes["status.conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+    # One entry per pool × topology; records from before topologies default to hosts 1.
+    assert nodes["status.pools"]["x-kubernetes-list-map-keys"] == ["name", "hosts"]
+    assert nodes["status.pools[].hosts"]["default"] == 1
 
 
 def test_a_full_status_validates() -> None:
@@ -547,6 +557,16 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "listType",
         "Duplicate",
     ),
+    (
+        "duplicate-topology",
+        _set("warmup.topologies", [{"hosts": 2}, {"hosts": 2}]),
+        "spec.warmup.topologies[1]",
+        "listType",
+        "Duplicate",
+    ),
+    ("no-topology", _set("warmup.topologies", []), "spec.warmup.topologies", "minItems", ""),
+    ("zero-hosts", _set("warmup.topologies", [{"hosts": 0}]), "spec.warmup.topologies[0].hosts", "minimum", ""),
+    ("too-many-hosts", _set("warmup.topologies", [{"hosts": 257}]), "spec.warmup.topologies[0].hosts", "maximum", ""),
     (
         "negative-gpus",
         _set("warmup.pools.0.gpusPerPod", -1),

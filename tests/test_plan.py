@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from compilecache.controller import admission, expiryjob, gates, plan, status
-from compilecache.controller.kube import JOBS, PVCS, ApiError
+from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError
 from compilecache.controller.snapshot import Cache, Snapshot
 from specs import PRODUCT, cache, cache_spec, cluster, node
 
@@ -94,7 +94,7 @@ def test_a_refused_job_fails_its_pool_with_the_apis_message_and_is_not_retried()
     first = plan.plan(snapshot(), NOW)
     refused = first.creates[1].name
     message = 'Job.batch "x" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value'
-    after = snapshot().after(frozenset({first.creates[0].name}), {refused: message})
+    after = snapshot().after(frozenset({first.creates[0].key}), {first.creates[1].key: message})
     second = plan.plan(after, NOW)
     assert [c.name for c in second.creates] == [first.creates[2].name]  # only the other pool's Job
     pool = next(p for p in second.status["pools"] if p.get("job") == refused)
@@ -111,7 +111,9 @@ def test_a_refused_job_fails_its_pool_with_the_apis_message_and_is_not_retried()
 
 def test_a_refused_claim_fails_the_cache_and_creates_no_job() -> None:
     first = plan.plan(snapshot(), NOW)
-    second = plan.plan(snapshot().after(frozenset(), {"jax-cache": "exceeded quota: storage"}), NOW)
+    second = plan.plan(
+        snapshot().after(frozenset(), {"persistentvolumeclaims/jax-cache": "exceeded quota: storage"}), NOW
+    )
     assert second.creates == ()
     assert second.status["phase"] == status.FAILED and "exceeded quota" in second.status["message"]
     assert first.creates[0].resource == PVCS
@@ -167,7 +169,7 @@ def test_gated_pods_wait_while_a_degraded_cache_expires_and_start_once_it_settle
 def test_a_refused_expiry_job_is_failed_and_not_retried() -> None:
     snap, decided = degraded(None)
     [create] = decided.creates
-    refused = plan.plan(snap.after(frozenset(), {create.name: "forbidden: exceeded quota"}), NOW)
+    refused = plan.plan(snap.after(frozenset(), {create.key: "forbidden: exceeded quota"}), NOW)
     assert refused.creates == () and refused.status["phase"] == status.FAILED
     assert "exceeded quota" in refused.status["message"]
     again = plan.plan(snapshot(with_status(cache(), refused.status), **_parts(snap)), NOW)
@@ -256,6 +258,15 @@ SPECS = [
             "pools": [{"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, "gpusPerPod": 8}],
         }
     ),
+    # Multi-host (issue 12): Indexed Jobs with a Service where a pool has the nodes, TooFewNodes elsewhere.
+    cache_spec(warmup=cache_spec()["warmup"] | {"topologies": [{"hosts": 1}, {"hosts": 2}]}),
+    cache_spec(
+        warmup=cache_spec()["warmup"]
+        | {
+            "topologies": [{"hosts": 3}],
+            "pools": [{"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}],
+        }
+    ),
 ]
 PRODUCTS = ["NVIDIA-H100-80GB-HBM3", "nvidia-h100-80gb-hbm3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-B200", None]
 # Weighted towards success, so that the passes often get as far as expiry and Ready.
@@ -300,16 +311,26 @@ def check(snap: Snapshot, decided: plan.Plan) -> None:
     existing = {obj["metadata"]["name"] for obj in (*snap.jobs, *snap.expiry_jobs)}
     if snap.claim is not None:
         existing.add(snap.claim["metadata"]["name"])
-    names = [create.name for create in decided.creates]
+    names = [create.key for create in decided.creates]
     assert len(names) == len(set(names)), names
     for create in decided.creates:
-        assert create.name not in existing and create.name not in snap.created and create.name not in snap.rejected
+        assert create.name not in existing and create.key not in snap.created and create.key not in snap.rejected
         if create.resource == JOBS:
             owners = create.manifest["metadata"]["ownerReferences"]
             assert [(o["uid"], o["controller"]) for o in owners] == [(uid, True)]
             assert len(create.name) <= 63
     owned = {job["metadata"]["name"] for job in (*snap.jobs, *snap.expiry_jobs)}
-    assert {delete.name for delete in decided.deletes} <= owned
+    assert {delete.name for delete in decided.deletes if delete.resource == JOBS} <= owned
+    services = {service["metadata"]["name"] for service in snap.services}
+    assert {delete.name for delete in decided.deletes if delete.resource == SERVICES} <= services
+    for create in decided.creates:  # a multi-host Job's Service is created before it, or exists
+        if create.resource == JOBS and create.manifest["spec"].get("completionMode") == "Indexed":
+            before = [c.key for c in decided.creates[: decided.creates.index(create)]]
+            assert (
+                SERVICES.key(create.name) in before
+                or create.name in services
+                or SERVICES.key(create.name) in snap.created
+            )
     gated = {pod["metadata"]["name"] for pod in snap.pods if gates.is_gated(pod)}
     assert {release.pod for release in decided.releases} <= gated
     new = decided.status
@@ -319,7 +340,7 @@ def check(snap: Snapshot, decided: plan.Plan) -> None:
     pools = new.get("pools") or []
     active = [p for p in pools if p.get("state") != status.POOL_NO_NODES]
     succeeded = [p for p in active if p.get("state") == status.POOL_SUCCEEDED]
-    finished = [p for p in active if p.get("state") in status.FINISHED]
+    finished = [p for p in active if p.get("state") in (*status.FINISHED, *status.NOT_WARMED)]
     ready = next(c for c in new["conditions"] if c["type"] == "Ready")
     assert (ready["status"] == "True") == (phase == status.READY)
     if ready["reason"] == "InvalidSpec":
@@ -336,7 +357,7 @@ def check(snap: Snapshot, decided: plan.Plan) -> None:
         assert len(finished) < len(active)
     if phase == status.EXPIRING:
         assert active and len(finished) == len(active) and succeeded
-    assert len({p["name"] for p in pools}) == len(pools)
+    assert len({status.key(p) for p in pools}) == len(pools)
 
 
 @settings(
@@ -384,7 +405,7 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
         decided = plan.plan(snap, now)
         check(snap, decided)
         # The API refuses some creations: the pass plans again with each refusal, as reconcile does.
-        refused = {c.name: "refused" for c in decided.creates if next(fate) == "refused"}
+        refused = {c.key: "refused" for c in decided.creates if next(fate) == "refused"}
         if refused:
             first = next(iter(refused))
             snap = snap.after(frozenset(), {first: "refused"})
@@ -393,10 +414,14 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
         # The cluster moves on: created objects appear with some state (or are gone again, by a TTL).
         jobs_ = list(snap.jobs)
         expiry_jobs, expiry_pods = list(snap.expiry_jobs), list(snap.expiry_pods)
+        services_ = list(snap.services)
         claim_obj = snap.claim
         for create in decided.creates:
             if create.resource == PVCS:
                 claim_obj = {"metadata": {"name": create.name}, "status": {"phase": "Bound"}}
+                continue
+            if create.resource == SERVICES:
+                services_.append(dict(create.manifest))
                 continue
             state = next(fate)
             if state in ("absent", "refused"):
@@ -412,7 +437,8 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
                     expiry_pods.append(expiry_pod(job, json.dumps(SUMMARY)))
             else:
                 jobs_.append(job)
-        deleted = {delete.name for delete in decided.deletes}
+        deleted = {delete.name for delete in decided.deletes if delete.resource == JOBS}
+        gone = {delete.name for delete in decided.deletes if delete.resource == SERVICES}
         snap = Snapshot(
             Cache.read(with_status(obj, decided.status)),
             pods=pods,
@@ -421,4 +447,5 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
             jobs=tuple(j for j in jobs_ if j["metadata"]["name"] not in deleted),
             expiry_jobs=tuple(j for j in expiry_jobs if j["metadata"]["name"] not in deleted),
             expiry_pods=tuple(expiry_pods),
+            services=tuple(s for s in services_ if s["metadata"]["name"] not in gone),
         )

@@ -47,7 +47,9 @@ def api_server_rules(obj: Mapping[str, Any]) -> list[str]:
 
     From ``k8s.io/apimachinery/pkg/util/validation`` (DNS-1123 names, qualified names, label
     values) and ``pkg/apis/core/validation`` (containers, volumes, mounts, resources). A Job's name
-    must also be a label value: the Job controller labels its pods with it (``job-name``).
+    must also be a label value: the Job controller labels its pods with it (``job-name``); an
+    Indexed Job's pods get the hostname ``<name>-<index>``, a DNS-1123 label, and their
+    ``subdomain`` must be one too. A Service's name is a DNS-1035 label (a letter first).
     """
     found: list[str] = []
     kind, meta = obj["kind"], obj["metadata"]
@@ -56,6 +58,21 @@ def api_server_rules(obj: Mapping[str, Any]) -> list[str]:
         found.append(f"{kind} name {name!r} is not a DNS subdomain")
     if kind == "Job" and not api.is_label_value(name):
         found.append(f"Job name {name!r} is not a label value (the job-name pod label)")
+    if kind == "Service":
+        if not is_dns_1035_label(name):
+            found.append(f"Service name {name!r} is not a DNS-1035 label")
+        found += _labels(obj["spec"].get("selector") or {}, "Service selector")
+    if kind == "Job" and obj["spec"].get("completionMode") == "Indexed":
+        last = f"{name}-{obj['spec']['completions'] - 1}"
+        if not api.is_dns_label(last):
+            found.append(f"hostname {last!r} of the last index is not a DNS label")
+        subdomain = obj["spec"]["template"]["spec"].get("subdomain", "")
+        if not api.is_dns_label(subdomain):
+            found.append(f"subdomain {subdomain!r} is not a DNS label")
+        for term in obj["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]:
+            found += _labels(term["labelSelector"].get("matchLabels") or {}, "anti-affinity selector")
     found += _labels(meta.get("labels") or {}, f"{kind} labels")
     found += _labels(meta.get("annotations") or {}, f"{kind} annotations", values=False)
     if kind == "PersistentVolumeClaim":
@@ -68,6 +85,11 @@ def api_server_rules(obj: Mapping[str, Any]) -> list[str]:
         found += _labels(template["metadata"].get("labels") or {}, "pod labels")
         found += list(_pod_spec(template["spec"]))
     return found
+
+
+def is_dns_1035_label(value: str) -> bool:
+    """A DNS-1035 label (Service names): at most 63 lower-case letters, digits and '-', a letter first."""
+    return bool(re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value))
 
 
 def _labels(labels: Mapping[str, Any], where: str, *, values: bool = True) -> list[str]:
@@ -177,7 +199,7 @@ def field_exists(obj: Any, field: str) -> bool:
 
 
 NOW = "2026-11-22T10:00:00Z"
-_KINDS = ("Job", "PersistentVolumeClaim")
+_KINDS = ("Job", "PersistentVolumeClaim", "Service")
 _INVALID = re.compile(r"^invalid spec: (?P<field>[^:]+): ")
 
 
@@ -197,20 +219,17 @@ def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dic
             raise SpecError(invalid["field"], decided.status["message"])
         if decided.status.get("phase") == status.FAILED:  # valid input fails only where no pool can warm
             active = [p for p in decided.status.get("pools") or [] if p["state"] != status.POOL_NO_NODES]
-            assert active and all(p["state"] == status.POOL_FAILED and p.get("reason") for p in active), decided.status
+            assert active and all(p["state"] in status.NOT_WARMED and p.get("reason") for p in active), decided.status
         if not decided.creates:
             break
         for create in decided.creates:
-            created[create.name] = dict(create.manifest)
+            created[create.key] = dict(create.manifest)
         snap = _after_the_cluster_ran(snap, decided)
     return list(created.values())
 
 
 def _after_the_cluster_ran(snap: Snapshot, decided: plan.Plan) -> Snapshot:
-    made = {
-        kind: [dict(c.manifest) for c in decided.creates if c.manifest["kind"] == kind]
-        for kind in ("Job", "PersistentVolumeClaim")
-    }
+    made = {kind: [dict(c.manifest) for c in decided.creates if c.manifest["kind"] == kind] for kind in _KINDS}
     claims = [claim | {"status": {"phase": "Bound"}} for claim in made["PersistentVolumeClaim"]]
     finished = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
     warmups = [job | finished for job in made["Job"] if expiryjob.LABEL_EXPIRY_OF not in job["metadata"]["labels"]]
@@ -221,6 +240,7 @@ def _after_the_cluster_ran(snap: Snapshot, decided: plan.Plan) -> Snapshot:
         claim=claims[0] if claims else snap.claim,
         jobs=snap.jobs + tuple(warmups),
         expiry_jobs=snap.expiry_jobs + tuple(expiries),
+        services=snap.services + tuple(made["Service"]),
     )
 
 
@@ -232,11 +252,30 @@ def check(cache: Mapping[str, Any], nodes: list[dict[str, Any]], versions: list[
         assert field_exists(cache, error.field), f"SpecError names no field of the cache: {error}"
         return "SpecError"
     problems = [problem for obj in objects for problem in api_server_rules(obj)]
+    problems += multihost_problems(objects)
     assert problems == [], problems
     for version in versions:
         for obj in objects:
             kubernetes_validate.validate(obj, version, strict=True)
-    return "objects"
+    return "objects, multi-host" if any(obj["kind"] == "Service" for obj in objects) else "objects"
+
+
+def multihost_problems(objects: list[dict[str, Any]]) -> list[str]:
+    """Each Indexed warm-up Job has its headless Service: named as its pods' subdomain, selecting its pods."""
+    services = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "Service"}
+    found = []
+    for job in (obj for obj in objects if obj["kind"] == "Job" and obj["spec"].get("completionMode") == "Indexed"):
+        template = job["spec"]["template"]
+        service = services.get(template["spec"]["subdomain"])
+        if service is None:
+            found.append(f"no Service for the subdomain of {job['metadata']['name']}")
+            continue
+        labels = template["metadata"]["labels"]
+        if not service["spec"]["selector"] or any(labels.get(k) != v for k, v in service["spec"]["selector"].items()):
+            found.append(f"Service {service['metadata']['name']} does not select the pods of its Job")
+        if service["spec"].get("clusterIP") != "None":
+            found.append(f"Service {service['metadata']['name']} is not headless")
+    return found
 
 
 @st.composite

@@ -115,6 +115,11 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create]
+# The headless Service of a multi-host warm-up Job: created with the Job, listed (by label, only for
+# caches with a multi-host topology) and deleted once its Job has finished or is superseded. No watch.
+- apiGroups: [""]
+  resources: [services]
+  verbs: [list, create, delete]
 # Events about caches, posted by the operator and by kopf.
 - apiGroups: [""]
   resources: [events]

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Created:
-    """What a round of creations came to: the names created (or found existing), and a refusal."""
+    """What a round of creations came to: the keys (``Create.key``) created (or found existing), and a refusal."""
 
     created: frozenset[str] = frozenset()
     rejected: Mapping[str, str] = field(default_factory=dict)
@@ -48,10 +48,10 @@ def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> 
         except ApiError as exc:
             if is_refusal(exc):
                 logger.warning("The API refused %s %s/%s: %s", item.resource.plural, namespace, item.name, exc)
-                return Created(frozenset(created), {item.name: exc.message or str(exc)})
+                return Created(frozenset(created), {item.key: exc.message or str(exc)})
             if exc.status != 409:
                 raise
-        created.add(item.name)
+        created.add(item.key)
     return Created(frozenset(created))
 
 

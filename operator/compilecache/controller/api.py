@@ -58,6 +58,11 @@ RESERVED_MOUNT_PATHS = frozenset({"/tmp"})
 _ACCESS_MODES = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
 _PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
 _RESERVED_ENV = {"JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS"}
+HOSTS_MAX = 256  # the CRD's maximum of warmup.topologies[].hosts (pods of one Indexed warm-up Job)
+TOPOLOGIES_MAX = 8  # the CRD's maxItems of warmup.topologies
+# Bigger than any volume or bucket will be (10^30 bytes), and small enough to print: the CRD's
+# quantity pattern admits '.1E5000', whose digits Python refuses to print (the pass crashed on it).
+MAX_SIZE_BYTES = 10**30
 
 
 class SpecError(ValueError):
@@ -127,6 +132,25 @@ class Discover:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """A training topology to warm for: ``hosts`` nodes of a pool, one JAX process per node.
+
+    The cache key contains the device and process counts, so a multi-host training job hits
+    only entries compiled by as many processes on as many devices (GPUs per host from the pool).
+    """
+
+    hosts: int = 1
+
+    @property
+    def multi_host(self) -> bool:
+        """Whether the warm-up is an Indexed Job of ``hosts`` pods with a headless Service."""
+        return self.hosts > 1
+
+
+SINGLE_HOST = Topology(hosts=1)
+
+
+@dataclass(frozen=True)
 class JaxOptions:
     min_compile_time_secs: float = 0.0
     min_entry_size_bytes: int = 0
@@ -149,6 +173,7 @@ class Warmup:
     jobs: int
     verify: bool
     jax: JaxOptions
+    topologies: tuple[Topology, ...] = (SINGLE_HOST,)
 
 
 @dataclass(frozen=True)
@@ -394,7 +419,32 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
         jobs=_int(warmup.get("jobs", 1), "spec.warmup.jobs", minimum=1),
         verify=_bool(warmup.get("verify", True), "spec.warmup.verify"),
         jax=jax,
+        topologies=_topologies(warmup.get("topologies")),
     )
+
+
+def _topologies(raw: Any) -> tuple[Topology, ...]:
+    """``warmup.topologies``: at least one, ``hosts`` 1..HOSTS_MAX and unique (the CRD's list-map key)."""
+    if raw is None:
+        return (SINGLE_HOST,)
+    items = _list(raw, "spec.warmup.topologies")
+    if not items:
+        raise SpecError("spec.warmup.topologies", "must list at least one topology (the default is [{hosts: 1}])")
+    if len(items) > TOPOLOGIES_MAX:
+        raise SpecError("spec.warmup.topologies", f"at most {TOPOLOGIES_MAX} topologies, got {len(items)}")
+    topologies: list[Topology] = []
+    for index, item in enumerate(items):
+        path = f"spec.warmup.topologies[{index}].hosts"
+        hosts = _mapping(item, f"spec.warmup.topologies[{index}]", required=True).get("hosts")
+        if hosts is None:
+            raise SpecError(path, "is required")
+        hosts = _int(hosts, path, minimum=1)
+        if hosts > HOSTS_MAX:
+            raise SpecError(path, f"must be at most {HOSTS_MAX}, got {hosts}")
+        if any(topology.hosts == hosts for topology in topologies):
+            raise SpecError(path, f"duplicate topology hosts={hosts}")
+        topologies.append(Topology(hosts=hosts))
+    return tuple(topologies)
 
 
 def _workload(raw: Any, path: str) -> Workload:
@@ -476,10 +526,17 @@ def _lifecycle(lifecycle: Mapping[str, Any]) -> Lifecycle:
     keep = lifecycle.get("keepVersions")
     return Lifecycle(
         max_age_seconds=None if max_age is None else _convert(units.parse_duration, max_age, "spec.lifecycle.maxAge"),
-        max_size_bytes=None if max_size is None else _convert(units.parse_bytes, max_size, "spec.lifecycle.maxSize"),
+        max_size_bytes=None if max_size is None else _max_size(max_size),
         keep_versions=None if keep is None else _int(keep, "spec.lifecycle.keepVersions", minimum=1),
         verify=_bool(lifecycle.get("verify", True), "spec.lifecycle.verify"),
     )
+
+
+def _max_size(value: Any) -> int:
+    size: int = _convert(units.parse_bytes, value, "spec.lifecycle.maxSize")
+    if size > MAX_SIZE_BYTES:
+        raise SpecError("spec.lifecycle.maxSize", f"must be at most 1E30 bytes, got {value!r}")
+    return size
 
 
 def _consumers(consumers: Mapping[str, Any]) -> Consumers:

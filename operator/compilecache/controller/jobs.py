@@ -1,15 +1,22 @@
-"""Manifests the operator creates: warm-up Jobs and cache claims (pure functions, no I/O)."""
+"""Manifests the operator creates: warm-up Jobs, their headless Services and cache claims (pure functions, no I/O).
+
+A single-host warm-up (``warmup.topologies[].hosts`` 1, the default) is one pod. A multi-host
+one is an Indexed Job of ``hosts`` pods, one JAX process per pod on distinct nodes, plus a
+headless Service that gives pod 0 the DNS name every process reaches the coordinator at
+(``<job>-0.<service>``, see :func:`coordinator_env`).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.controller import api
-from compilecache.controller.api import CacheSpec, Workload
+from compilecache.controller.api import SINGLE_HOST, CacheSpec, Topology, Workload
 from compilecache.controller.pools import Pool
 
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
@@ -17,6 +24,18 @@ LABEL_POOL = "compilecache.dev/pool"
 LABEL_WARMUP_OF = "compilecache.dev/warmup-of"  # on warm-up pods instead of LABEL_CACHE
 ANNOTATION_SPEC_HASH = "compilecache.dev/spec-hash"
 ANNOTATION_REWARM = "compilecache.dev/rewarm"  # any new value re-runs the warm-up of every pool
+# On a multi-host warm-up's pods (its Service selects them, its anti-affinity spreads them) and Service.
+LABEL_WARMUP_JOB = "compilecache.dev/warmup-job"
+LABEL_HOSTS = "compilecache.dev/hosts"  # on multi-host warm-up Jobs and Services only
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Env of every container of a multi-host warm-up (JAX reads the first; `compilecache warm` the second).
+COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
+NUM_PROCESSES_ENV = "COMPILECACHE_NUM_PROCESSES"
+# Container i of a multi-host pod coordinates on COORDINATOR_PORT + PORTS_PER_CONTAINER * i: the warmer
+# uses port..port+3 for its own process groups, and init containers run one after the other, so a
+# later container never meets a port its predecessor's coordinator may still hold (TIME_WAIT).
+COORDINATOR_PORT = 8476
+PORTS_PER_CONTAINER = 4
 
 RUN_AS_USER = 65532  # the distroless "nonroot" uid: any non-zero uid the image does not need to know
 TMP_DIR = "/tmp"
@@ -24,6 +43,10 @@ REPORT_PATH = f"{TMP_DIR}/compilecache-report.json"
 TERMINATION_LOG = "/dev/termination-log"  # the report's summary: the operator reads it into status.pools[]
 HASH_LENGTH = 8
 NAME_MAX = 63  # the Job controller copies the Job name into a pod label, which is at most 63 characters
+# An Indexed Job's pods get the hostname <job name>-<index>, a DNS label (at most 63): the name of
+# a multi-host Job leaves room for the longest index (HOSTS_MAX - 1).
+MULTIHOST_NAME_MAX = NAME_MAX - len(f"-{api.HOSTS_MAX - 1}")
+_NOT_DNS_LABEL = re.compile(r"[^a-z0-9-]")
 
 
 def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
@@ -44,11 +67,18 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
     return digest(material)
 
 
-def pool_hash(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str | None = None) -> str:
+def pool_hash(
+    cache: Mapping[str, Any],
+    spec: CacheSpec,
+    pool: Pool,
+    slot: str | None = None,
+    topology: Topology = SINGLE_HOST,
+) -> str:
     """The hash of one pool's warm-up: the cache's hash, the pool's device count and its workloads.
 
     ``slot``: the latest ``spec.schedule`` time that has come (``units.cron_slot``); a new slot
-    gives new Job names, and so a periodic re-warm (and, after it, a new expiry).
+    gives new Job names, and so a periodic re-warm (and, after it, a new expiry). ``topology``:
+    a multi-host one adds its host count (the process count is in the cache key).
     """
     material: dict[str, Any] = {
         "cache": cache_hash(cache, spec),
@@ -59,13 +89,32 @@ def pool_hash(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str |
     }
     if slot is not None:  # absent, not null: hashes of unscheduled caches stay what they were
         material["slot"] = slot
+    if topology.multi_host:  # absent for one host: single-host hashes (and Job names) stay what they were
+        material["hosts"] = topology.hosts
     return digest(material)
 
 
-def job_name(cache_name: str, pool_name: str, spec_hash: str) -> str:
-    """A deterministic Job name: the same cache, pool and hash always give the same name."""
-    stem = f"{cache_name}-{pool_name}"[: NAME_MAX - HASH_LENGTH - 1].rstrip("-.")
-    return f"{stem}-{spec_hash}"
+def job_name(cache_name: str, pool_name: str, spec_hash: str, topology: Topology = SINGLE_HOST) -> str:
+    """A deterministic Job name: the same cache, pool, topology and hash always give the same name.
+
+    A multi-host Job's name (``<cache>-<pool>-h<hosts>-<hash>``) is also its Service's name and
+    the stem of its pods' hostnames, so it is a DNS-1035 label (a letter first: ``cc-`` is put
+    in front of a cache name that starts with a digit; ``.`` becomes ``-``) of at most
+    :data:`MULTIHOST_NAME_MAX` characters.
+    """
+    if not topology.multi_host:
+        stem = f"{cache_name}-{pool_name}"[: NAME_MAX - HASH_LENGTH - 1].rstrip("-.")
+        return f"{stem}-{spec_hash}"
+    suffix = f"-h{topology.hosts}-{spec_hash}"
+    stem = _NOT_DNS_LABEL.sub("-", f"{cache_name}-{pool_name}".lower())
+    if not stem[:1].isalpha():
+        stem = f"cc-{stem}"
+    return f"{stem[: MULTIHOST_NAME_MAX - len(suffix)].rstrip('-')}{suffix}"
+
+
+def service_name(job: str) -> str:
+    """The headless Service of a multi-host warm-up Job: named like the Job (a DNS-1035 label already)."""
+    return job
 
 
 def common_labels(cache_name: str, component: str) -> dict[str, str]:
@@ -114,17 +163,28 @@ def container_security_context() -> dict[str, Any]:
     }
 
 
-def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str | None = None) -> dict[str, Any]:
-    """The warm-up Job of one pool: runs ``compilecache warm`` on the pool's nodes with its GPUs.
+def warmup_job(
+    cache: Mapping[str, Any],
+    spec: CacheSpec,
+    pool: Pool,
+    slot: str | None = None,
+    topology: Topology = SINGLE_HOST,
+) -> dict[str, Any]:
+    """The warm-up Job of one pool and topology: runs ``compilecache warm`` on the pool's nodes with its GPUs.
+
+    For ``topology.hosts`` > 1: an Indexed Job of that many pods (``backoffLimit`` 0: a retried
+    index cannot rejoin a process group that moved on), one per node (required pod
+    anti-affinity), in the subdomain of its headless Service (:func:`warmup_service`), each
+    container told the coordinator and the process count (:func:`coordinator_env`).
 
     Raises :class:`compilecache.controller.api.SpecError` (``metadata.name``) for a cache name
     that is no label value: the Job would carry it as one and the API server refuse the Job.
     """
     meta = cache["metadata"]
     name = api.check_cache_name(meta.get("name"))
-    spec_hash = pool_hash(cache, spec, pool, slot)
+    spec_hash = pool_hash(cache, spec, pool, slot, topology)
+    job = job_name(name, pool.name, spec_hash, topology)
     warmup = spec.warmup
-    env = _container_env(spec, pool)
 
     cache_mounts = []
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
@@ -140,12 +200,13 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str 
         resources["limits"][pool.gpu_resource] = pool.gpus_per_pod
     resources = {kind: values for kind, values in resources.items() if values}
 
-    def container(container_name: str, command: list[str]) -> dict[str, Any]:
+    def container(container_name: str, command: list[str], index: int) -> dict[str, Any]:
+        extra = coordinator_env(job, topology, index) if topology.multi_host else {}
         spec_: dict[str, Any] = {
             "name": container_name,
             "image": warmup.image,
             "command": command,
-            "env": env,
+            "env": _container_env(spec, pool, extra),
             "volumeMounts": mounts,
             "securityContext": container_security_context(),
             # A failed warm-up's last log lines become its termination message: the pool's status says why.
@@ -165,14 +226,14 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str 
     if entrypoints:
         commands.append(_warm_command(spec, entrypoints))
     *init_commands, main_command = commands
-    init_containers = [container(f"warm-{index}", command) for index, command in enumerate(init_commands)]
+    init_containers = [container(f"warm-{index}", command, index) for index, command in enumerate(init_commands)]
 
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "nodeSelector": dict(pool.node_selector),
         "securityContext": pod_security_context(),
-        "containers": [container("warm", main_command)],
+        "containers": [container("warm", main_command, len(init_containers))],
         "volumes": volumes,
     }
     if init_containers:
@@ -188,21 +249,84 @@ def warmup_job(cache: Mapping[str, Any], spec: CacheSpec, pool: Pool, slot: str 
     # Warm-up pods must not carry the training opt-in label: the admission webhook would
     # gate them on the very cache they are filling.
     pod_labels = {**common_labels(name, "warmup"), LABEL_WARMUP_OF: name, LABEL_POOL: pool.name}
+    job_spec: dict[str, Any] = {
+        "backoffLimit": warmup.backoff_limit,
+        "activeDeadlineSeconds": warmup.active_deadline_seconds,
+        "ttlSecondsAfterFinished": warmup.ttl_seconds_after_finished,
+        "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+    }
+    if topology.multi_host:
+        job_labels[LABEL_HOSTS] = str(topology.hosts)
+        pod_labels[LABEL_WARMUP_JOB] = job
+        pod_spec["subdomain"] = service_name(job)
+        # One process per node: two on one node would share its GPUs, and compile for the wrong topology.
+        same_job = {"matchLabels": {LABEL_WARMUP_JOB: job}}
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": same_job, "topologyKey": HOSTNAME_LABEL}
+                ]
+            }
+        }
+        # A lost pod fails the whole warm-up: its process group cannot take a newcomer. The
+        # operator's own re-run policy (a new spec hash, compilecache.dev/rewarm) starts a new one.
+        job_spec |= {
+            "backoffLimit": 0,
+            "completionMode": "Indexed",
+            "completions": topology.hosts,
+            "parallelism": topology.hosts,
+        }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": job_name(name, pool.name, spec_hash),
+            "name": job,
             "namespace": meta.get("namespace"),
             "labels": job_labels,
             "annotations": {ANNOTATION_SPEC_HASH: spec_hash},
             "ownerReferences": [owner_reference(cache)],
         },
+        "spec": job_spec,
+    }
+
+
+def coordinator_env(job: str, topology: Topology, index: int) -> dict[str, str]:
+    """The env that makes container ``index`` (init containers first) of a multi-host pod one process of N.
+
+    Every pod reaches process 0 at ``<job>-0.<service>`` (its hostname in the Service's
+    subdomain); Kubernetes injects each pod's own index as ``JOB_COMPLETION_INDEX``.
+    """
+    port = COORDINATOR_PORT + PORTS_PER_CONTAINER * index
+    return {
+        COORDINATOR_ENV: f"{job}-0.{service_name(job)}:{port}",
+        NUM_PROCESSES_ENV: str(topology.hosts),
+    }
+
+
+def warmup_service(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The headless Service of a multi-host warm-up Job (``warmup_job``): DNS names for its pods.
+
+    ``publishNotReadyAddresses``: the pods have no readiness probe to pass, and process 0 must be
+    found while it is starting. No ports: a headless Service only publishes the pods' addresses.
+    Owned by the cache (the Job's owner), so it goes with the cache; the operator deletes it as
+    soon as its Job has finished or is superseded (``plan.py``).
+    """
+    meta = job["metadata"]
+    name = str(meta["name"])
+    labels = dict(meta["labels"]) | {LABEL_WARMUP_JOB: name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(name),
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+            "ownerReferences": [dict(ref) for ref in meta["ownerReferences"]],
+        },
         "spec": {
-            "backoffLimit": warmup.backoff_limit,
-            "activeDeadlineSeconds": warmup.active_deadline_seconds,
-            "ttlSecondsAfterFinished": warmup.ttl_seconds_after_finished,
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_WARMUP_JOB: name},
         },
     }
 
@@ -266,9 +390,10 @@ def cache_env(spec: CacheSpec) -> dict[str, str]:
     )
 
 
-def _container_env(spec: CacheSpec, pool: Pool) -> list[dict[str, Any]]:
+def _container_env(spec: CacheSpec, pool: Pool, extra: Mapping[str, str]) -> list[dict[str, Any]]:
     # The read-only root filesystem leaves /tmp as the only writable place besides the cache.
-    base = {**cache_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR}
+    # ``extra`` (a multi-host container's coordinator) wins over a workload's env like the cache settings.
+    base = {**cache_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR, **extra}
     env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(base.items())]
     seen = set(base)
     for workload in pool.workloads:

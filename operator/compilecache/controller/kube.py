@@ -69,6 +69,10 @@ class Resource:
                 parts.append(subresource)
         return "/".join(parts)
 
+    def key(self, name: str) -> str:
+        """``plural/name``: what names an object among those of every kind (a Job and its Service share a name)."""
+        return f"{self.plural}/{name}"
+
 
 COMPILECACHES = Resource("compilecache.dev/v1alpha1", "compilecaches")
 JOBS = Resource("batch/v1", "jobs")
@@ -76,6 +80,7 @@ NODES = Resource("v1", "nodes", namespaced=False)
 PVCS = Resource("v1", "persistentvolumeclaims")
 EVENTS = Resource("v1", "events")
 PODS = Resource("v1", "pods")
+SERVICES = Resource("v1", "services")  # the headless Services of multi-host warm-up Jobs
 
 
 class Client:

@@ -1,15 +1,16 @@
 """Plan: one pure function from a pass's snapshot to what the pass does (no I/O).
 
-:func:`plan` decides everything a pass of a CompileCache does — the claim and Jobs to
-create, the superseded Jobs to delete, the training pods to release, the new status
-and its Events — from a :class:`~compilecache.controller.snapshot.Snapshot` and the
-time. ``act.py`` applies the result and cannot make a decision; when the API refuses
-a creation, the pass plans again with the refusal in the snapshot (``Snapshot.after``).
+:func:`plan` decides everything a pass of a CompileCache does — the claim, Jobs and
+multi-host Services to create, the superseded Jobs and the Services no running Job
+needs to delete, the training pods to release, the new status and its Events — from
+a :class:`~compilecache.controller.snapshot.Snapshot` and the time. ``act.py`` applies
+the result and cannot make a decision; when the API refuses a creation, the pass
+plans again with the refusal in the snapshot (``Snapshot.after``).
 :func:`failed` is the plan of a pass that raised: a status that says what failed,
 and the gate releases that must happen anyway.
 
-Every Job is named deterministically from the cache, the pool and a hash of what it
-compiles, so planning twice from the same cluster never creates a Job twice.
+Every Job is named deterministically from the cache, the pool, the topology and a hash of
+what it compiles, so planning twice from the same cluster never creates a Job twice.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 
 from compilecache.cache import units
 from compilecache.controller import expiryjob, gates, jobs, status
-from compilecache.controller.api import CacheSpec, SpecError
-from compilecache.controller.kube import JOBS, PVCS, ApiError, Resource
+from compilecache.controller.api import CacheSpec, SpecError, Topology
+from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
 from compilecache.controller.snapshot import Cache, Obj, Snapshot
 from compilecache.controller.status import Event
@@ -31,6 +32,7 @@ from compilecache.controller.status import Event
 RECONCILED_CONDITION = "Reconciled"
 RECONCILE_ERROR = "ReconcileError"
 JOB_REJECTED = "JobRejected"
+SERVICE_REJECTED = "ServiceRejected"
 EXPIRY_REJECTED = "ExpiryRejected"
 CLAIM_REJECTED = "ClaimRejected"
 INVALID_SPEC = "InvalidSpec"
@@ -50,8 +52,13 @@ class Create:
 
     @property
     def name(self) -> str:
-        """The object's name (deterministic: the key of ``Snapshot.created``/``rejected``)."""
+        """The object's name (deterministic)."""
         return str(self.manifest["metadata"]["name"])
+
+    @property
+    def key(self) -> str:
+        """The key of ``Snapshot.created``/``rejected``: ``plural/name`` (a Job and its Service share a name)."""
+        return self.resource.key(self.name)
 
 
 @dataclass(frozen=True)
@@ -250,10 +257,11 @@ def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Creat
         manifest = jobs.claim(snapshot.cache.obj, spec)
         if manifest is None:
             return False, "ClaimNotFound", f"PersistentVolumeClaim {claim_name} does not exist", None
-        if claim_name in snapshot.rejected:
-            message = f"creating PersistentVolumeClaim {claim_name} was refused: {snapshot.rejected[claim_name]}"
+        key = PVCS.key(claim_name)
+        if key in snapshot.rejected:
+            message = f"creating PersistentVolumeClaim {claim_name} was refused: {snapshot.rejected[key]}"
             return False, CLAIM_REJECTED, message, None
-        create = None if claim_name in snapshot.created else Create(PVCS, manifest)
+        create = None if key in snapshot.created else Create(PVCS, manifest)
         return True, "ClaimCreated", f"created PersistentVolumeClaim {claim_name}", create
     phase = (existing.get("status") or {}).get("phase", "Pending")
     if phase == "Lost":
@@ -264,35 +272,69 @@ def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Creat
 def _warmups(
     snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None
 ) -> tuple[list[dict[str, Any]], list[Create], list[Delete]]:
-    """``status.pools``, the warm-up Jobs to create, and the superseded ones to delete."""
+    """``status.pools`` (one entry per pool × topology), the warm-up Jobs and Services to create, and
+    the superseded Jobs and the Services no running Job needs, to delete."""
     cache = snapshot.cache
     observed = {job["metadata"]["name"]: job for job in snapshot.jobs}
-    previous = {pool.get("name"): pool for pool in cache.status.get("pools") or []}
+    services = {service["metadata"]["name"] for service in snapshot.services}
+    previous = {status.key(pool): pool for pool in cache.status.get("pools") or []}
     entries: list[dict[str, Any]] = []
     creates: list[Create] = []
     wanted: set[str] = set()
+    serving: set[str] = set()  # Services of multi-host Jobs that are to run or running
     for pool in pools:
-        manifest = jobs.warmup_job(cache.obj, spec, pool, slot)
-        job_name = str(manifest["metadata"]["name"])
-        job = observed.get(job_name)
-        if job is None and job_name in snapshot.rejected:
-            # The API refused the Job (e.g. 422): it fails the same way until the spec changes, and
-            # its name (and so this record) changes with the spec. The record stops the retries.
-            entry = status.pool_status(pool, job_name, None, None) | {
-                "state": status.POOL_FAILED,
-                "reason": JOB_REJECTED,
-                "message": f"the API refused the warm-up Job: {snapshot.rejected[job_name]}",
-            }
-        else:
-            pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
-            entry = status.pool_status(pool, job_name, job, previous.get(pool.name), pods)
-        if entry.get("job") == job_name:
-            wanted.add(job_name)
-            # A finished record whose Job was cleaned up by its TTL is not re-run.
-            if job is None and entry.get("reason") == "JobCreated" and job_name not in snapshot.created:
-                creates.append(Create(JOBS, manifest))
-        entries.append(entry)
-    return entries, creates, _superseded(cache, snapshot.jobs, keep=wanted, what="warm-up")
+        for topology in spec.warmup.topologies:
+            manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology)
+            job_name = str(manifest["metadata"]["name"])
+            job_key = JOBS.key(job_name)
+            service = jobs.warmup_service(manifest) if topology.multi_host else None
+            service_key = SERVICES.key(jobs.service_name(job_name))
+            job = observed.get(job_name)
+            before = previous.get((pool.name, topology.hosts))
+            if job is None and job_key in snapshot.rejected:
+                # The API refused the Job (e.g. 422): it fails the same way until the spec changes, and
+                # its name (and so this record) changes with the spec. The record stops the retries.
+                entry = _refused(pool, job_name, topology, JOB_REJECTED, "Job", snapshot.rejected[job_key])
+            elif job is None and service is not None and service_key in snapshot.rejected:
+                entry = _refused(pool, job_name, topology, SERVICE_REJECTED, "Service", snapshot.rejected[service_key])
+            else:
+                pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
+                entry = status.pool_status(pool, job_name, job, before, pods, topology)
+            if entry.get("job") == job_name:
+                wanted.add(job_name)
+                # A finished record whose Job was cleaned up by its TTL is not re-run.
+                create = job is None and entry.get("reason") == "JobCreated" and job_key not in snapshot.created
+                running = job is not None and status.job_state(job)["state"] not in status.FINISHED
+                if service is not None and (create or running):
+                    serving.add(service["metadata"]["name"])
+                    # Before its Job: process 0's name must resolve when the pods start.
+                    if service["metadata"]["name"] not in services and service_key not in snapshot.created:
+                        creates.append(Create(SERVICES, service))
+                if create:
+                    creates.append(Create(JOBS, manifest))
+            entries.append(entry)
+    deletes = _superseded(cache, snapshot.jobs, keep=wanted, what="warm-up")
+    deletes += _idle_services(cache, snapshot.services, keep=serving)
+    return entries, creates, deletes
+
+
+def _refused(pool: Pool, job_name: str, topology: Topology, reason: str, kind: str, answer: str) -> dict[str, Any]:
+    return status.pool_status(pool, job_name, None, None, topology=topology) | {
+        "state": status.POOL_FAILED,
+        "reason": reason,
+        "message": f"the API refused the warm-up {kind}: {answer}",
+    }
+
+
+def _idle_services(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> list[Delete]:
+    # A multi-host Job's Service lives while the Job runs: a finished or superseded one leaves nothing behind.
+    deletes = []
+    for service in observed:
+        name = str(service["metadata"]["name"])
+        owners = {ref.get("uid") for ref in service["metadata"].get("ownerReferences") or []}
+        if name not in keep and cache.uid in owners:
+            deletes.append(Delete(SERVICES, name, "warm-up Service of a finished or superseded Job"))
+    return deletes
 
 
 def _expiry(
@@ -313,7 +355,7 @@ def _expiry(
         finished = status.job_state(job)["state"] in status.FINISHED
         pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name] if finished else []
         return expiryjob.outcome(job, pods), [], deletes
-    refused = snapshot.rejected.get(job_name)
+    refused = snapshot.rejected.get(JOBS.key(job_name))
     if refused is not None:
         message = f"expiry Job {job_name} was refused by the API: {refused}"
         return expiryjob.Outcome(status.FAILED, EXPIRY_REJECTED, message), [], deletes
@@ -322,7 +364,7 @@ def _expiry(
     if expired.get("reason") == EXPIRY_REJECTED and refused_before:
         # Refused before: the same Job would be refused again; a lifecycle or warm-up change renames it.
         return expiryjob.Outcome(status.FAILED, EXPIRY_REJECTED, str(expired["message"])), [], deletes
-    creates = [] if job_name in snapshot.created else [Create(JOBS, manifest)]
+    creates = [] if JOBS.key(job_name) in snapshot.created else [Create(JOBS, manifest)]
     return expiryjob.outcome(None, []), creates, deletes
 
 

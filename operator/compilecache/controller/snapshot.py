@@ -4,8 +4,10 @@ A pass is observe → plan → act (``reconcile.py``). This module is the observ
 :class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
 why the spec does not parse), and :class:`Snapshot` adds everything else the pure
 ``plan.plan`` needs: the claim, the Nodes, the cache's warm-up and expiry Jobs, the
-expiry Jobs' pods and the training pods it gates. :func:`observe` makes the reads;
-it decides nothing (it reads the claim only where the spec names one).
+expiry Jobs' pods, the headless Services of multi-host warm-ups and the training pods
+it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
+where the spec names one, and the Services only where a multi-host warm-up is or was
+wanted: a single-host cache costs no extra call).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from compilecache.controller import expiryjob, jobs, status
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
-from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, Client
+from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, SERVICES, Client
 
 Obj = Mapping[str, Any]
 
@@ -91,8 +93,10 @@ class Snapshot:
     warmup_pods: tuple[Obj, ...] = ()  # pods of failed Jobs (what they said) and unreported succeeded ones
     expiry_jobs: tuple[Obj, ...] = ()
     expiry_pods: tuple[Obj, ...] = ()  # the pods of the expiry Jobs (by their job-name label)
+    services: tuple[Obj, ...] = ()  # headless Services of multi-host warm-ups, labelled with the cache
+    # Keyed by ``Resource.key`` (``plural/name``): a multi-host Job and its Service share a name.
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
-    rejected: Mapping[str, str] = field(default_factory=dict)  # objects the API refused: name → its message
+    rejected: Mapping[str, str] = field(default_factory=dict)  # objects the API refused: key → its message
 
     def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
         """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
@@ -102,6 +106,12 @@ class Snapshot:
 def observe_pods(client: Client, cache: Cache) -> tuple[Obj, ...]:
     """The training pods that use the cache (labelled by the user or by the webhook)."""
     return tuple(client.list(PODS, cache.namespace, labels={jobs.LABEL_CACHE: cache.name}))
+
+
+def uses_services(cache: Cache) -> bool:
+    """Whether a pass must read the cache's Services: a multi-host topology is wanted, or was (its Services go)."""
+    wanted = cache.spec is not None and any(topology.multi_host for topology in cache.spec.warmup.topologies)
+    return wanted or any(status.key(pool)[1] > 1 for pool in cache.status.get("pools") or [])
 
 
 def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
@@ -121,10 +131,14 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
     for job in warmup_jobs:  # failed ones, and succeeded ones not yet reported: each read once, then recorded
         if status.needs_report(job, recorded):
             warmup_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+    services: tuple[Obj, ...] = ()
+    if uses_services(cache):
+        services = tuple(client.list(SERVICES, namespace, labels={jobs.LABEL_CACHE: name}))
     return Snapshot(
         cache,
         pods=pods,
         claim=claim,
+        services=services,
         nodes=tuple(client.list(NODES)),
         jobs=warmup_jobs,
         warmup_pods=tuple(warmup_pods),

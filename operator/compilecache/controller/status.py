@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
+from compilecache.controller.api import SINGLE_HOST, Topology
 from compilecache.controller.pools import Pool
 
 # Phases of a cache.
@@ -29,7 +30,14 @@ POOL_RUNNING = "Running"
 POOL_SUCCEEDED = "Succeeded"
 POOL_FAILED = "Failed"
 POOL_NO_NODES = "NoNodes"
+# Some nodes, but fewer than a multi-host topology's hosts: nothing runs, and the cache phase
+# counts it as a failed warm-up (a hang until nodes come would hold training on the others).
+POOL_TOO_FEW_NODES = "TooFewNodes"
 FINISHED = (POOL_SUCCEEDED, POOL_FAILED)
+# States in which a pool × topology will not warm this spec (the phase counts them as failed).
+NOT_WARMED = (POOL_FAILED, POOL_TOO_FEW_NODES)
+# The pod annotation (and, from Kubernetes 1.28, label) with an Indexed Job pod's index.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 # What a warm-up pod's `compilecache warm --termination-log` writes (jobtools/warm.py: termination_summary).
 WARM_SCHEMA = "compilecache.dev/warm/v1"
@@ -114,10 +122,12 @@ def pool_status(
     job: Mapping[str, Any] | None,
     previous: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]] = (),
+    topology: Topology = SINGLE_HOST,
 ) -> dict[str, Any]:
-    """The ``status.pools[]`` entry of one pool; ``pods`` are its Job's pods (read when the Job failed)."""
+    """The ``status.pools[]`` entry of one pool × topology; ``pods`` are its Job's pods (read when it finished)."""
     entry: dict[str, Any] = {
         "name": pool.name,
+        "hosts": topology.hosts,
         "nodes": pool.nodes,
         "gpusPerNode": pool.gpus_per_node,
         "gpusPerPod": pool.gpus_per_pod,
@@ -129,6 +139,10 @@ def pool_status(
     unschedulable = unschedulable_reason(pool)
     if unschedulable:
         return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable}
+    if pool.nodes < topology.hosts:
+        nodes = f"{pool.nodes} node" + ("" if pool.nodes == 1 else "s")
+        message = f"pool {pool.name} has {nodes}; a {topology.hosts}-host warm-up needs {topology.hosts}"
+        return entry | {"state": POOL_TOO_FEW_NODES, "reason": "TooFewNodes", "message": message}
     entry["job"] = job_name
     same_job = previous is not None and previous.get("job") == job_name
     # The report read in an earlier pass stands (the pods are read once, then may be gone).
@@ -136,8 +150,7 @@ def pool_status(
     if job is not None:
         state = job_state(job)
         if state["state"] == POOL_FAILED:
-            told = termination_message(pods)
-            said = str((parse_warm_summary(told) or {}).get("error") or "") or last_line(told)
+            said = failure(pods, topology)
             if said:  # what the command said beats "BackoffLimitExceeded", which stays the reason
                 state["message"] = f"{said[:300]} ({state['message']})"
         if state["state"] == POOL_SUCCEEDED:
@@ -147,6 +160,52 @@ def pool_status(
         kept = ("state", "reason", "message", "startedAt", "finishedAt")
         return entry | {key: previous[key] for key in kept if key in previous} | reported
     return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
+
+
+def failure(pods: Sequence[Mapping[str, Any]], topology: Topology = SINGLE_HOST) -> str:
+    """What a failed warm-up Job's command said: its summary's error, else its log's last line ("" if nothing).
+
+    One host: the newest failed container (a Job may retry). Several: the first process that
+    failed, named (``process 1 of 2: ...``): the others' failures follow from it (the group lost a
+    member, or the Job controller stopped them), so the earliest one is the cause.
+    """
+    if not topology.multi_host:
+        told = termination_message(pods)
+        return str((parse_warm_summary(told) or {}).get("error") or "") or last_line(told)
+    found: list[tuple[str, int, int, str]] = []  # (finishedAt, no summary, process, what it said)
+    for pod in pods:
+        pod_status = pod.get("status") or {}
+        for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
+            terminated = (state.get("state") or {}).get("terminated") or {}
+            if terminated.get("exitCode") in (0, None) or not terminated.get("message"):
+                continue
+            summary = parse_warm_summary(terminated["message"])
+            said = str((summary or {}).get("error") or "") or last_line(terminated["message"])
+            if said:
+                process = process_of(pod, summary)
+                rank = process if process is not None else topology.hosts
+                when = str(terminated.get("finishedAt") or "~")  # "~" sorts after any time: a known one wins
+                found.append((when, summary is None, rank, said))
+    if not found:
+        return ""
+    _, _, process, said = min(found)
+    where = f"process {process} of {topology.hosts}" if process < topology.hosts else "a process"
+    return f"{where}: {said}"
+
+
+def process_of(pod: Mapping[str, Any], summary: Mapping[str, Any] | None) -> int | None:
+    """The JAX process a warm-up pod ran: its summary's ``process``, else its Indexed Job index (``None``: one host)."""
+    candidates = [(summary or {}).get("process")]
+    meta = pod.get("metadata") or {}
+    for where in ("annotations", "labels"):
+        candidates.append((meta.get(where) or {}).get(COMPLETION_INDEX))
+    for value in candidates:
+        try:
+            if value is not None and not isinstance(value, bool) and int(value) >= 0:
+                return int(value)
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 def parse_report(message: str | None, schema: str | None = None) -> dict[str, Any] | None:
@@ -174,10 +233,13 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The ``status.pools[]`` report fields from a succeeded warm-up Job's pods, or ``None`` without a summary.
 
     A pod runs one ``compilecache warm`` per container (scripts in init containers): their
-    summaries add up. Of a container retried in several pods (a Job's retries, or the pods of
-    an Indexed Job) the newest summary counts, once.
+    summaries add up. Of a container retried in several pods (a Job's retries) the newest
+    summary counts, once. A multi-host Job's pods are its processes (``process_of``), each
+    with its own summaries: entries, bytes and verify counts add up over the processes (only
+    process 0 publishes; every process verifies), compile seconds are the slowest process's
+    (they compile side by side), and the per-target detail is the lowest process's.
     """
-    newest: dict[str, tuple[str, dict[str, Any]]] = {}
+    newest: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
     for pod in pods:
         pod_status = pod.get("status") or {}
         for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
@@ -186,21 +248,25 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             if summary is None or terminated.get("exitCode") not in (0, None):
                 continue
             when = str(terminated.get("finishedAt") or "")
-            name = str(state.get("name"))
-            if name not in newest or when >= newest[name][0]:
-                newest[name] = (when, summary)
+            process = process_of(pod, summary)
+            key = (-1 if process is None else process, str(state.get("name")))
+            if key not in newest or when >= newest[key][0]:
+                newest[key] = (when, summary)
     if not newest:
         return None
-    summaries = [summary for _, summary in (newest[name] for name in sorted(newest))]
-    targets = [target for summary in summaries for target in summary.get("targets") or [] if isinstance(target, dict)]
-    omitted = sum(_int(summary.get("targetsOmitted")) for summary in summaries) + max(
-        0, len(targets) - STATUS_TARGETS_MAX
-    )
-    verified = [summary["verify"] for summary in summaries if isinstance(summary.get("verify"), dict)]
+    by_process: dict[int, list[dict[str, Any]]] = {}
+    for process, name in sorted(newest):
+        by_process.setdefault(process, []).append(newest[(process, name)][1])
+    every = [summary for summaries in by_process.values() for summary in summaries]
+    first = by_process[min(by_process)]  # the per-target detail: one process's, not N copies of it
+    targets = [target for summary in first for target in summary.get("targets") or [] if isinstance(target, dict)]
+    omitted = sum(_int(summary.get("targetsOmitted")) for summary in first) + max(0, len(targets) - STATUS_TARGETS_MAX)
+    verified = [summary["verify"] for summary in every if isinstance(summary.get("verify"), dict)]
+    seconds = max(sum(_float(summary.get("compileSeconds")) for summary in group) for group in by_process.values())
     report: dict[str, Any] = {
-        "entries": sum(_int(summary.get("entries")) for summary in summaries),
-        "bytes": sum(_int(summary.get("bytes")) for summary in summaries),
-        "compileSeconds": round(sum(_float(summary.get("compileSeconds")) for summary in summaries), 3),
+        "entries": sum(_int(summary.get("entries")) for summary in every),
+        "bytes": sum(_int(summary.get("bytes")) for summary in every),
+        "compileSeconds": round(seconds, 3),
         "targets": [
             {
                 "name": str(target.get("name"))[:253],
@@ -285,8 +351,8 @@ def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     active = [pool for pool in pools if pool.get("state") != POOL_NO_NODES]
     if not active:
         return PENDING, "no schedulable node matches any pool; waiting for nodes"
-    warming = [pool["name"] for pool in active if pool.get("state") not in FINISHED]
-    failed = [pool["name"] for pool in active if pool.get("state") == POOL_FAILED]
+    warming = [label(pool) for pool in active if pool.get("state") not in (*FINISHED, *NOT_WARMED)]
+    failed = [label(pool) for pool in active if pool.get("state") in NOT_WARMED]
     if warming:
         done = len(active) - len(warming)
         return (
@@ -298,6 +364,17 @@ def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     if len(failed) < len(active):
         return DEGRADED, f"warm-up failed on {len(failed)} of {len(active)} pools: {', '.join(failed)}"
     return FAILED, f"warm-up failed on every pool: {', '.join(failed)}"
+
+
+def label(pool: Mapping[str, Any]) -> str:
+    """A ``status.pools[]`` entry for humans: its pool's name, and its topology when multi-host."""
+    hosts = _int(pool.get("hosts")) or 1
+    return str(pool.get("name")) if hosts == 1 else f"{pool.get('name')} ({hosts} hosts)"
+
+
+def key(pool: Mapping[str, Any]) -> tuple[str, int]:
+    """What identifies a ``status.pools[]`` entry: (pool, hosts); a record from before topologies is 1 host."""
+    return str(pool.get("name")), _int(pool.get("hosts")) or 1
 
 
 def keeps_serving(old: Mapping[str, Any], spec_hash: str, phase: str) -> bool:
@@ -347,12 +424,12 @@ def condition(
 def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     """The Events that moving from status ``old`` to ``new`` deserves: phase and pool state changes."""
     events: list[Event] = []
-    old_pools = {pool.get("name"): pool for pool in old.get("pools") or []}
+    old_pools = {key(pool): pool for pool in old.get("pools") or []}
     for pool in new.get("pools") or []:
-        before = old_pools.get(pool.get("name"), {})
+        before = old_pools.get(key(pool), {})
         if (before.get("state"), before.get("job")) != (pool.get("state"), pool.get("job")):
-            type_ = "Warning" if pool.get("state") == POOL_FAILED else "Normal"
-            message = f"pool {pool['name']}: {pool.get('state')} ({pool.get('message', '')})"
+            type_ = "Warning" if pool.get("state") in NOT_WARMED else "Normal"
+            message = f"pool {label(pool)}: {pool.get('state')} ({pool.get('message', '')})"
             events.append(Event(type_, f"Pool{pool.get('state')}", message))
     if (old.get("phase"), old.get("message")) != (new.get("phase"), new.get("message")) and (
         old.get("phase") != new.get("phase") or new.get("phase") == FAILED
