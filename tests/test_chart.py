@@ -37,6 +37,7 @@ from chartrender import (
 from compilecache.controller.admission import selector_matches
 from compilecache.local.apiserver import KubeEmulator
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
+from k8snames import KUBERNETES_VERSIONS
 from specs import PRODUCT, cache_spec, cluster
 
 CC = "compilecache.dev/v1alpha1/compilecaches"
@@ -203,7 +204,6 @@ def env_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 # kubernetes-validate ships no schema for custom resources other than the CRD kind itself.
 CUSTOM_KINDS = {"Certificate", "Issuer", "KopfPeering", "ClusterKopfPeering", "ServiceMonitor"}
-KUBERNETES_VERSIONS = ["1.30", "1.31", "1.32", "1.33", "1.34", "1.35"]
 
 
 @pytest.mark.slow

@@ -19,8 +19,10 @@ from compilecache.controller.api import SpecError, Topology, parse_spec
 from compilecache.controller.kube import JOBS, SERVICES
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot, uses_services
+from compilecache.local.validation import dns1035_label
+from k8snames import KUBERNETES_VERSIONS
 from specs import PRODUCT, cache, cache_spec, cluster, node
-from test_spec_property import KUBERNETES_VERSIONS, api_server_rules, check, is_dns_1035_label, multihost_problems
+from test_spec_property import api_server_rules, check, multihost_problems
 
 NOW = "2026-11-21T10:00:00Z"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -332,7 +334,7 @@ def test_names_fit_hostnames_and_services(name: str, hosts: int):
     assert f"-h{hosts}-" in job_name
     assert len(job_name) <= jobs.MULTIHOST_NAME_MAX
     assert api.is_dns_label(f"{job_name}-{hosts - 1}")  # the last pod's hostname
-    assert is_dns_1035_label(service["metadata"]["name"])
+    assert dns1035_label(service["metadata"]["name"]) == []
     assert api_server_rules(job) == [] and api_server_rules(service) == []
     assert _manifests(obj, hosts, pool)[0]["metadata"]["name"] == job_name  # deterministic
     others = {_manifests(obj, h, pool)[0]["metadata"]["name"] for h in (1, hosts + 1 if hosts < 256 else 3)}

@@ -30,12 +30,13 @@ from compilecache.controller import api, expiryjob, jobs, plan, status
 from compilecache.controller.api import SpecError
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot
+from compilecache.local.validation import dns1035_label
 from crdschema import load_crd, openapi_schema
+from k8snames import KUBERNETES_VERSIONS
 from specgen import cache_objects, node_sets
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = openapi_schema(load_crd(ROOT / "crds" / "compilecache.yaml"), "v1alpha1")
-KUBERNETES_VERSIONS = ["1.30", "1.31", "1.32", "1.33", "1.34", "1.35"]
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage"}
 
 
@@ -59,7 +60,7 @@ def api_server_rules(obj: Mapping[str, Any]) -> list[str]:
     if kind == "Job" and not api.is_label_value(name):
         found.append(f"Job name {name!r} is not a label value (the job-name pod label)")
     if kind == "Service":
-        if not is_dns_1035_label(name):
+        if dns1035_label(name):
             found.append(f"Service name {name!r} is not a DNS-1035 label")
         found += _labels(obj["spec"].get("selector") or {}, "Service selector")
     if kind == "Job" and obj["spec"].get("completionMode") == "Indexed":
@@ -85,11 +86,6 @@ def api_server_rules(obj: Mapping[str, Any]) -> list[str]:
         found += _labels(template["metadata"].get("labels") or {}, "pod labels")
         found += list(_pod_spec(template["spec"]))
     return found
-
-
-def is_dns_1035_label(value: str) -> bool:
-    """A DNS-1035 label (Service names): at most 63 lower-case letters, digits and '-', a letter first."""
-    return bool(re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value))
 
 
 def _labels(labels: Mapping[str, Any], where: str, *, values: bool = True) -> list[str]:

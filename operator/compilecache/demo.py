@@ -53,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--devices", type=int, default=0, help="shard data-parallel over N host devices (default: unsharded)"
     )
     parser.add_argument(
-        "--nodes", default=None, help="simulated GPU nodes: a YAML file {pools: [{name, product, count, gpus}]}"
+        "--nodes",
+        default=None,
+        help="simulated GPU nodes: a YAML file {pools: [{name, product, count, gpus}]} (N hosts need count >= N)",
     )
     parser.add_argument("--keep", default=None, help="keep the local cluster's files in this directory")
     parser.add_argument("--repo", default=None, help="repository root holding examples/ (default: found)")
