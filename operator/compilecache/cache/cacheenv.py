@@ -32,6 +32,15 @@ NEVER_WRITE_SECS = 1_000_000_000
 NOT_IN_KEY = frozenset({MIN_COMPILE_TIME, "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", REPORT, TERMINATION_LOG})
 FORMATS = ("shell", "dotenv", "json", "yaml")
 
+# A multi-host warm-up's process group, as the operator sets it in each pod and `compilecache warm`
+# reads it (and a training script may: examples/train.py). JAX itself reads the coordinator.
+GROUP_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
+GROUP_PROCESSES = "COMPILECACHE_NUM_PROCESSES"
+GROUP_PROCESS_ID = "COMPILECACHE_PROCESS_ID"
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in every pod of an Indexed Job
+# One `compilecache warm` in a group uses the coordinator's port and the next three (its own groups).
+GROUP_PORTS = 4
+
 
 def jax_cache_env(
     cache_dir: str,

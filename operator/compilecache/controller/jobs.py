@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.cache.cacheenv import GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES, jax_cache_env
 from compilecache.controller import api
 from compilecache.controller.api import SINGLE_HOST, CacheSpec, Topology, Workload
 from compilecache.controller.pools import Pool
@@ -28,14 +28,10 @@ ANNOTATION_REWARM = "compilecache.dev/rewarm"  # any new value re-runs the warm-
 LABEL_WARMUP_JOB = "compilecache.dev/warmup-job"
 LABEL_HOSTS = "compilecache.dev/hosts"  # on multi-host warm-up Jobs and Services only
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-# Env of every container of a multi-host warm-up (JAX reads the first; `compilecache warm` the second).
-COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
-NUM_PROCESSES_ENV = "COMPILECACHE_NUM_PROCESSES"
-# Container i of a multi-host pod coordinates on COORDINATOR_PORT + PORTS_PER_CONTAINER * i: the warmer
+# Container i of a multi-host pod coordinates on COORDINATOR_PORT + GROUP_PORTS * i: the warmer
 # uses port..port+3 for its own process groups, and init containers run one after the other, so a
 # later container never meets a port its predecessor's coordinator may still hold (TIME_WAIT).
 COORDINATOR_PORT = 8476
-PORTS_PER_CONTAINER = 4
 
 RUN_AS_USER = 65532  # the distroless "nonroot" uid: any non-zero uid the image does not need to know
 TMP_DIR = "/tmp"
@@ -296,10 +292,10 @@ def coordinator_env(job: str, topology: Topology, index: int) -> dict[str, str]:
     Every pod reaches process 0 at ``<job>-0.<service>`` (its hostname in the Service's
     subdomain); Kubernetes injects each pod's own index as ``JOB_COMPLETION_INDEX``.
     """
-    port = COORDINATOR_PORT + PORTS_PER_CONTAINER * index
+    port = COORDINATOR_PORT + GROUP_PORTS * index
     return {
-        COORDINATOR_ENV: f"{job}-0.{service_name(job)}:{port}",
-        NUM_PROCESSES_ENV: str(topology.hosts),
+        GROUP_COORDINATOR: f"{job}-0.{service_name(job)}:{port}",
+        GROUP_PROCESSES: str(topology.hosts),
     }
 
 

@@ -33,12 +33,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from compilecache.cache.cacheenv import (
+    GROUP_COORDINATOR,
+    GROUP_PORTS,
+    GROUP_PROCESS_ID,
+    GROUP_PROCESSES,
+    JOB_COMPLETION_INDEX,
+)
 from compilecache.cache.errors import WarmError
 
-ENV_PROCESSES = "COMPILECACHE_NUM_PROCESSES"
-ENV_PROCESS_ID = "COMPILECACHE_PROCESS_ID"
-ENV_JOB_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in every pod of an Indexed Job
-ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 # Bounds, in seconds (environment variables, for tests and unusual clusters).
 ENV_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"
 ENV_PHASE_TIMEOUT = "COMPILECACHE_GROUP_PHASE_TIMEOUT"
@@ -48,7 +51,7 @@ ENV_HEARTBEAT_TIMEOUT = "COMPILECACHE_GROUP_HEARTBEAT_TIMEOUT"
 COORDINATION_PORT = 0
 COMPILE_PORT = 1  # --workload: compiled in the warmer's own process
 SCRIPT_PORT = 2  # --script: the entrypoint's own jax.distributed.initialize
-VERIFY_PORT = 3  # the fresh verify processes (workloads, then the script: one after the other)
+VERIFY_PORT = GROUP_PORTS - 1  # the fresh verify processes (workloads, then the script: one after the other)
 
 _KEY_PREFIX = "compilecache/"
 _POLL_MS = 1000  # each wait on the key-value store; the phase deadline bounds the whole
@@ -91,25 +94,25 @@ def group_from(
     processes: int | None, process_id: int | None, coordinator: str | None, env: Mapping[str, str]
 ) -> Group | None:
     """The group from flags (``None``: not given), else the environment; ``None`` for one process."""
-    count = processes if processes is not None else _whole(env, ENV_PROCESSES, default=1)
+    count = processes if processes is not None else _whole(env, GROUP_PROCESSES, default=1)
     if count < 1:
-        raise WarmError(f"--num-processes / ${ENV_PROCESSES} must be at least 1, got {count}")
+        raise WarmError(f"--num-processes / ${GROUP_PROCESSES} must be at least 1, got {count}")
     if count == 1:
         return None
     if process_id is None:
-        name = ENV_PROCESS_ID if env.get(ENV_PROCESS_ID) else ENV_JOB_INDEX
+        name = GROUP_PROCESS_ID if env.get(GROUP_PROCESS_ID) else JOB_COMPLETION_INDEX
         if not env.get(name):
             raise WarmError(
-                f"{count} processes asked, but no process id: give --process-id, ${ENV_PROCESS_ID} "
-                f"or ${ENV_JOB_INDEX} (an Indexed Job sets it)"
+                f"{count} processes asked, but no process id: give --process-id, ${GROUP_PROCESS_ID} "
+                f"or ${JOB_COMPLETION_INDEX} (an Indexed Job sets it)"
             )
         process_id = _whole(env, name, default=0)
     if not 0 <= process_id < count:
         raise WarmError(f"process id {process_id} is outside 0..{count - 1} for {count} processes")
-    address = coordinator or env.get(ENV_COORDINATOR)
+    address = coordinator or env.get(GROUP_COORDINATOR)
     if not address:
         raise WarmError(
-            f"{count} processes asked, but no coordinator: give --coordinator HOST:PORT or ${ENV_COORDINATOR}"
+            f"{count} processes asked, but no coordinator: give --coordinator HOST:PORT or ${GROUP_COORDINATOR}"
         )
     host, _, port_text = address.rpartition(":")
     if not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535 - VERIFY_PORT:
@@ -135,15 +138,15 @@ def _whole(env: Mapping[str, str], name: str, *, default: int) -> int:
 def script_env(group: Group) -> dict[str, str]:
     """What a ``--script`` reads to join its group (it calls ``jax.distributed.initialize``)."""
     return {
-        ENV_COORDINATOR: group.address(SCRIPT_PORT),
-        ENV_PROCESSES: str(group.processes),
-        ENV_PROCESS_ID: str(group.process_id),
+        GROUP_COORDINATOR: group.address(SCRIPT_PORT),
+        GROUP_PROCESSES: str(group.processes),
+        GROUP_PROCESS_ID: str(group.process_id),
     }
 
 
 def verify_script_env(group: Group) -> dict[str, str]:
     """The same for the script's fresh verify run."""
-    return {**script_env(group), ENV_COORDINATOR: group.address(VERIFY_PORT)}
+    return {**script_env(group), GROUP_COORDINATOR: group.address(VERIFY_PORT)}
 
 
 def group_request(group: Group, offset: int) -> dict[str, Any]:
@@ -162,8 +165,8 @@ def single_process_message(processes: int) -> str:
     """Why a script that never joined its group cannot warm for ``processes``."""
     return (
         f"the script ran as a single process, but {processes} were asked: it must call "
-        f"jax.distributed.initialize(coordinator_address=os.environ['{ENV_COORDINATOR}'], "
-        f"num_processes=int(os.environ['{ENV_PROCESSES}']), process_id=int(os.environ['{ENV_PROCESS_ID}'])) "
+        f"jax.distributed.initialize(coordinator_address=os.environ['{GROUP_COORDINATOR}'], "
+        f"num_processes=int(os.environ['{GROUP_PROCESSES}']), process_id=int(os.environ['{GROUP_PROCESS_ID}'])) "
         "before it compiles"
     )
 

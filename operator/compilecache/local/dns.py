@@ -35,11 +35,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compilecache.cache.cacheenv import GROUP_PORTS
 from compilecache.local.admission import selector_matches
 
 LOCAL_ADDRESS = "127.0.0.1"
 CLUSTER_DOMAIN = "cluster.local"  # the kubelet's default --cluster-domain
-BLOCK_MIN = 4  # the warmer's process groups use port..port+3 (the shared contract)
+BLOCK_MIN = GROUP_PORTS  # a named port is a warmer's coordinator: its groups use the next ports too
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 # Below Linux's default ephemeral range (32768-60999): outgoing connections do not take these.
 PORT_RANGE = (20000, 32000)
