@@ -18,6 +18,7 @@ import pytest
 
 from compilecache.local.cluster import LocalCluster
 from compilecache.local.nodes import NodePool
+from test_local_cluster import finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 
@@ -117,16 +118,6 @@ def create(cluster: LocalCluster, objects: list[dict[str, Any]]) -> None:
     cluster.client.create(JOBS, job, NS)
 
 
-def finished(cluster: LocalCluster, name: str, timeout: float = 90) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        job = cluster.client.get(JOBS, name, NS) or {}
-        types = {c["type"] for c in (job.get("status") or {}).get("conditions") or []}
-        return job if types & {"Complete", "Failed"} else None
-
-    result: dict[str, Any] = cluster.client.wait_for(done, timeout=timeout)
-    return result
-
-
 def pods_of(cluster: LocalCluster, job: str) -> list[dict[str, Any]]:
     pods = cluster.client.list(PODS, NS, label_selector=f"job-name={job}")
     return sorted(pods, key=lambda pod: int(pod["metadata"]["annotations"][INDEX]))
@@ -147,7 +138,7 @@ def logs(cluster: LocalCluster, job: str) -> str:
 
 def test_an_indexed_job_runs_one_pod_per_node_and_its_processes_reach_process_0(cluster: LocalCluster) -> None:
     create(cluster, multihost("mh-ok", PEERS))
-    done = finished(cluster, "mh-ok")
+    done = finished(cluster, "mh-ok", timeout=90)
     assert done["status"]["succeeded"] == 2, logs(cluster, "mh-ok")
     assert done["status"]["completedIndexes"] == "0,1"
     assert [c["type"] for c in done["status"]["conditions"]] == ["SuccessCriteriaMet", "Complete"]
@@ -181,7 +172,7 @@ def test_two_multihost_jobs_at_once_get_distinct_ports(cluster: LocalCluster) ->
     # The 2-node pool holds one pod of each Job per node: the anti-affinity is per Job.
     create(cluster, multihost("mh-a", PEERS))
     create(cluster, multihost("mh-b", PEERS))
-    a, b = finished(cluster, "mh-a"), finished(cluster, "mh-b")
+    a, b = finished(cluster, "mh-a", timeout=90), finished(cluster, "mh-b", timeout=90)
     assert a["status"]["succeeded"] == 2, logs(cluster, "mh-a")
     assert b["status"]["succeeded"] == 2, logs(cluster, "mh-b")
     port_a = int(message(pods_of(cluster, "mh-a")[0])["address"].rsplit(":", 1)[1])
@@ -247,7 +238,7 @@ def test_a_failed_process_fails_the_job_and_its_peer_is_killed(cluster: LocalClu
 def test_without_its_headless_service_the_names_do_not_resolve(cluster: LocalCluster) -> None:
     _, job = multihost("mh-nosvc", PEERS)
     cluster.client.create(JOBS, job, NS)  # no Service: a real cluster's DNS has no record either
-    done = finished(cluster, "mh-nosvc")
+    done = finished(cluster, "mh-nosvc", timeout=90)
     assert any(c["type"] == "Failed" for c in done["status"]["conditions"]), done["status"]
     assert "mh-nosvc-0.mh-nosvc" in logs(cluster, "mh-nosvc")  # left as written: nothing resolves it
 
