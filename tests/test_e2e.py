@@ -474,3 +474,16 @@ def test_multihost_example_warms_every_process_and_each_training_process_hits(lo
     for result in results.values():
         assert result["requests"] > 0 and result["hits"] == result["requests"], results
     assert results[0]["losses"] == results[1]["losses"]  # one step across both processes
+
+
+def test_a_topology_larger_than_the_pool_says_so_instead_of_waiting(local: Setup) -> None:
+    """3 hosts on the 2-node h100 pool: no Job whose third pod would wait forever, a state that says why."""
+    cache = small_cache("too-few-nodes")
+    cache["spec"]["warmup"]["topologies"] = [{"hosts": 3}]
+    local.cluster.client.create(CC, cache, NS)
+    status = wait_phase(local, "too-few-nodes", ("Failed", "Degraded", "Ready"))
+    assert status["phase"] == "Failed", status
+    [pool] = status["pools"]
+    assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 3, "TooFewNodes"), pool
+    assert "2 nodes" in pool["message"] and "3" in pool["message"], pool["message"]
+    assert local.cluster.client.list(JOBS, NS, label_selector="compilecache.dev/cache=too-few-nodes") == []
