@@ -235,8 +235,8 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     A pod runs one ``compilecache warm`` per container (scripts in init containers): their
     summaries add up. Of a container retried in several pods (a Job's retries) the newest
     summary counts, once. A multi-host Job's pods are its processes (``process_of``), each
-    with its own summaries: entries, bytes and verify counts add up over the processes (only
-    process 0 publishes; every process verifies), compile seconds are the slowest process's
+    with its own summaries: entries, bytes and verify counts add up over the processes (each
+    publishes and verifies the entries of its own keys), compile seconds are the slowest process's
     (they compile side by side), and the per-target detail is the lowest process's.
     """
     newest: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
