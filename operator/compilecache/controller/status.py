@@ -8,7 +8,7 @@ Job name (and so its spec hash) is the current one.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,17 +97,22 @@ def termination_message(pods: Sequence[Mapping[str, Any]], container: str | None
     (a warm-up pod runs each script in an init container).
     """
     found: list[tuple[str, str]] = []
+    for _, name, terminated in terminated_containers(pods):
+        if not terminated.get("message"):
+            continue
+        if container is None and terminated.get("exitCode") in (0, None):
+            continue
+        if container is None or name == container:
+            found.append((str(terminated.get("finishedAt") or ""), str(terminated["message"])))
+    return max(found)[1] if found else None
+
+
+def terminated_containers(pods: Sequence[Mapping[str, Any]]) -> Iterator[tuple[Mapping[str, Any], str, dict[str, Any]]]:
+    """(pod, container name, its ``state.terminated``: empty while it has not ended) of every container, init first."""
     for pod in pods:
         pod_status = pod.get("status") or {}
         for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
-            terminated = (state.get("state") or {}).get("terminated") or {}
-            if not terminated.get("message"):
-                continue
-            if container is None and terminated.get("exitCode") in (0, None):
-                continue
-            if container is None or state.get("name") == container:
-                found.append((str(terminated.get("finishedAt") or ""), str(terminated["message"])))
-    return max(found)[1] if found else None
+            yield pod, str(state.get("name")), (state.get("state") or {}).get("terminated") or {}
 
 
 def last_line(message: str | None, limit: int = 300) -> str:
@@ -173,19 +178,16 @@ def failure(pods: Sequence[Mapping[str, Any]], topology: Topology = SINGLE_HOST)
         told = termination_message(pods)
         return str((parse_warm_summary(told) or {}).get("error") or "") or last_line(told)
     found: list[tuple[str, int, int, str]] = []  # (finishedAt, no summary, process, what it said)
-    for pod in pods:
-        pod_status = pod.get("status") or {}
-        for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
-            terminated = (state.get("state") or {}).get("terminated") or {}
-            if terminated.get("exitCode") in (0, None) or not terminated.get("message"):
-                continue
-            summary = parse_warm_summary(terminated["message"])
-            said = str((summary or {}).get("error") or "") or last_line(terminated["message"])
-            if said:
-                process = process_of(pod, summary)
-                rank = process if process is not None else topology.hosts
-                when = str(terminated.get("finishedAt") or "~")  # "~" sorts after any time: a known one wins
-                found.append((when, summary is None, rank, said))
+    for pod, _, terminated in terminated_containers(pods):
+        if terminated.get("exitCode") in (0, None) or not terminated.get("message"):
+            continue
+        summary = parse_warm_summary(terminated["message"])
+        said = str((summary or {}).get("error") or "") or last_line(terminated["message"])
+        if said:
+            process = process_of(pod, summary)
+            rank = process if process is not None else topology.hosts
+            when = str(terminated.get("finishedAt") or "~")  # "~" sorts after any time: a known one wins
+            found.append((when, summary is None, rank, said))
     if not found:
         return ""
     _, _, process, said = min(found)
@@ -240,18 +242,15 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     (they compile side by side), and the per-target detail is the lowest process's.
     """
     newest: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
-    for pod in pods:
-        pod_status = pod.get("status") or {}
-        for state in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
-            terminated = (state.get("state") or {}).get("terminated") or {}
-            summary = parse_warm_summary(terminated.get("message"))
-            if summary is None or terminated.get("exitCode") not in (0, None):
-                continue
-            when = str(terminated.get("finishedAt") or "")
-            process = process_of(pod, summary)
-            key = (-1 if process is None else process, str(state.get("name")))
-            if key not in newest or when >= newest[key][0]:
-                newest[key] = (when, summary)
+    for pod, name, terminated in terminated_containers(pods):
+        summary = parse_warm_summary(terminated.get("message"))
+        if summary is None or terminated.get("exitCode") not in (0, None):
+            continue
+        when = str(terminated.get("finishedAt") or "")
+        process = process_of(pod, summary)
+        key = (-1 if process is None else process, name)
+        if key not in newest or when >= newest[key][0]:
+            newest[key] = (when, summary)
     if not newest:
         return None
     by_process: dict[int, list[dict[str, Any]]] = {}
