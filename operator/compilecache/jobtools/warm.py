@@ -243,10 +243,12 @@ def _warm(
 
     store = agreed("opened", lambda: open_store(args.cache_dir))
     options = _cache_options(args, base_env)
+    placed: dict[str, Any] | None = None  # the manifest's "group"
     if coordination is not None and group is not None:
         # One run id for the group (process 0's), and a staging dir and manifest per process.
         shared = coordination.share("run-id", new_run_id() if group.process_id == 0 else None)
         run_id = f"{shared}-p{group.process_id}"
+        placed = {"run_id": shared, **_group_fields(group)}
     else:
         run_id = new_run_id()
     started = utc_now()
@@ -287,7 +289,7 @@ def _warm(
         workloads=[*args.workload, *([f"script:{args.script}"] if args.script else [])],
         verify=verify_result,
         repaired=damaged,
-        group=None if group is None else {"run_id": run_id.rsplit("-p", 1)[0], **_group_fields(group)},
+        group=placed,
     )
     manifest_path = store.write_manifest(manifest_name(run_id), dumps(manifest))
     error = _verify_error(problems) if problems else None
