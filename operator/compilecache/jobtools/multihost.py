@@ -41,6 +41,7 @@ from compilecache.cache.cacheenv import (
     JOB_COMPLETION_INDEX,
 )
 from compilecache.cache.errors import WarmError
+from compilecache.jobtools.compiler import one_line
 
 # Bounds, in seconds (environment variables, for tests and unusual clusters).
 ENV_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"
@@ -195,7 +196,7 @@ def join_jax(request: Mapping[str, Any], *, own_keys: bool = True) -> None:
     except Exception as error:  # JaxRuntimeError: a peer never came, the port is taken...
         raise WarmError(
             f"cannot join the JAX group at {request['coordinator']} as process {request['process_id']} of "
-            f"{request['processes']}: {_one_line(error)}"
+            f"{request['processes']}: {one_line(error)}"
         ) from error
 
 
@@ -315,7 +316,7 @@ class Coordination:
         except Exception as error:
             raise WarmError(
                 f"{group.describe()}: cannot form the warm-up group at {address} within {timeouts.connect}s: "
-                f"{_one_line(error)}"
+                f"{one_line(error)}"
             ) from error
 
     def share(self, name: str, value: str | None) -> str:
@@ -326,7 +327,7 @@ class Coordination:
             try:
                 self._client.key_value_set(key, value)
             except Exception as error:
-                raise GroupFailed(f"{self.group.describe()}: cannot share {name}: {_one_line(error)}") from error
+                raise GroupFailed(f"{self.group.describe()}: cannot share {name}: {one_line(error)}") from error
             return value
         deadline = time.monotonic() + self.group.timeouts.connect
         while True:
@@ -354,7 +355,7 @@ class Coordination:
         if self._failing:
             return
         self._failing = True
-        why = str(error) if isinstance(error, WarmError) else _one_line(error)
+        why = str(error) if isinstance(error, WarmError) else one_line(error)
         self.post("failed", f"failed: {why}")
         with contextlib.suppress(Exception):  # ALREADY_EXISTS: another process failed first
             self._client.key_value_set(
@@ -385,8 +386,8 @@ class Coordination:
                 try:
                     news: str = self._client.blocking_key_value_get(f"{_KEY_PREFIX}abort", _POLL_MS)
                 except Exception as error:
-                    text = _one_line(error)
-                    if "DEADLINE_EXCEEDED" in text or "Deadline" in text:
+                    text = one_line(error)
+                    if _timed_out(text):
                         continue
                     if self._stopped or self._failing:
                         return
@@ -422,7 +423,7 @@ class Coordination:
             self._client.key_value_set(f"{_KEY_PREFIX}{phase}/{self.group.process_id}", outcome[:2000])
         except Exception as error:
             if outcome == "ok":
-                raise GroupFailed(f"{self.group.describe()}: cannot post {phase}: {_one_line(error)}") from error
+                raise GroupFailed(f"{self.group.describe()}: cannot post {phase}: {one_line(error)}") from error
 
     def wait(self, phase: str) -> None:
         """Until every process posted ``ok`` for ``phase``; :class:`GroupFailed` on a failure or the bound."""
@@ -458,8 +459,8 @@ class Coordination:
             value: str = self._client.blocking_key_value_get(key, int(min(_POLL_MS, left * 1000)) or 1)
             return value
         except Exception as error:
-            text = _one_line(error)
-            if "DEADLINE_EXCEEDED" in text or "Deadline" in text:
+            text = one_line(error)
+            if _timed_out(text):
                 return None  # not there yet: wait again
             raise GroupFailed(
                 f"{self.group.describe()}: lost the warm-up group at {self.group.address(COORDINATION_PORT)} "
@@ -484,7 +485,7 @@ class Coordination:
             if self._service is not None:
                 self._service.shutdown()
         except Exception as error:  # all work is done and agreed: say it, never fail the run for it
-            log.warning("leaving the warm-up group: %s", _one_line(error))
+            log.warning("leaving the warm-up group: %s", one_line(error))
         self._client = self._service = None
 
     def abandon(self) -> None:
@@ -493,9 +494,6 @@ class Coordination:
         self._client = self._service = None
 
 
-def _one_line(error: BaseException | Any) -> str:
-    text = " ".join(str(error).split())
-    if len(text) > 400:
-        text = text[:400] + " …"
-    name = type(error).__name__
-    return f"{name}: {text}" if text and isinstance(error, BaseException) else text or name
+def _timed_out(text: str) -> bool:
+    """Whether a key-value wait ended by its own deadline (the key is not there yet), not by a lost group."""
+    return "DEADLINE_EXCEEDED" in text or "Deadline" in text
