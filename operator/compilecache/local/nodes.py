@@ -129,12 +129,8 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
     return False
 
 
-def fits(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Whether the pod may go to the node: nodeSelector and NoSchedule/NoExecute taints (no resource accounting)."""
-    return _node_rejection(pod_spec, node) is None
-
-
 def _node_rejection(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """Why the node's NoSchedule/NoExecute taints or the pod's nodeSelector keep the pod off it, or ``None``."""
     taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
     for taint in taints:
         if not tolerates(pod_spec.get("tolerations") or [], taint):
