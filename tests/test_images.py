@@ -92,7 +92,9 @@ def test_operator_image_exposes_the_ports_the_chart_uses():
 
     values = yaml.safe_load((ROOT / "helm" / "compilecache-operator" / "values.yaml").read_text())
     deployment = (ROOT / "helm" / "compilecache-operator" / "templates" / "deployment.yaml").read_text()
-    webhook_port = int(re.search(r"name: webhook\s+containerPort: (\d+)", deployment)[1])  # type: ignore[index]
+    webhook = re.search(r"name: webhook\s+containerPort: (\d+)", deployment)
+    assert webhook, "the Deployment declares no webhook port"
+    webhook_port = int(webhook[1])
     text = (ROOT / "images" / "operator" / "Dockerfile").read_text()
     [exposed] = re.findall(r"^EXPOSE (.+)$", text, re.MULTILINE)
     assert sorted(int(port) for port in exposed.split()) == sorted(
