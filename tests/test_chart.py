@@ -224,6 +224,12 @@ def test_notes_tell_what_to_apply_next(tmp_path: Path):
     notes = done.stdout.split("NOTES:", 1)[1]
     assert f"kubectl apply -f examples/cache-pvc.yaml -n {WATCHED}" in notes
     assert f"kubectl get cc -n {WATCHED}" in notes
+    # The webhook check of docs/install.md, in a namespace the webhook serves.
+    verify = "kubectl run compilecache-check --image=busybox --restart=Never --dry-run=server"
+    assert f"{verify} --labels=compilecache.dev/cache=compilecache-check -n {WATCHED}" in notes
+    off = helm("install", "cc", "--dry-run=client", values={"webhook": {"enabled": False}}, tmp=tmp_path)
+    assert off.returncode == 0, off.stderr
+    assert "compilecache-check" not in off.stdout.split("NOTES:", 1)[1]
 
 
 @pytest.fixture(scope="module")
