@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-local
 
-.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long
+.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,26 @@ bench: $(STAMP)
 tools: $(STAMP)
 	@tools/install-helm.sh || echo "WARNING: helm not installed; the chart tests will skip (see .tools/helm.unavailable)"
 	@VENV=$(VENV) tools/install-hadolint.sh || echo "WARNING: hadolint not installed; the Dockerfile lint tests will skip"
+
+## The two images for a real cluster (docs/install.md), named as the chart expects them:
+##   make push REGISTRY=registry.example.com/ml TAG=0.1.0
+## then helm install with image.repository=$(REGISTRY)/compilecache-operator and image.tag=$(TAG).
+## TAG defaults to the chart's appVersion, which is also the chart's default image tag.
+REGISTRY ?= compilecache
+TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' helm/compilecache-operator/Chart.yaml)
+DOCKER ?= docker
+OPERATOR_IMAGE = $(REGISTRY)/compilecache-operator:$(TAG)
+WARMER_IMAGE = $(REGISTRY)/compilecache-warmer:$(TAG)
+
+## Build both images from the repository root (the context their Dockerfiles COPY from).
+images:
+	$(DOCKER) build -f images/operator/Dockerfile -t $(OPERATOR_IMAGE) .
+	$(DOCKER) build -f images/warmer/Dockerfile -t $(WARMER_IMAGE) .
+
+## Build and push both images.
+push: images
+	$(DOCKER) push $(OPERATOR_IMAGE)
+	$(DOCKER) push $(WARMER_IMAGE)
 
 ## Copy the CRD (the one source of truth) into the Helm chart; tests/test_chart.py fails when they differ.
 crd-sync:

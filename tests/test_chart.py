@@ -21,6 +21,7 @@ from typing import Any
 import kmock
 import pytest
 
+import podsecurity
 from chartrender import (
     CHART,
     NAMESPACE,
@@ -41,6 +42,15 @@ from k8snames import KUBERNETES_VERSIONS
 from specs import PRODUCT, cache_spec, cluster
 
 CC = "compilecache.dev/v1alpha1/compilecaches"
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
+_SPREAD = {
+    "weight": 100,
+    "podAffinityTerm": {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "compilecache-operator"}},
+    },
+}
 _PROD = {"key": "env", "operator": "In", "values": ["prod"]}
 JOBS = "batch/v1/jobs"
 WATCHED = "team-a"
@@ -75,6 +85,29 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "image": {"repository": "registry.example:5000/ml/compilecache-operator", "tag": "v0.1.0-rc.1"},
         "imagePullSecrets": [{"name": "pull"}],
     },
+    # What a platform team sets: two replicas, a ServiceMonitor, a digest, placement, proxies, a CA file.
+    "platform": {
+        "replicas": 2,
+        "watchNamespaces": [WATCHED],
+        "image": {"repository": "registry.example/ml/compilecache-operator", "digest": DIGEST},
+        "metrics": {"enabled": True, "port": 8000, "serviceMonitor": {"enabled": True}},
+        "priorityClassName": "platform-critical",
+        "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+        "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [_SPREAD]}},
+        "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"cpu": 1, "memory": "600Mi"}},
+        "extraEnv": [
+            {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        ],
+        "extraVolumes": [{"name": "proxy-ca", "configMap": {"name": "proxy-ca"}}],
+        "extraVolumeMounts": [{"name": "proxy-ca", "mountPath": "/etc/proxy-ca", "readOnly": True}],
+    },
+    # OpenShift's restricted SCC assigns the UID: nothing may force one (the defaults force none).
+    "openshift": {"podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}},
+    # Where no platform assigns one, the image's user pinned explicitly.
+    "pinned-uid": {"podSecurityContext": {"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532}},
+    "existing-secret": {"webhook": {"enabled": True, "existingSecret": "my-webhook-tls", "caBundle": CA_BUNDLE}},
 }
 
 # Values values.schema.json must reject, and a word its message must name.
@@ -93,6 +126,20 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "bad-scrape-interval": (
         {"metrics": {"enabled": True, "port": 8000, "serviceMonitor": {"interval": "often"}}},
         "interval",
+    ),
+    "misspelt-security-context": ({"podSecurityContext": {"runAsUsr": 1000}}, "runAsUsr"),
+    "negative-uid": ({"securityContext": {"runAsUser": -1}}, "runAsUser"),
+    "env-the-chart-sets": ({"extraEnv": [{"name": "COMPILECACHE_WEBHOOK", "value": "off"}]}, "extraEnv"),
+    "env-value-and-value-from": (
+        {"extraEnv": [{"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
+        "extraEnv",
+    ),
+    "mount-over-tmp": ({"extraVolumeMounts": [{"name": "x", "mountPath": "/tmp"}]}, "mountPath"),
+    "volume-named-certs": ({"extraVolumes": [{"name": "certs", "emptyDir": {}}]}, "extraVolumes"),
+    "existing-secret-without-ca": ({"webhook": {"enabled": True, "existingSecret": "mine"}}, "caBundle"),
+    "existing-secret-and-cert-manager": (
+        {"webhook": {"enabled": True, "existingSecret": "mine", "caBundle": "QUJD", "certManager": {"enabled": True}}},
+        "certManager",
     ),
 }
 
@@ -177,6 +224,12 @@ def test_notes_tell_what_to_apply_next(tmp_path: Path):
     notes = done.stdout.split("NOTES:", 1)[1]
     assert f"kubectl apply -f examples/cache-pvc.yaml -n {WATCHED}" in notes
     assert f"kubectl get cc -n {WATCHED}" in notes
+    # The webhook check of docs/install.md, in a namespace the webhook serves.
+    verify = "kubectl run compilecache-check --image=busybox --restart=Never --dry-run=server"
+    assert f"{verify} --labels=compilecache.dev/cache=compilecache-check -n {WATCHED}" in notes
+    off = helm("install", "cc", "--dry-run=client", values={"webhook": {"enabled": False}}, tmp=tmp_path)
+    assert off.returncode == 0, off.stderr
+    assert "compilecache-check" not in off.stdout.split("NOTES:", 1)[1]
 
 
 @pytest.fixture(scope="module")
@@ -245,8 +298,12 @@ def test_pod_security(rendered, name: str):
     objects = rendered[name]
     pod = deployment_of(objects)["spec"]["template"]["spec"]
     container = container_of(objects)
+    assert podsecurity.violations(deployment_of(objects), podsecurity.RESTRICTED) == []
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] > 0
+    # A UID only where the values pin one: OpenShift's restricted SCC rejects a UID outside its range.
+    pinned = VALUE_SETS[name].get("podSecurityContext", {}).get("runAsUser")
+    assert pod["securityContext"].get("runAsUser") == pinned
+    assert "runAsUser" not in container["securityContext"]
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     security = container["securityContext"]
     assert security["runAsNonRoot"] is True
@@ -264,6 +321,72 @@ def test_pod_security(rendered, name: str):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
     assert "command" not in container  # the image's entrypoint is `compilecache operator`
+
+
+@pytest.mark.slow
+def test_the_checker_rejects_a_chart_pod_that_the_values_made_unsafe(tmp_path: Path):
+    """The restricted check above can fail: values the schema admits but Pod Security forbids."""
+    unsafe = {
+        "podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0},
+        "securityContext": {
+            "privileged": True,
+            "allowPrivilegeEscalation": True,
+            "capabilities": {"add": ["SYS_ADMIN"]},
+        },
+        "extraVolumes": [{"name": "host", "hostPath": {"path": "/var/run"}}],
+    }
+    found = podsecurity.violations(deployment_of(render(unsafe, tmp_path)))
+    named = {line.split(":")[0].rsplit(".", 1)[-1] for line in found}
+    assert {"runAsNonRoot", "runAsUser", "privileged", "allowPrivilegeEscalation", "add", "hostPath"} <= named
+
+
+@pytest.mark.slow
+def test_platform_values_reach_the_pod(rendered):
+    objects = rendered["platform"]
+    pod = deployment_of(objects)["spec"]["template"]["spec"]
+    container = container_of(objects)
+    values = VALUE_SETS["platform"]
+    assert container["image"] == f"registry.example/ml/compilecache-operator@{DIGEST}"  # the digest pins it
+    assert pod["priorityClassName"] == "platform-critical"
+    assert (pod["nodeSelector"], pod["tolerations"], pod["affinity"]) == (
+        values["nodeSelector"],
+        values["tolerations"],
+        values["affinity"],
+    )
+    assert container["resources"] == values["resources"]
+    # The chart's own variables first, then the user's, each once.
+    names = [item["name"] for item in container["env"]]
+    assert names[-2:] == ["HTTPS_PROXY", "NODE"] and len(names) == len(set(names))
+    assert container["env"][-2:] == values["extraEnv"]
+    assert pod["volumes"][-1] == values["extraVolumes"][0]
+    assert container["volumeMounts"][-1] == values["extraVolumeMounts"][0]
+    assert {"tmp", "certs"} <= {volume["name"] for volume in pod["volumes"]}
+    # The defaults add nothing of that.
+    defaults = rendered["defaults"]
+    assert not {"priorityClassName", "nodeSelector", "tolerations", "affinity"} & set(
+        deployment_of(defaults)["spec"]["template"]["spec"]
+    )
+    assert [v["name"] for v in deployment_of(defaults)["spec"]["template"]["spec"]["volumes"]] == ["tmp", "certs"]
+
+
+@pytest.mark.slow
+def test_no_uid_is_forced_unless_asked(rendered):
+    """OpenShift's restricted SCC assigns a UID from the namespace's range and rejects any other."""
+    for name in ("defaults", "openshift", "platform"):
+        pod = deployment_of(rendered[name])["spec"]["template"]["spec"]
+        contexts = [pod["securityContext"], container_of(rendered[name])["securityContext"]]
+        assert not [key for context in contexts for key in ("runAsUser", "runAsGroup", "fsGroup") if key in context]
+    pinned = deployment_of(rendered["pinned-uid"])["spec"]["template"]["spec"]["securityContext"]
+    # The pinned values merge over the defaults: the rest of the hardening stays.
+    assert pinned == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    dockerfile = (ROOT / "images" / "operator" / "Dockerfile").read_text()
+    assert "ARG UID=65532" in dockerfile and "USER ${UID}:${UID}" in dockerfile  # numeric: runAsNonRoot is checkable
 
 
 @pytest.mark.slow
@@ -452,6 +575,21 @@ def test_an_own_namespace_selector_narrows_both_webhooks(rendered):
 
 
 @pytest.mark.slow
+def test_an_existing_secret_serves_the_webhook_and_nothing_is_generated(rendered, tmp_path: Path):
+    """GitOps (Argo CD renders with `helm template`): the same Secret and caBundle on every render."""
+    objects = rendered["existing-secret"]
+    assert not only(objects, "Secret") and not only(objects, "Certificate") and not only(objects, "Issuer")
+    for webhook in webhooks_of(objects).values():
+        assert webhook["clientConfig"]["caBundle"] == CA_BUNDLE
+    volume = next(v for v in deployment_of(objects)["spec"]["template"]["spec"]["volumes"] if v["name"] == "certs")
+    assert volume == {"name": "certs", "secret": {"secretName": "my-webhook-tls"}}
+    assert render(VALUE_SETS["existing-secret"], tmp_path, crds=True) == objects
+    # The chart-generated certificate is not stable across renders without a cluster to look it up in.
+    generated = [one(render({}, tmp_path), "Secret")["data"]["ca.crt"] for _ in range(2)]
+    assert generated[0] != generated[1]
+
+
+@pytest.mark.slow
 def test_cert_manager_with_a_given_issuer(rendered):
     objects = rendered["cert-manager-issuer"]
     assert one(objects, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "ca"}
@@ -476,7 +614,10 @@ def test_metrics_port_service_service_monitor_and_dashboard(rendered):
     assert env_of(full)["COMPILECACHE_METRICS_PORT"] == "9090"
     [monitor] = only(full, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    # honorLabels: a cache's `namespace` label is kept, not overwritten with the operator's namespace.
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "honorLabels": True, "interval": "30s"}
+    ]
     [metrics_service] = [
         o for o in only(full, "Service") if o["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"
     ]

@@ -84,3 +84,19 @@ def test_warmer_image_pins_jax_with_a_build_arg():
     text = (ROOT / "images" / "warmer" / "Dockerfile").read_text()
     assert re.search(r"^ARG JAX_VERSION=\d+\.\d+\.\d+$", text, re.MULTILINE)
     assert '"jax[${JAX_EXTRA}]==${JAX_VERSION}"' in text
+
+
+def test_operator_image_exposes_the_ports_the_chart_uses():
+    """Metrics, kopf's liveness endpoint and the webhook: the ports the chart's container declares by default."""
+    import yaml
+
+    values = yaml.safe_load((ROOT / "helm" / "compilecache-operator" / "values.yaml").read_text())
+    deployment = (ROOT / "helm" / "compilecache-operator" / "templates" / "deployment.yaml").read_text()
+    webhook = re.search(r"name: webhook\s+containerPort: (\d+)", deployment)
+    assert webhook, "the Deployment declares no webhook port"
+    webhook_port = int(webhook[1])
+    text = (ROOT / "images" / "operator" / "Dockerfile").read_text()
+    [exposed] = re.findall(r"^EXPOSE (.+)$", text, re.MULTILINE)
+    assert sorted(int(port) for port in exposed.split()) == sorted(
+        [values["metrics"]["port"], values["healthPort"], webhook_port]
+    )

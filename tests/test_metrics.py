@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -171,3 +173,37 @@ def test_serve_answers_metrics_over_http_and_a_busy_port_is_not_fatal():
         server.shutdown()
         server.server_close()
     assert metrics.serve("127.0.0.1", 0, m) is None  # 0: off
+
+
+def test_build_info_names_the_installed_versions_and_outlives_every_cache():
+    import platform
+    import tomllib
+
+    import kopf  # noqa: F401  (its metadata is what the label reads)
+
+    m = metrics.Metrics()
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert project["name"] == metrics.DISTRIBUTION
+    expected = {
+        "version": project["version"],
+        "python": platform.python_version(),
+        "kopf": importlib.metadata.version("kopf"),
+    }
+    key = ("compilecache_build_info", tuple(sorted(expected.items())))
+    assert samples(m)[key] == 1
+    m.observe_cache("ns", "c", STATUS)
+    m.forget("ns", "c")
+    assert [name for name, _ in samples(m) if name.startswith("compilecache_build")] == ["compilecache_build_info"]
+
+
+def test_every_metric_is_listed_in_the_docs():
+    """docs/observability.md names each family the operator serves (with its _total where a counter)."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
+    m = metrics.Metrics()
+    m.observe_cache("ns", "c", STATUS, [pod("1", requests=2, hits=1)])
+    m.api_error("GET", 404)
+    m.admission("gated")
+    m.reconcile.labels("success").observe(0.1)
+    names = {family.name + ("_total" if family.type == "counter" else "") for family in m.registry.collect()}
+    assert "compilecache_build_info" in names
+    assert sorted(name for name in names if f"`{name}" not in docs) == []

@@ -61,8 +61,13 @@ app.kubernetes.io/part-of: compilecache-operator
 {{- printf "%s-webhook" (include "compilecache.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The Secret with the webhook's serving certificate: the user's own (webhook.existingSecret), or the chart's. */}}
 {{- define "compilecache.webhookSecret" -}}
+{{- if .Values.webhook.existingSecret }}
+{{- .Values.webhook.existingSecret }}
+{{- else }}
 {{- printf "%s-webhook-tls" (include "compilecache.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- end }}
 
 {{/* The arguments after `compilecache operator`: kopf run's own options. */}}

@@ -1,6 +1,7 @@
 """Prometheus metrics of the operator, served at ``/metrics`` (``prometheus_client``).
 
-Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule):
+``compilecache_build_info`` (1, labelled with the operator's, Python's and kopf's versions) says
+what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule):
 the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
 the last warm-up's duration and end, expiry deletions by rule, gated pods, gate
 timeouts and the compiles training pods requested and hit. Operator-wide: the
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import importlib.metadata
 import logging
+import platform
 import threading
 import time
 from collections import OrderedDict
@@ -53,6 +56,21 @@ RULES = expiry.RULES  # the keys of an expiry summary's "deleted"; an unknown ke
 ADMISSION_OUTCOMES = ("mutated", "gated", "unchanged", "error")
 REMEMBERED_PODS = 4096  # pod uids remembered per cache, so a pod seen in many passes counts once
 CACHE = ("namespace", "name")
+DISTRIBUTION = "compilecache-operator"  # pyproject.toml's project name (the import name is compilecache)
+UNKNOWN = "unknown"
+
+
+def _version(distribution: str) -> str:
+    """The installed version of a distribution; ``unknown`` when it runs from a source tree, uninstalled."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return UNKNOWN
+
+
+def build_info() -> dict[str, str]:
+    """The labels of ``compilecache_build_info``: what a bug report or an alert needs to name the build."""
+    return {"version": _version(DISTRIBUTION), "python": platform.python_version(), "kopf": _version("kopf")}
 
 
 def _time(value: Any) -> float | None:
@@ -108,6 +126,13 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.build_info = Gauge(
+            "compilecache_build_info",
+            "Always 1; the labels name the operator's, Python's and kopf's versions.",
+            ["version", "python", "kopf"],
+            registry=r,
+        )
+        self.build_info.labels(**build_info()).set(1.0)
         self.phase = Gauge(
             "compilecache_cache_phase",
             "1 for the cache's current phase, 0 for the others.",
