@@ -346,6 +346,7 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
         "matchExpressions": [
             {"key": "compilecache.dev/cache", "operator": "Exists"},
             {"key": "compilecache.dev/inject", "operator": "NotIn", "values": ["false"]},
+            {"key": "compilecache.dev/role", "operator": "DoesNotExist"},
         ]
     }
     assert webhook["rules"] == [
@@ -380,17 +381,17 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
     secret_name = volume["secret"]["secretName"]
 
     selector = webhook["namespaceSelector"]["matchExpressions"]
-    injection = {"key": "compilecache.dev/injection", "operator": "NotIn", "values": ["enabled"]}
+    injection = {"key": "compilecache.dev/injection", "operator": "In", "values": ["enabled"]}
     if name == "namespaces":
         served = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [WATCHED, "team-b"]}
     else:
         served = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
-    assert selector == [injection, served]
+    assert selector == [served]
     # The namespace-wide webhook differs only in its selectors: everything else is the same call.
     selected = webhooks_of(objects)["selected-pods.compilecache.dev"]
     same = {key: value for key, value in selected.items() if key not in ("name", "objectSelector", "namespaceSelector")}
     assert same == {key: value for key, value in webhook.items() if key in same}
-    assert selected["namespaceSelector"]["matchExpressions"] == [injection | {"operator": "In"}, served]
+    assert selected["namespaceSelector"]["matchExpressions"] == [injection, served]
 
     config = one(objects, "MutatingWebhookConfiguration")
     if name == "cert-manager":
@@ -413,17 +414,27 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
         assert not only(objects, "Certificate")
 
 
-# (namespace labels, pod labels) → the webhooks that must see the pod: consumers.podSelector works in a
-# namespace labelled compilecache.dev/injection=enabled (Istio's convention), the cache label anywhere.
+# (namespace labels, pod labels) → the webhooks that must see the pod: the cache label anywhere;
+# consumers.podSelector only for pods labelled compilecache.dev/inject=true in a namespace labelled
+# compilecache.dev/injection=enabled (Istio's convention); never the operator's own pods.
+ENABLED = {"compilecache.dev/injection": "enabled"}
+INJECT = {"compilecache.dev/inject": "true"}
+WARMUP = {"compilecache.dev/role": "warmup", "app.kubernetes.io/instance": "llama"}
 ROUTES = [
     ({}, {}, []),
     ({}, {"app": "llama-train"}, []),
+    ({}, {"app": "llama-train"} | INJECT, []),
     ({}, {"compilecache.dev/cache": "llama"}, ["pods.compilecache.dev"]),
     ({}, {"compilecache.dev/cache": "llama", "compilecache.dev/inject": "false"}, []),
-    ({"compilecache.dev/injection": "enabled"}, {"app": "llama-train"}, ["selected-pods.compilecache.dev"]),
-    ({"compilecache.dev/injection": "enabled"}, {"compilecache.dev/cache": "x"}, ["selected-pods.compilecache.dev"]),
-    ({"compilecache.dev/injection": "enabled"}, {"app": "x", "compilecache.dev/inject": "false"}, []),
-    ({"compilecache.dev/injection": "disabled"}, {"app": "llama-train"}, []),
+    ({}, {"compilecache.dev/cache": "llama"} | WARMUP, []),
+    (ENABLED, {"app": "llama-train"}, []),
+    (ENABLED, {"app": "llama-train"} | INJECT, ["selected-pods.compilecache.dev"]),
+    (ENABLED, {"compilecache.dev/cache": "x"}, ["pods.compilecache.dev"]),
+    (ENABLED, {"compilecache.dev/cache": "x"} | INJECT, ["pods.compilecache.dev"]),
+    (ENABLED, {"app": "x", "compilecache.dev/inject": "false"}, []),
+    (ENABLED, WARMUP, []),
+    (ENABLED, WARMUP | INJECT, []),
+    ({"compilecache.dev/injection": "disabled"}, {"app": "llama-train"} | INJECT, []),
     ({"compilecache.dev/injection": "disabled"}, {"compilecache.dev/cache": "x"}, ["pods.compilecache.dev"]),
 ]
 
@@ -444,11 +455,11 @@ def test_an_own_namespace_selector_narrows_both_webhooks(rendered):
     enabled = {"compilecache.dev/injection": "enabled"}
     labelled = {"compilecache.dev/cache": "llama"}
     assert webhooks_sent(objects, {"team": "ml", "env": "prod"}, labelled) == ["pods.compilecache.dev"]
-    assert webhooks_sent(objects, {"team": "ml", "env": "prod"} | enabled, {"app": "x"}) == [
+    assert webhooks_sent(objects, {"team": "ml", "env": "prod"} | enabled, {"app": "x"} | INJECT) == [
         "selected-pods.compilecache.dev"
     ]
     assert webhooks_sent(objects, {"team": "ml", "env": "dev"}, labelled) == []
-    assert webhooks_sent(objects, {"team": "ops", "env": "prod"} | enabled, {"app": "x"}) == []
+    assert webhooks_sent(objects, {"team": "ops", "env": "prod"} | enabled, {"app": "x"} | INJECT) == []
 
 
 @pytest.mark.slow
