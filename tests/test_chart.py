@@ -60,6 +60,18 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "own-namespace-selector": {
         "webhook": {"namespaceSelector": {"matchLabels": {"team": "ml"}, "matchExpressions": [_PROD]}}
     },
+    "own-namespace-labels": {"webhook": {"namespaceSelector": {"matchLabels": {"team": "ml"}}}},
+    "gcs-identities": {
+        "cacheServiceAccounts": [
+            {"namespace": "ml-team", "name": "cache-writer", "gcpServiceAccount": "w-1@proj-1.iam.gserviceaccount.com"},
+            {
+                "namespace": "ml-team",
+                "name": "cache-reader",
+                "gcpServiceAccount": "r-1@proj-1.iam.gserviceaccount.com",
+                "annotations": {"team": "ml"},
+            },
+        ]
+    },
     "replicas-2": {"replicas": 2, "logLevel": "quiet"},
     "replicas-2-namespaces": {"replicas": 2, "watchNamespaces": [WATCHED]},
     "metrics-all": {
@@ -89,6 +101,10 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "bad-pull-policy": ({"image": {"repository": "compilecache/operator", "pullPolicy": "Sometimes"}}, "pullPolicy"),
     "bad-namespace": ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
     "unknown-key": ({"replica": 2}, "replica"),
+    "gcp-account-not-an-email": (
+        {"cacheServiceAccounts": [{"namespace": "ml", "name": "w", "gcpServiceAccount": "writer"}]},
+        "gcpServiceAccount",
+    ),
     "metrics-on-webhook-port": ({"metrics": {"enabled": True, "port": 9443}}, "port"),
     "bad-scrape-interval": (
         {"metrics": {"enabled": True, "port": 8000, "serviceMonitor": {"interval": "often"}}},
@@ -460,6 +476,34 @@ def test_an_own_namespace_selector_narrows_both_webhooks(rendered):
     ]
     assert webhooks_sent(objects, {"team": "ml", "env": "dev"}, labelled) == []
     assert webhooks_sent(objects, {"team": "ops", "env": "prod"} | enabled, {"app": "x"} | INJECT) == []
+
+
+@pytest.mark.slow
+def test_a_namespace_selector_of_labels_only_still_narrows_both_webhooks(rendered):
+    objects = rendered["own-namespace-labels"]
+    labelled = {"compilecache.dev/cache": "llama"}
+    assert webhooks_sent(objects, {"team": "ml"}, labelled) == ["pods.compilecache.dev"]
+    assert webhooks_sent(objects, {"team": "ml"} | ENABLED, {"app": "x"} | INJECT) == ["selected-pods.compilecache.dev"]
+    assert webhooks_sent(objects, {"team": "ops"} | ENABLED, labelled) == []
+
+
+@pytest.mark.slow
+def test_gcs_identities_are_service_accounts_with_their_workload_identity(rendered):
+    """docs/gcs.md: a writer and a reader ServiceAccount, each annotated with its Google service account."""
+    accounts = {
+        (sa["metadata"]["namespace"], sa["metadata"]["name"]): sa
+        for sa in only(rendered["gcs-identities"], "ServiceAccount")
+        if sa["metadata"]["namespace"] == "ml-team"
+    }
+    assert set(accounts) == {("ml-team", "cache-writer"), ("ml-team", "cache-reader")}
+    writer, reader = accounts["ml-team", "cache-writer"], accounts["ml-team", "cache-reader"]
+    assert writer["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "w-1@proj-1.iam.gserviceaccount.com"}
+    assert reader["metadata"]["annotations"] == {
+        "team": "ml",
+        "iam.gke.io/gcp-service-account": "r-1@proj-1.iam.gserviceaccount.com",
+    }
+    assert writer["automountServiceAccountToken"] is False and reader["automountServiceAccountToken"] is False
+    assert not [sa for sa in only(rendered["defaults"], "ServiceAccount") if sa["metadata"]["namespace"] == "ml-team"]
 
 
 @pytest.mark.slow
