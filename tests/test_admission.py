@@ -300,6 +300,8 @@ def test_snippet_is_what_the_webhook_adds() -> None:
     gcs = admission.pod_snippet(cache(storage=GCS))
     assert gcs["serviceAccountName"] == "cache-reader" and "volumes" not in gcs
     assert "serviceAccountName" not in admission.pod_snippet(cache(storage=GCS_WRITER_ONLY))  # never the writer
+    assert "never as the cache's writer" in admission.format_snippet(cache(storage=GCS_WRITER_ONLY))
+    assert "never as the cache's writer" not in admission.format_snippet(cache(storage=GCS))
     assert {e["name"]: e["value"] for e in gcs["env"]}["JAX_COMPILATION_CACHE_DIR"] == "gs://my-caches/caches/llama"
 
 

@@ -385,6 +385,11 @@ def format_snippet(cache: Mapping[str, Any]) -> str:
         f"# CompileCache {name}: add these to your pod (template). The label lets the operator's\n"
         "# webhook do it instead; without the webhook, wait until the cache is Ready yourself.\n"
     )
+    if "serviceAccountName" not in pod_spec and cache["spec"]["storage"].get("gcs") is not None:
+        header += (
+            "# No storage.gcs.readerServiceAccountName: run the pod as a ServiceAccount that may only\n"
+            "# read the prefix (roles/storage.objectViewer), never as the cache's writer (docs/gcs.md).\n"
+        )
     return header + yaml.safe_dump(body, sort_keys=False)
 
 
