@@ -16,7 +16,8 @@ from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
 from specs import cache, cluster
 
-GCS = {"gcs": {"bucket": "my-caches", "prefix": "caches/llama", "serviceAccountName": "cache-writer"}}
+GCS_WRITER_ONLY = {"gcs": {"bucket": "my-caches", "prefix": "caches/llama", "serviceAccountName": "cache-writer"}}
+GCS = {"gcs": {**GCS_WRITER_ONLY["gcs"], "readerServiceAccountName": "cache-reader"}}
 
 
 def pod(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -44,6 +45,7 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 LABELLED = {"compilecache.dev/cache": "llama"}
+INJECT = {"compilecache.dev/inject": "true"}  # the opt-in of pods that consumers.podSelector may choose
 
 
 def test_pvc_cache_mounts_read_only_in_every_container_with_the_warmers_env() -> None:
@@ -139,18 +141,45 @@ def test_custom_mount_path_is_where_jax_looks() -> None:
     assert env_of(spec["containers"][0])["JAX_COMPILATION_CACHE_DIR"] == "/mnt/jax"
 
 
-@pytest.mark.parametrize(("account", "expected"), [(None, "cache-writer"), ("default", "cache-writer"), ("me", "me")])
-def test_gcs_cache_env_and_service_account_only_when_the_pod_has_none(account: str | None, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("storage", "account", "expected", "warned"),
+    [
+        # With a reader: the reader when the pod names none, or names the writer; the pod's own otherwise.
+        (GCS, None, "cache-reader", False),
+        (GCS, "default", "cache-reader", False),
+        (GCS, "me", "me", False),
+        (GCS, "cache-writer", "cache-reader", True),
+        (GCS, "trainer-writer", "cache-reader", True),  # warmup.serviceAccountName writes too
+        # Without one, the writer is never handed out: the pod's own, or the namespace's default.
+        (GCS_WRITER_ONLY, None, None, True),
+        (GCS_WRITER_ONLY, "default", "default", True),
+        (GCS_WRITER_ONLY, "me", "me", False),
+        (GCS_WRITER_ONLY, "cache-writer", "default", True),
+    ],
+)
+def test_gcs_consumers_run_as_the_reader_never_the_writer(
+    storage: dict[str, Any], account: str | None, expected: str | None, warned: bool
+) -> None:
     body = pod(LABELLED)
     body["spec"].pop("serviceAccountName")
     if account is not None:
         body["spec"]["serviceAccountName"] = body["spec"]["serviceAccount"] = account
-    spec = admission.mutate(body, cache(storage=GCS)).pod["spec"]
+    warmup = (
+        {**cache()["spec"]["warmup"], "serviceAccountName": "trainer-writer"} if account == "trainer-writer" else None
+    )
+    llama = cache(storage=storage, **({"warmup": warmup} if warmup else {}))
+    result = admission.mutate(body, llama)
+    spec = result.pod["spec"]
     assert "volumes" not in spec and "volumeMounts" not in spec["containers"][0]
     assert env_of(spec["containers"][0]) == trainer_env(jax_cache_env("gs://my-caches/caches/llama"), read_only=True)
-    assert spec["serviceAccountName"] == expected
+    assert spec.get("serviceAccountName") == expected
     if account is not None:
         assert spec["serviceAccount"] == expected  # the deprecated alias agrees
+    assert spec.get("serviceAccountName") not in ("cache-writer", "trainer-writer")
+    notes = [w for w in result.warnings if "ServiceAccount" in w]
+    assert bool(notes) is warned, result.warnings
+    # Admitting the result again changes nothing (the webhook may see a pod twice).
+    assert admission.json_patch(result.pod, admission.mutate(result.pod, llama).pod) == []
 
 
 @pytest.mark.parametrize("readiness", [cache, lambda: ready(cache()), lambda: cache(storage=GCS)])
@@ -211,9 +240,14 @@ def test_choose_by_label_selector_unknown_and_ambiguous() -> None:
     )
     other = cache(name="other", consumers={"podSelector": {}})  # matches nothing, not everything
     assert admission.choose_cache(pod(LABELLED), [llama, mistral]) == admission.Choice("llama", by_label=True)
-    assert admission.choose_cache(pod({"app": "m"}), [llama, mistral, other]) == admission.Choice("mistral")
-    assert admission.choose_cache(pod({"app": "none"}), [llama, mistral, other]) == admission.Choice(None)
-    ambiguous = admission.choose_cache(pod({"app": "llama-train"}), [llama, mistral])
+    assert admission.choose_cache(pod({"app": "m"} | INJECT), [llama, mistral, other]) == admission.Choice("mistral")
+    assert admission.choose_cache(pod({"app": "none"} | INJECT), [llama, mistral, other]) == admission.Choice(None)
+    # A selector only narrows the pods that opted in: without compilecache.dev/inject=true, no cache.
+    assert admission.choose_cache(pod({"app": "m"}), [llama, mistral, other]) == admission.Choice(None)
+    refused = {"compilecache.dev/inject": "false"}
+    assert admission.choose_cache(pod({"app": "m"} | refused), [mistral]) == admission.Choice(None)
+    assert admission.choose_cache(pod(LABELLED | refused), [llama]) == admission.Choice(None)
+    ambiguous = admission.choose_cache(pod({"app": "llama-train"} | INJECT), [llama, mistral])
     assert ambiguous.name is None and ambiguous.warning and "llama, mistral" in ambiguous.warning
     typo = admission.choose_cache(pod({"compilecache.dev/cache": "lama"}), [llama])
     assert typo.name is None and typo.warning and "'lama' does not exist" in typo.warning
@@ -237,8 +271,8 @@ def test_selector_expressions(expression: dict[str, Any], labels: dict[str, str]
 
 def test_pod_chosen_by_selector_gets_the_label_so_its_gate_can_be_found() -> None:
     llama = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
-    result = admission.admit(pod({"app": "llama-train"}), [llama])
-    assert result.pod["metadata"]["labels"] == {"app": "llama-train", "compilecache.dev/cache": "llama"}
+    result = admission.admit(pod({"app": "llama-train"} | INJECT), [llama])
+    assert result.pod["metadata"]["labels"] == {"app": "llama-train", **INJECT, "compilecache.dev/cache": "llama"}
 
 
 def test_admit_fails_open_on_unknown_cache_and_invalid_spec() -> None:
@@ -264,7 +298,10 @@ def test_snippet_is_what_the_webhook_adds() -> None:
     assert manifest["metadata"]["labels"] == {"compilecache.dev/cache": "llama"}
     assert manifest["spec"]["containers"][0]["env"] == snippet["env"]
     gcs = admission.pod_snippet(cache(storage=GCS))
-    assert gcs["serviceAccountName"] == "cache-writer" and "volumes" not in gcs
+    assert gcs["serviceAccountName"] == "cache-reader" and "volumes" not in gcs
+    assert "serviceAccountName" not in admission.pod_snippet(cache(storage=GCS_WRITER_ONLY))  # never the writer
+    assert "never as the cache's writer" in admission.format_snippet(cache(storage=GCS_WRITER_ONLY))
+    assert "never as the cache's writer" not in admission.format_snippet(cache(storage=GCS))
     assert {e["name"]: e["value"] for e in gcs["env"]}["JAX_COMPILATION_CACHE_DIR"] == "gs://my-caches/caches/llama"
 
 
@@ -300,11 +337,11 @@ def test_selector_match_on_a_name_that_is_no_label_value_fails_open(length: int)
     name = ("a" * (length - 1) + "z")[:length]
     long = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
     long["metadata"]["name"] = name
-    result = admission.admit(pod({"app": "llama-train"}), [long])
+    result = admission.admit(pod({"app": "llama-train"} | INJECT), [long])
     if length <= 63:
         assert result.pod["metadata"]["labels"]["compilecache.dev/cache"] == name
     else:
-        assert result.pod == pod({"app": "llama-train"})
+        assert result.pod == pod({"app": "llama-train"} | INJECT)
         assert len(result.warnings) == 1 and "not a valid label value" in result.warnings[0]
 
 

@@ -70,6 +70,18 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "own-namespace-selector": {
         "webhook": {"namespaceSelector": {"matchLabels": {"team": "ml"}, "matchExpressions": [_PROD]}}
     },
+    "own-namespace-labels": {"webhook": {"namespaceSelector": {"matchLabels": {"team": "ml"}}}},
+    "gcs-identities": {
+        "cacheServiceAccounts": [
+            {"namespace": "ml-team", "name": "cache-writer", "gcpServiceAccount": "w-1@proj-1.iam.gserviceaccount.com"},
+            {
+                "namespace": "ml-team",
+                "name": "cache-reader",
+                "gcpServiceAccount": "r-1@proj-1.iam.gserviceaccount.com",
+                "annotations": {"team": "ml"},
+            },
+        ]
+    },
     "replicas-2": {"replicas": 2, "logLevel": "quiet"},
     "replicas-2-namespaces": {"replicas": 2, "watchNamespaces": [WATCHED]},
     "metrics-all": {
@@ -122,6 +134,10 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "bad-pull-policy": ({"image": {"repository": "compilecache/operator", "pullPolicy": "Sometimes"}}, "pullPolicy"),
     "bad-namespace": ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
     "unknown-key": ({"replica": 2}, "replica"),
+    "gcp-account-not-an-email": (
+        {"cacheServiceAccounts": [{"namespace": "ml", "name": "w", "gcpServiceAccount": "writer"}]},
+        "gcpServiceAccount",
+    ),
     "metrics-on-webhook-port": ({"metrics": {"enabled": True, "port": 9443}}, "port"),
     "bad-scrape-interval": (
         {"metrics": {"enabled": True, "port": 8000, "serviceMonitor": {"interval": "often"}}},
@@ -469,6 +485,7 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
         "matchExpressions": [
             {"key": "compilecache.dev/cache", "operator": "Exists"},
             {"key": "compilecache.dev/inject", "operator": "NotIn", "values": ["false"]},
+            {"key": "compilecache.dev/role", "operator": "DoesNotExist"},
         ]
     }
     assert webhook["rules"] == [
@@ -503,17 +520,17 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
     secret_name = volume["secret"]["secretName"]
 
     selector = webhook["namespaceSelector"]["matchExpressions"]
-    injection = {"key": "compilecache.dev/injection", "operator": "NotIn", "values": ["enabled"]}
+    injection = {"key": "compilecache.dev/injection", "operator": "In", "values": ["enabled"]}
     if name == "namespaces":
         served = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [WATCHED, "team-b"]}
     else:
         served = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
-    assert selector == [injection, served]
+    assert selector == [served]
     # The namespace-wide webhook differs only in its selectors: everything else is the same call.
     selected = webhooks_of(objects)["selected-pods.compilecache.dev"]
     same = {key: value for key, value in selected.items() if key not in ("name", "objectSelector", "namespaceSelector")}
     assert same == {key: value for key, value in webhook.items() if key in same}
-    assert selected["namespaceSelector"]["matchExpressions"] == [injection | {"operator": "In"}, served]
+    assert selected["namespaceSelector"]["matchExpressions"] == [injection, served]
 
     config = one(objects, "MutatingWebhookConfiguration")
     if name == "cert-manager":
@@ -536,17 +553,27 @@ def test_webhook_selectors_policy_and_path(rendered, name: str):
         assert not only(objects, "Certificate")
 
 
-# (namespace labels, pod labels) → the webhooks that must see the pod: consumers.podSelector works in a
-# namespace labelled compilecache.dev/injection=enabled (Istio's convention), the cache label anywhere.
+# (namespace labels, pod labels) → the webhooks that must see the pod: the cache label anywhere;
+# consumers.podSelector only for pods labelled compilecache.dev/inject=true in a namespace labelled
+# compilecache.dev/injection=enabled (Istio's convention); never the operator's own pods.
+ENABLED = {"compilecache.dev/injection": "enabled"}
+INJECT = {"compilecache.dev/inject": "true"}
+WARMUP = {"compilecache.dev/role": "warmup", "app.kubernetes.io/instance": "llama"}
 ROUTES = [
     ({}, {}, []),
     ({}, {"app": "llama-train"}, []),
+    ({}, {"app": "llama-train"} | INJECT, []),
     ({}, {"compilecache.dev/cache": "llama"}, ["pods.compilecache.dev"]),
     ({}, {"compilecache.dev/cache": "llama", "compilecache.dev/inject": "false"}, []),
-    ({"compilecache.dev/injection": "enabled"}, {"app": "llama-train"}, ["selected-pods.compilecache.dev"]),
-    ({"compilecache.dev/injection": "enabled"}, {"compilecache.dev/cache": "x"}, ["selected-pods.compilecache.dev"]),
-    ({"compilecache.dev/injection": "enabled"}, {"app": "x", "compilecache.dev/inject": "false"}, []),
-    ({"compilecache.dev/injection": "disabled"}, {"app": "llama-train"}, []),
+    ({}, {"compilecache.dev/cache": "llama"} | WARMUP, []),
+    (ENABLED, {"app": "llama-train"}, []),
+    (ENABLED, {"app": "llama-train"} | INJECT, ["selected-pods.compilecache.dev"]),
+    (ENABLED, {"compilecache.dev/cache": "x"}, ["pods.compilecache.dev"]),
+    (ENABLED, {"compilecache.dev/cache": "x"} | INJECT, ["pods.compilecache.dev"]),
+    (ENABLED, {"app": "x", "compilecache.dev/inject": "false"}, []),
+    (ENABLED, WARMUP, []),
+    (ENABLED, WARMUP | INJECT, []),
+    ({"compilecache.dev/injection": "disabled"}, {"app": "llama-train"} | INJECT, []),
     ({"compilecache.dev/injection": "disabled"}, {"compilecache.dev/cache": "x"}, ["pods.compilecache.dev"]),
 ]
 
@@ -567,11 +594,39 @@ def test_an_own_namespace_selector_narrows_both_webhooks(rendered):
     enabled = {"compilecache.dev/injection": "enabled"}
     labelled = {"compilecache.dev/cache": "llama"}
     assert webhooks_sent(objects, {"team": "ml", "env": "prod"}, labelled) == ["pods.compilecache.dev"]
-    assert webhooks_sent(objects, {"team": "ml", "env": "prod"} | enabled, {"app": "x"}) == [
+    assert webhooks_sent(objects, {"team": "ml", "env": "prod"} | enabled, {"app": "x"} | INJECT) == [
         "selected-pods.compilecache.dev"
     ]
     assert webhooks_sent(objects, {"team": "ml", "env": "dev"}, labelled) == []
-    assert webhooks_sent(objects, {"team": "ops", "env": "prod"} | enabled, {"app": "x"}) == []
+    assert webhooks_sent(objects, {"team": "ops", "env": "prod"} | enabled, {"app": "x"} | INJECT) == []
+
+
+@pytest.mark.slow
+def test_a_namespace_selector_of_labels_only_still_narrows_both_webhooks(rendered):
+    objects = rendered["own-namespace-labels"]
+    labelled = {"compilecache.dev/cache": "llama"}
+    assert webhooks_sent(objects, {"team": "ml"}, labelled) == ["pods.compilecache.dev"]
+    assert webhooks_sent(objects, {"team": "ml"} | ENABLED, {"app": "x"} | INJECT) == ["selected-pods.compilecache.dev"]
+    assert webhooks_sent(objects, {"team": "ops"} | ENABLED, labelled) == []
+
+
+@pytest.mark.slow
+def test_gcs_identities_are_service_accounts_with_their_workload_identity(rendered):
+    """docs/gcs.md: a writer and a reader ServiceAccount, each annotated with its Google service account."""
+    accounts = {
+        (sa["metadata"]["namespace"], sa["metadata"]["name"]): sa
+        for sa in only(rendered["gcs-identities"], "ServiceAccount")
+        if sa["metadata"]["namespace"] == "ml-team"
+    }
+    assert set(accounts) == {("ml-team", "cache-writer"), ("ml-team", "cache-reader")}
+    writer, reader = accounts["ml-team", "cache-writer"], accounts["ml-team", "cache-reader"]
+    assert writer["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "w-1@proj-1.iam.gserviceaccount.com"}
+    assert reader["metadata"]["annotations"] == {
+        "team": "ml",
+        "iam.gke.io/gcp-service-account": "r-1@proj-1.iam.gserviceaccount.com",
+    }
+    assert writer["automountServiceAccountToken"] is False and reader["automountServiceAccountToken"] is False
+    assert not [sa for sa in only(rendered["defaults"], "ServiceAccount") if sa["metadata"]["namespace"] == "ml-team"]
 
 
 @pytest.mark.slow

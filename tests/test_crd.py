@@ -657,6 +657,31 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "cel",
         "operators In and NotIn need values",
     ),
+    (
+        "selector-that-cannot-narrow",
+        _set("consumers", {"podSelector": {"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}}),
+        "spec.consumers.podSelector",
+        "cel",
+        "podSelector must require a label the pods have",
+    ),
+    ("selector-empty", _set("consumers", {"podSelector": {}}), "spec.consumers.podSelector", "cel", "podSelector must"),
+    (
+        "gcs-reader-is-the-writer",
+        _set("storage", {"gcs": {"bucket": "b-1", "serviceAccountName": "w", "readerServiceAccountName": "w"}}),
+        "spec.storage.gcs",
+        "cel",
+        "storage.gcs.readerServiceAccountName must differ from storage.gcs.serviceAccountName",
+    ),
+    (
+        "gcs-reader-is-the-warmup-writer",
+        _both(
+            _set("storage", {"gcs": {"bucket": "b-1", "readerServiceAccountName": "w"}}),
+            _set("warmup.serviceAccountName", "w"),
+        ),
+        "spec",
+        "cel",
+        "storage.gcs.readerServiceAccountName must not be warmup.serviceAccountName",
+    ),
 ]
 
 

@@ -327,7 +327,11 @@ def test_gcs_example_reaches_ready_and_a_training_pod_hits_it(local: Setup) -> N
     )
     log = local.cluster.logs(GCS_NS, done["metadata"]["name"], "train")
     assert done["status"]["phase"] == "Succeeded", log[-3000:]
-    assert done["spec"]["serviceAccountName"] == "cache-writer"  # the webhook ran it as the cache's account
+    # The webhook ran it as the cache's reader; the warm-up and expiry pods ran as its writer.
+    assert done["spec"]["serviceAccountName"] == cache["spec"]["storage"]["gcs"]["readerServiceAccountName"]
+    assert {p["spec"]["serviceAccountName"] for p in pods_of(local, h100["metadata"]["name"], GCS_NS)} == {
+        "cache-writer"
+    }
     result = training_result(log)
     assert result["cache_dir"] == "gs://my-jax-caches/caches/llama"
     assert result["requests"] > 0 and result["hits"] == result["requests"], result
@@ -403,20 +407,54 @@ def test_a_failing_expiry_keeps_the_cache_not_ready_with_the_reason(local: Setup
 
 
 def test_a_pod_matched_only_by_pod_selector_gets_the_cache(local: Setup, pvc_example: dict[str, Any]) -> None:
-    """The chart's selectors (namespace opt-in) send it to the webhook; ``consumers.podSelector`` picks the cache."""
-    webhooks = local.cluster.client.list("admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
-    selectors = json.dumps([w.get("namespaceSelector") for c in webhooks for w in c["webhooks"]])
-    if "compilecache.dev/injection" not in selectors:
-        pytest.skip("the chart has no namespace opt-in for consumers.podSelector yet (issue 10, item 4)")
+    """The chart's selectors (namespace and pod opt-in) send it to the webhook; ``podSelector`` picks the cache.
+
+    The same pod without the opt-in label ``compilecache.dev/inject: "true"`` is never touched (issue 19).
+    """
+    not_opted = copy.deepcopy(example("training-job.yaml"))
+    not_opted["metadata"]["name"] = "not-opted-in"
+    del not_opted["spec"]["template"]["metadata"]["labels"]["compilecache.dev/cache"]
+    local.cluster.client.create(JOBS, not_opted, NS)
+    untouched = wait_pod(local, "not-opted-in", lambda p: (p.get("status") or {}).get("phase") is not None)
+    assert "compilecache.dev/cache" not in untouched["metadata"]["labels"], untouched["metadata"]
+    assert not untouched["spec"].get("schedulingGates") and not untouched["spec"].get("volumes"), untouched["spec"]
+
     training = copy.deepcopy(example("training-job.yaml"))
     training["metadata"]["name"] = "by-selector"
-    del training["spec"]["template"]["metadata"]["labels"]["compilecache.dev/cache"]
+    labels = training["spec"]["template"]["metadata"]["labels"]
+    del labels["compilecache.dev/cache"]
+    labels["compilecache.dev/inject"] = "true"
     local.cluster.client.create(JOBS, training, NS)
     pod = wait_pod(local, "by-selector", lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
     log = local.cluster.logs(NS, pod["metadata"]["name"], "train")
     assert pod["metadata"]["labels"]["compilecache.dev/cache"] == "llama-pvc", pod["metadata"]
     result = training_result(log)
     assert result["misses"] == 0 and result["hits"] > 0, result
+
+
+def test_a_selector_matching_the_operators_own_pods_never_gates_them(local: Setup) -> None:
+    """Issue 19: a podSelector on a label the operator puts on its warm-up and expiry pods.
+
+    They are never consumers (the webhook's objectSelector excludes compilecache.dev/role), so the
+    cache warms and expires as usual instead of waiting a whole gateTimeout for each pod.
+    """
+    name = "self-select"
+    consumers = {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": name}}, "gateTimeout": "1h"}
+    local.cluster.client.create(CC, small_cache(name, consumers=consumers), NS)
+    status = wait_phase(local, name, ("Ready", "Failed", "Degraded"), timeout=180)
+    assert status["phase"] == "Ready", status
+    own = [
+        pod
+        for job in finished_jobs(local, f"app.kubernetes.io/instance={name}")
+        for pod in pods_of(local, job["metadata"]["name"])
+    ]
+    roles = sorted(pod["metadata"]["labels"]["compilecache.dev/role"] for pod in own)
+    assert roles == ["expiry", "warmup"], roles
+    for pod in own:
+        assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == name  # the selector matches it
+        assert "compilecache.dev/cache" not in pod["metadata"]["labels"], pod["metadata"]
+        assert not pod["spec"].get("schedulingGates"), pod["spec"]
+        assert "compilecache" not in {volume["name"] for volume in pod["spec"].get("volumes") or []}
 
 
 # --- examples/cache-multihost.yaml and examples/training-multihost.yaml: one process group per run -----------

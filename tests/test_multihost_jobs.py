@@ -225,6 +225,8 @@ def test_single_host_jobs_are_byte_for_byte_what_they_were(topologies: Any):
         for slot in (None, "20261122T0300Z"):
             for pool in resolve_pools(spec, _pinned_nodes()):
                 manifest = jobs.warmup_job(obj, spec, pool, slot, Topology(1))
+                # Issue 19 added the role label to warm-up pods (never a consumer); everything else is as pinned.
+                assert manifest["spec"]["template"]["metadata"]["labels"].pop(jobs.LABEL_ROLE) == "warmup"
                 digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
                 seen[(obj["metadata"]["name"], slot, pool.name)] = (manifest["metadata"]["name"], digest)
     assert seen == PINNED

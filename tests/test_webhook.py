@@ -36,7 +36,14 @@ from test_operator import NS, create_cache, wait_jobs, wait_phase, warm_and_expi
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 
-GCS = {"gcs": {"bucket": "my-caches", "prefix": "caches/llama", "serviceAccountName": "cache-writer"}}
+GCS = {
+    "gcs": {
+        "bucket": "my-caches",
+        "prefix": "caches/llama",
+        "serviceAccountName": "cache-writer",
+        "readerServiceAccountName": "cache-reader",
+    }
+}
 GATE = {"name": "compilecache.dev/warm"}
 
 
@@ -283,11 +290,11 @@ def test_ready_cache_gets_no_gate(hook: Webhook) -> None:
     assert "schedulingGates" not in mutated["spec"]
 
 
-def test_gcs_cache_gets_the_gs_dir_and_its_service_account(hook: Webhook) -> None:
+def test_gcs_cache_gets_the_gs_dir_and_its_reader_service_account(hook: Webhook) -> None:
     _, mutated = admit(hook, pod("llama-gcs"))
     spec = mutated["spec"]
     assert env_of(spec["containers"][0]) == trainer_env(jax_cache_env("gs://my-caches/caches/llama"), read_only=True)
-    assert (spec["serviceAccountName"], spec["serviceAccount"]) == ("cache-writer", "cache-writer")
+    assert (spec["serviceAccountName"], spec["serviceAccount"]) == ("cache-reader", "cache-reader")
     assert "volumes" not in spec and spec["schedulingGates"] == [GATE]
 
 

@@ -23,12 +23,15 @@ import jsonpatch
 from compilecache.cache.cacheenv import TERMINATION_LOG, trainer_env
 from compilecache.controller import status
 from compilecache.controller.api import CacheSpec, SpecError, parse_cache
-from compilecache.controller.jobs import LABEL_CACHE, cache_env
+from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, cache_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
 ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
 VOLUME = "compilecache"  # the name of the cache volume in a training pod
 DEFAULT_SERVICE_ACCOUNT = "default"
+# A pod's own switch (Istio's sidecar.istio.io/inject): "true" opts it in to consumers.podSelector
+# (in a namespace labelled compilecache.dev/injection=enabled); "false" opts it out of everything.
+LABEL_INJECT = "compilecache.dev/inject"
 # k8s.io/apimachinery/pkg/util/validation: qualifiedNameFmt-style label values, 63 characters at most.
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_VALUE_MAX = 63
@@ -64,21 +67,33 @@ class Mutation:
     warnings: tuple[str, ...] = field(default=())
 
 
+def is_operator_pod(labels: Mapping[str, str]) -> bool:
+    """Whether a pod is one the operator created (warm-up, expiry): never a consumer, whatever selects it."""
+    return LABEL_ROLE in labels
+
+
 def choose_cache(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) -> Choice:
     """Pick the cache of a pod among the CompileCaches of its namespace.
 
-    The label ``compilecache.dev/cache: NAME`` decides when present (an unknown name is
-    no cache, with a warning: a typo must not block training). Otherwise the pod uses the
-    one cache whose ``consumers.podSelector`` matches it; several matches are ambiguous
-    (one process has one cache dir), so none is used and the user is told how to choose.
+    The operator's own pods (:func:`is_operator_pod`) and pods labelled
+    ``compilecache.dev/inject: "false"`` use none. The label ``compilecache.dev/cache: NAME``
+    decides when present (an unknown name is no cache, with a warning: a typo must not block
+    training). Otherwise a pod that opted in with ``compilecache.dev/inject: "true"`` uses the
+    one cache whose ``consumers.podSelector`` matches it, so a selector only narrows the pods
+    that opted in; several matches are ambiguous (one process has one cache dir), so none is
+    used and the user is told how to choose.
     """
     labels = (pod.get("metadata") or {}).get("labels") or {}
+    if is_operator_pod(labels) or labels.get(LABEL_INJECT) == "false":
+        return Choice(None)
     by_name = {cache["metadata"]["name"]: cache for cache in caches}
     wanted = labels.get(LABEL_CACHE)
     if wanted is not None:
         if wanted in by_name:
             return Choice(wanted, by_label=True)
         return Choice(None, warning=f"CompileCache {wanted!r} does not exist here; the pod runs without a cache")
+    if labels.get(LABEL_INJECT) != "true":
+        return Choice(None)  # no opt-in: no selector can make it a consumer
     matching = sorted(
         name
         for name, cache in by_name.items()
@@ -226,7 +241,42 @@ def _values(env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 def service_account(spec: CacheSpec) -> str | None:
     """The ServiceAccount a GCS cache's readers run as when the pod names none (Workload Identity)."""
-    return spec.gcs.service_account_name if spec.gcs is not None else None
+    return spec.gcs.reader_service_account_name if spec.gcs is not None else None
+
+
+def writer_accounts(spec: CacheSpec) -> frozenset[str]:
+    """The ServiceAccounts that write a GCS cache (warm-up and expiry pods): never a trainer's."""
+    if spec.gcs is None:
+        return frozenset()
+    return frozenset(a for a in (spec.gcs.service_account_name, spec.warmup.service_account_name) if a)
+
+
+def reader_account(spec: CacheSpec, own: str | None) -> tuple[str | None, str | None]:
+    """The ServiceAccount a GCS consumer runs as, given the one the pod names (``own``), and a warning.
+
+    ``storage.gcs.readerServiceAccountName`` when the pod names none (or ``default``) or names
+    a writer; the pod's own otherwise. The writer is never handed out: a pod naming it without a
+    reader configured runs as the namespace's ``default``. Returns ``(None, ...)`` for "leave
+    the pod's as it is"; PVC caches have no identity to set (the volume is mounted read-only).
+    """
+    if spec.gcs is None:
+        return None, None
+    reader = service_account(spec)
+    unset = own in (None, "", DEFAULT_SERVICE_ACCOUNT)
+    if own in writer_accounts(spec):
+        instead = reader or DEFAULT_SERVICE_ACCOUNT
+        return instead, (
+            f"the pod asks for ServiceAccount {own}, the cache's writer; training pods never write the "
+            f"cache, so it runs as {instead}" + ("" if reader else " (set storage.gcs.readerServiceAccountName)")
+        )
+    if reader is not None:
+        return (reader, None) if unset else (None, None)
+    if unset:
+        return None, (
+            "storage.gcs.readerServiceAccountName is not set, so the pod runs as the namespace's default "
+            "ServiceAccount, which needs read access to the prefix (roles/storage.objectViewer)"
+        )
+    return None, None
 
 
 def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool = True) -> Mutation:
@@ -275,11 +325,15 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
             f"at most {spec.consumers.gate_timeout_seconds:g}s"
         )
 
-    account = service_account(spec)
-    if account and pod_spec.get("serviceAccountName") in (None, "", DEFAULT_SERVICE_ACCOUNT):
+    # The deprecated alias serviceAccount counts when serviceAccountName is unset (the API server copies it).
+    own = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
+    account, account_note = reader_account(spec, own)
+    if account is not None:
         pod_spec["serviceAccountName"] = account
         if "serviceAccount" in pod_spec:  # the deprecated alias must agree
             pod_spec["serviceAccount"] = account
+    if account_note is not None:
+        notes.append(account_note)
 
     if skipped:
         meta.setdefault("annotations", {})[ANNOTATION_SKIPPED] = "; ".join(skipped)
@@ -331,6 +385,11 @@ def format_snippet(cache: Mapping[str, Any]) -> str:
         f"# CompileCache {name}: add these to your pod (template). The label lets the operator's\n"
         "# webhook do it instead; without the webhook, wait until the cache is Ready yourself.\n"
     )
+    if "serviceAccountName" not in pod_spec and cache["spec"]["storage"].get("gcs") is not None:
+        header += (
+            "# No storage.gcs.readerServiceAccountName: run the pod as a ServiceAccount that may only\n"
+            "# read the prefix (roles/storage.objectViewer), never as the cache's writer (docs/gcs.md).\n"
+        )
     return header + yaml.safe_dump(body, sort_keys=False)
 
 

@@ -92,8 +92,9 @@ class PVCStorage:
 class GCSStorage:
     bucket: str
     prefix: str
-    service_account_name: str | None
+    service_account_name: str | None  # the writer: warm-up and expiry pods
     delete_with_cache: bool
+    reader_service_account_name: str | None = None  # training pods: never the writer
 
     @property
     def url(self) -> str:
@@ -280,6 +281,16 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
         raise SpecError("spec.mountPath", f"{mount_path} is where the operator mounts its own scratch volume")
 
     warmup = _warmup(_mapping(spec.get("warmup"), "spec.warmup", required=True), gcs)
+    if gcs is not None and gcs.reader_service_account_name is not None:
+        # Training pods run as the reader: the same account as a writer would let them write the cache.
+        # (The CRD's CEL rules refuse both cases too.)
+        writers = {gcs.service_account_name, warmup.service_account_name}
+        if gcs.reader_service_account_name in writers:
+            raise SpecError(
+                "spec.storage.gcs.readerServiceAccountName",
+                f"{gcs.reader_service_account_name!r} is the cache's writer (storage.gcs.serviceAccountName or "
+                "warmup.serviceAccountName); training pods need a ServiceAccount that may only read the prefix",
+            )
     schedule = spec.get("schedule")
     if schedule is not None:
         schedule = _convert(units.check_cron, schedule, "spec.schedule")
@@ -340,6 +351,9 @@ def _gcs(raw: Any) -> GCSStorage:
         prefix=prefix.strip("/"),
         service_account_name=_optional_subdomain(gcs.get("serviceAccountName"), "spec.storage.gcs.serviceAccountName"),
         delete_with_cache=_bool(gcs.get("deleteWithCache", False), "spec.storage.gcs.deleteWithCache"),
+        reader_service_account_name=_optional_subdomain(
+            gcs.get("readerServiceAccountName"), "spec.storage.gcs.readerServiceAccountName"
+        ),
     )
 
 
@@ -554,6 +568,9 @@ def _consumers(consumers: Mapping[str, Any]) -> Consumers:
             for vindex, value in enumerate(_strings(requirement.get("values"), f"{where}.values")):
                 if not is_label_value(value):
                     raise SpecError(f"{where}.values[{vindex}]", f"must be a label value, got {value!r}")
+        problem = selector_problem(selector)
+        if problem is not None:
+            raise SpecError("spec.consumers.podSelector", problem)
     return Consumers(
         pod_selector=selector,
         read_only=_bool(consumers.get("readOnly", True), "spec.consumers.readOnly"),
@@ -564,6 +581,26 @@ def _consumers(consumers: Mapping[str, Any]) -> Consumers:
             "spec.consumers.gateTimeout",
         ),
         init_containers=_bool(consumers.get("initContainers", False), "spec.consumers.initContainers"),
+    )
+
+
+def selector_problem(selector: Mapping[str, Any]) -> str | None:
+    """Why a ``consumers.podSelector`` cannot narrow the opted-in pods, or ``None`` when it can.
+
+    A selector must require a label a pod has: a ``matchLabels`` entry, or an ``In`` or ``Exists``
+    expression. ``NotIn`` and ``DoesNotExist`` alone match every pod that lacks a label, i.e. every
+    unrelated pod, and ``{}`` means "everything" to Kubernetes. (Pods must also opt in with
+    ``compilecache.dev/inject: "true"``; this keeps a selector from meaning "all of those".) The
+    CRD has the same rule in CEL; the admission check of the operator's policy calls this too.
+    """
+    if selector.get("matchLabels"):
+        return None
+    expressions = selector.get("matchExpressions") or []
+    if any(isinstance(item, Mapping) and item.get("operator") in ("In", "Exists") for item in expressions):
+        return None
+    return (
+        "must require a label the pods have (a matchLabels entry, or a matchExpressions item with "
+        "operator In or Exists); NotIn and DoesNotExist alone, or an empty selector, match every unrelated pod"
     )
 
 

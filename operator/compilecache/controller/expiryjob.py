@@ -101,7 +101,7 @@ def expiry_job(cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[
         pod_spec["serviceAccountName"] = account
     if spec.warmup.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": secret} for secret in spec.warmup.image_pull_secrets]
-    labels = {**jobs.common_labels(name, "expiry"), LABEL_EXPIRY_OF: name}
+    labels = {**jobs.common_labels(name, "expiry"), LABEL_EXPIRY_OF: name, jobs.LABEL_ROLE: "expiry"}
     stem = f"{name}-expire"[: jobs.NAME_MAX - jobs.HASH_LENGTH - 1].rstrip("-.")
     return {
         "apiVersion": "batch/v1",

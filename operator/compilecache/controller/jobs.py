@@ -22,6 +22,9 @@ from compilecache.controller.pools import Pool
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
 LABEL_POOL = "compilecache.dev/pool"
 LABEL_WARMUP_OF = "compilecache.dev/warmup-of"  # on warm-up pods instead of LABEL_CACHE
+# On every pod the operator creates (warm-up, expiry): such a pod is never a training consumer,
+# whatever a podSelector says; the chart's webhooks exclude it (DoesNotExist) so it is never even sent.
+LABEL_ROLE = "compilecache.dev/role"
 ANNOTATION_SPEC_HASH = "compilecache.dev/spec-hash"
 ANNOTATION_REWARM = "compilecache.dev/rewarm"  # any new value re-runs the warm-up of every pool
 # On a multi-host warm-up's pods (its Service selects them, its anti-affinity spreads them) and Service.
@@ -244,7 +247,12 @@ def warmup_job(
     job_labels = {**common_labels(name, "warmup"), LABEL_CACHE: name, LABEL_POOL: pool.name}
     # Warm-up pods must not carry the training opt-in label: the admission webhook would
     # gate them on the very cache they are filling.
-    pod_labels = {**common_labels(name, "warmup"), LABEL_WARMUP_OF: name, LABEL_POOL: pool.name}
+    pod_labels = {
+        **common_labels(name, "warmup"),
+        LABEL_WARMUP_OF: name,
+        LABEL_POOL: pool.name,
+        LABEL_ROLE: "warmup",
+    }
     job_spec: dict[str, Any] = {
         "backoffLimit": warmup.backoff_limit,
         "activeDeadlineSeconds": warmup.active_deadline_seconds,

@@ -51,15 +51,22 @@ def chart_webhooks() -> list[dict[str, Any]]:
 
 
 def _chart_webhook(by_namespace: bool) -> dict[str, Any]:
-    # pods.compilecache.dev: pods labelled with a cache; selected-pods.compilecache.dev: every pod of a
-    # namespace labelled compilecache.dev/injection=enabled (consumers.podSelector chooses there).
-    opt_out = {"key": "compilecache.dev/inject", "operator": "NotIn", "values": ["false"]}
-    labelled = [] if by_namespace else [{"key": "compilecache.dev/cache", "operator": "Exists"}]
-    injection = {
-        "key": "compilecache.dev/injection",
-        "operator": "In" if by_namespace else "NotIn",
-        "values": ["enabled"],
-    }
+    # pods.compilecache.dev: pods labelled with a cache; selected-pods.compilecache.dev: pods labelled
+    # compilecache.dev/inject=true in a namespace labelled compilecache.dev/injection=enabled
+    # (consumers.podSelector chooses there). Never the operator's own pods (compilecache.dev/role).
+    if by_namespace:
+        opt_in = [
+            {"key": "compilecache.dev/cache", "operator": "DoesNotExist"},
+            {"key": "compilecache.dev/inject", "operator": "In", "values": ["true"]},
+        ]
+        injection = [{"key": "compilecache.dev/injection", "operator": "In", "values": ["enabled"]}]
+    else:
+        opt_in = [
+            {"key": "compilecache.dev/cache", "operator": "Exists"},
+            {"key": "compilecache.dev/inject", "operator": "NotIn", "values": ["false"]},
+        ]
+        injection = []
+    operator_pods = {"key": "compilecache.dev/role", "operator": "DoesNotExist"}
     return {
         "name": "selected-pods.compilecache.dev" if by_namespace else "pods.compilecache.dev",
         "admissionReviewVersions": ["v1"],
@@ -77,10 +84,10 @@ def _chart_webhook(by_namespace: bool) -> dict[str, Any]:
                 "scope": "Namespaced",
             }
         ],
-        "objectSelector": {"matchExpressions": [*labelled, opt_out]},
+        "objectSelector": {"matchExpressions": [*opt_in, operator_pods]},
         "namespaceSelector": {
             "matchExpressions": [
-                injection,
+                *injection,
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
             ]
         },
