@@ -719,9 +719,15 @@ def test_webhook_off_removes_all_of_it(rendered):
 def test_rbac_has_no_wildcards_and_binds_the_deployments_service_account(rendered, name: str):
     objects = rendered[name]
     assert wildcards(objects) == []
-    account = one(objects, "ServiceAccount")
-    assert deployment_of(objects)["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    bound = deployment_of(objects)["spec"]["template"]["spec"]["serviceAccountName"]
+    accounts = [obj for obj in only(objects, "ServiceAccount") if obj["metadata"]["name"] == bound]
+    assert len(accounts) == 1, f"the Deployment's ServiceAccount {bound} is rendered {len(accounts)} times"
+    account = accounts[0]
     assert account["metadata"]["namespace"] == NAMESPACE
+    # The caches' own accounts (cacheServiceAccounts) are identities for warm-up and training pods: no grants.
+    for other in only(objects, "ServiceAccount"):
+        if other is not account:
+            assert not list(grants_of(objects, other["metadata"]["name"], other["metadata"]["namespace"]).rules())
     grants = grants_of(objects, account["metadata"]["name"], NAMESPACE)
     assert list(grants.rules()), "the ServiceAccount is bound to nothing"
     namespaces = VALUE_SETS[name].get("watchNamespaces") or []
