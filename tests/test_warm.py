@@ -83,11 +83,13 @@ def test_publish_is_all_or_nothing_and_manifest_hashes(tmp_path: Path) -> None:
     (staging / good).write_bytes(_entry())
     (staging / bad).write_bytes(_entry()[:-3])
     with pytest.raises(EntryError, match="nothing published"):
-        store.publish(str(staging), store.new_entries(str(staging)))
+        store.check(str(staging), store.new_entries(str(staging)))
     assert entry_files(store.root) == []
     (staging / bad).unlink()
-    [published] = store.publish(str(staging), store.new_entries(str(staging)))
-    assert published.sha256 == hashlib.sha256(_entry()).hexdigest()
+    [checked] = store.check(str(staging), store.new_entries(str(staging)))
+    assert checked.published and entry_files(store.root) == []  # checked, not yet visible
+    [published] = store.publish(str(staging), [checked])
+    assert published == checked and published.sha256 == hashlib.sha256(_entry()).hexdigest()
     assert entry_files(store.root) == [good]
     # A second run links the published entry into its staging: not "new", not re-published.
     again = store.prepare("run-2")
@@ -420,7 +422,7 @@ def test_a_truncated_entry_is_never_published(tmp_path: Path) -> None:
     victim = staging / names[0]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     with pytest.raises(EntryError, match=f"{names[0]}.*truncated"):
-        store.publish(str(staging), names)
+        store.check(str(staging), names)
     assert entry_files(store.root) == []
 
 
