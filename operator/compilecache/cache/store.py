@@ -129,8 +129,8 @@ class CacheStore(Protocol):
         """Publish checked entries (after their pending manifest is stored); return what was published."""
         ...
 
-    def withdraw(self, staged: list[StagedEntry]) -> None:
-        """Take back checked entries that are live already (GCS) when their manifest could not be stored."""
+    def withdraw(self, names: list[str]) -> None:
+        """Take back this run's entries that are live already (GCS) when their manifest cannot be stored."""
         ...
 
     def write_manifest(self, name: str, data: bytes) -> str:
@@ -324,7 +324,7 @@ class LocalStore:
         replace = self._replace.get(workdir, {})
         return not target.exists() or (name in replace and _identity(target) == replace[name])
 
-    def withdraw(self, staged: list[StagedEntry]) -> None:
+    def withdraw(self, names: list[str]) -> None:
         """Nothing to take back: entries stay in staging until :meth:`publish`."""
 
     def write_manifest(self, name: str, data: bytes) -> str:
@@ -574,15 +574,15 @@ class GCSStore:
         """Nothing to do: JAX wrote the objects in place, and :meth:`check` found them sound."""
         return list(staged)
 
-    def withdraw(self, staged: list[StagedEntry]) -> None:
+    def withdraw(self, names: list[str]) -> None:
         """Delete this run's objects (best effort): without their manifest they would lose their sha256.
 
         If GCS refuses this too, they stay as entries in no manifest, which expiry still checks byte
         by byte (a full decompression) and drops when unsound.
         """
-        for entry in staged:
+        for name in names:
             with contextlib.suppress(WarmError):
-                self.delete(entry.name)
+                self.delete(name)
 
     def write_manifest(self, name: str, data: bytes) -> str:
         """One upload: a GCS object appears whole or not at all (a later one replaces the pending one)."""

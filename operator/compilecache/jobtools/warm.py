@@ -47,10 +47,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from compilecache.cache.cacheenv import REPORT, jax_cache_env
+from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
-from compilecache.jobtools.compiler import SETUP_TARGET, effective_jobs
+from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.jobtools.workload import parse_spec
 
 if TYPE_CHECKING:
@@ -284,7 +284,12 @@ def _warm(
             print(f"  replacing damaged entry {name}: {why}")
         staging_env = jax_cache_env(workdir, **options)
         # Nothing is published before every process has compiled.
-        runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
+        try:
+            runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
+        except WriteFailed as failed:
+            # GCS: the entries JAX did write are live already; without a manifest they would lose their sha256.
+            store.withdraw(_own_entries(store, workdir, failed.runs))
+            raise
         if group is not None and args.workload:
             from compilecache.jobtools.multihost import leave_jax
 
@@ -311,7 +316,7 @@ def _warm(
             try:
                 store.write_manifest(manifest_name(run_id), dumps(pending))
             except WarmError:
-                store.withdraw(checked)  # GCS: JAX wrote them in place; a local store published nothing
+                store.withdraw([entry.name for entry in checked])  # GCS: JAX wrote them in place
                 raise
             return store.publish(workdir, checked)
 
@@ -475,6 +480,8 @@ def _compile_workloads(
                 runs.append(setup)
         check_unique(items)
         runs += compile_targets(items, events, jobs=jobs)
+    if events.write_errors:
+        raise WriteFailed(staging_env[CACHE_DIR], events.write_errors, runs)
     return runs, environment_facts()
 
 
@@ -511,13 +518,16 @@ def _run_script(
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
         raise WarmError(f"{reason}{': ' + last[0] if last and last[0] not in reason else ''}")
+    runs = [run_from_dict(run) for run in result["runs"]]
+    if result.get("write_errors"):
+        raise WriteFailed(env[CACHE_DIR], result["write_errors"], runs)
     stepped = result.get("stepped")
     note = steps_note(stepped)
     if note:
         print(f"  note: {note}")
     elif stepped:
         print(f"  stopped {script} after {stepped['ran']} calls of {stepped['step_fn']} (--steps)")
-    return [run_from_dict(run) for run in result["runs"]], result.get("facts") or {}
+    return runs, result.get("facts") or {}
 
 
 def _verify(
