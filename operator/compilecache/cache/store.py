@@ -32,6 +32,7 @@ import concurrent.futures
 import contextlib
 import errno
 import json
+import logging
 import os
 import tempfile
 import time
@@ -518,6 +519,9 @@ class GCSStore:
                 import gcsfs
             except ImportError as error:
                 raise WarmError("gs:// caches need gcsfs: install compilecache-operator[gcs] in this image") from error
+            # gcsfs logs a traceback when a request runs out of retries, then raises the error,
+            # which every call here reports in one line: the traceback would only bury it.
+            logging.getLogger("gcsfs").addFilter(_quiet_out_of_retries)
             # Per request: connecting and each socket read wait at most a third of the budget
             # (no total: a large entry downloads as long as bytes keep coming).
             socket_seconds = self.timeout / 3
@@ -659,13 +663,18 @@ class GCSStore:
             raise WarmError(f"{self.url}: {what} failed: {_one_line(error)}") from error
 
 
+def _quiet_out_of_retries(record: logging.LogRecord) -> bool:
+    return "out of retries" not in record.getMessage()
+
+
 class _NotFound(WarmError):
     """An object or folder that is not there (``delete`` and the manifests treat it as done)."""
 
 
 def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    # gcsfs puts GCS's own reason on a second line (``Forbidden: <url>\n<quota message>``): keep it.
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _gcs_time(item: dict[str, Any]) -> float:
