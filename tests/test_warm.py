@@ -96,6 +96,21 @@ def test_publish_is_all_or_nothing_and_manifest_hashes(tmp_path: Path) -> None:
     assert (Path(again) / good).exists() and store.new_entries(again) == []
 
 
+def test_check_says_which_entries_a_concurrent_run_published_first(tmp_path: Path) -> None:
+    # The pending manifest records each entry as check() predicts; publish() decides again at the rename.
+    store = LocalStore(tmp_path / "cache")
+    staging = Path(store.prepare("run-1"))
+    mine, theirs = f"{'jit_a-' + 'a' * 64}-cache", f"{'jit_b-' + 'b' * 64}-cache"
+    for entry in (mine, theirs):
+        (staging / entry).write_bytes(_entry())
+    checked = store.check(str(staging), [mine, theirs])
+    (store.root / theirs).write_bytes(_entry(seconds=9))  # another run publishes the same key meanwhile
+    assert [entry.published for entry in checked] == [True, True]
+    assert [entry.published for entry in store.publish(str(staging), checked)] == [True, False]
+    assert (store.root / theirs).read_bytes() == _entry(seconds=9)
+    assert [entry.published for entry in store.check(str(staging), [theirs])] == [False]
+
+
 def test_open_store_takes_local_paths_and_gcs_only() -> None:
     assert open_store("gs://bucket/a/b/").url == "gs://bucket/a/b"
     with pytest.raises(WarmError, match=r"only local paths and gs://"):
