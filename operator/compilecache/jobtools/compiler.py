@@ -32,7 +32,7 @@ SETUP_TARGET = "(setup)"
 _KEY_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache", "jax._src.cache_key")
 # JAX only warns when it cannot write an entry (jax/_src/compiler.py _cache_write), with the
 # OSError or GCS error in the text: the warmer fails the run on it, naming the cause.
-_WRITE_FAILED = "Error writing persistent compilation cache entry"
+WRITE_FAILED = "Error writing persistent compilation cache entry"
 _WITH_KEY = re.compile(r"with key '([^']+)'")
 _COMPONENT = re.compile(r"^get_cache_key hash of serialized (.+): ([0-9a-f]{64})$")
 
@@ -82,11 +82,11 @@ class CacheEvents:
 
         jax.monitoring.register_event_listener(self._on_event)
         self._warnings.__enter__()  # restores the filters and showwarning at exit
-        warnings.filterwarnings("always", message=_WRITE_FAILED)
+        warnings.filterwarnings("always", message=WRITE_FAILED)
         shown = warnings.showwarning
 
         def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-            if str(message).startswith(_WRITE_FAILED):
+            if str(message).startswith(WRITE_FAILED):
                 with self._lock:  # the run's own error says it: not shown twice
                     self.write_errors.append(" ".join(str(message).split()))
                 return
