@@ -180,6 +180,32 @@ def test_a_full_disk_at_each_write_of_a_warm_up_leaves_a_cache_that_verifies_and
     assert expire_verify(cache)["deletions"] == []
 
 
+SCRIPT = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def train_step(x):
+    return jnp.cos(x) * 2.0
+
+x = jnp.zeros((8, 8))
+for _ in range(2):
+    x = train_step(x)
+"""
+
+
+def test_a_full_disk_under_an_exact_mode_warm_up_is_one_line_naming_the_errno(disk: Path, tmp_path: Path) -> None:
+    # The script runs in a child process: JAX's refused writes there must reach the warmer's error too.
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    smalldisk.fill(disk, 0)
+    command = ["warm", "--cache-dir", str(disk / "cache"), "--script", str(script), "--steps", "2"]
+    error = one_line_error(run_cli(command, clean_env()), "warm")
+    assert error.startswith(f"JAX could not write into {disk / 'cache'}/.compilecache/staging/"), error
+    assert "Error writing persistent compilation cache entry" in error and "[Errno 28]" in error, error
+    assert_consistent(disk / "cache")
+    assert entry_files(disk / "cache") == []
+
+
 def test_what_a_killed_run_left_goes_at_the_next_warm_and_expire(modules: Path, disk: Path, tmp_path: Path) -> None:
     cache = disk / "cache"
 

@@ -38,6 +38,7 @@ Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment (a full
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -288,7 +289,9 @@ def _warm(
             runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
         except WriteFailed as failed:
             # GCS: the entries JAX did write are live already; without a manifest they would lose their sha256.
-            store.withdraw(_own_entries(store, workdir, failed.runs))
+            # Best effort: the refused write is the run's error, whatever else GCS refuses now.
+            with contextlib.suppress(WarmError):
+                store.withdraw(_own_entries(store, workdir, failed.runs))
             raise
         if group is not None and args.workload:
             from compilecache.jobtools.multihost import leave_jax
