@@ -65,7 +65,11 @@ def files(**ages_and_sizes: tuple[float, int]) -> list[StoredFile]:
 
 def plan(listing: list[StoredFile], manifests: list[dict[str, Any]], policy: Policy, **kw: Any) -> dict[str, str]:
     result = plan_expiry(
-        Listing(tuple(listing), tuple(kw.pop("staging", ()))), index_manifests(manifests), policy, NOW, **kw
+        Listing(tuple(listing), tuple(kw.pop("staging", ())), temporary=tuple(kw.pop("temporary", ()))),
+        index_manifests(manifests),
+        policy,
+        NOW,
+        **kw,
     )
     return {d.name: d.rule for d in result.deletions}
 
@@ -155,6 +159,28 @@ CASES: list[tuple[str, list[StoredFile], list[dict[str, Any]], Policy, dict[str,
             ]
         },
         {name("a").replace("-cache", "-atime"): "integrity", ".compilecache/staging/old": "integrity"},
+    ),
+    (
+        "what killed runs left goes without verify too: old staging and temporary files, not young ones",
+        [StoredFile(name("b"), 8, NOW - DAY)],
+        [],
+        Policy(verify=False),
+        {
+            "staging": [
+                StoredFile(".compilecache/staging/old", 0, NOW - DAY),
+                StoredFile(".compilecache/staging/live", 0, NOW - 60),
+            ],
+            "temporary": [
+                StoredFile(".compilecache/manifests/.old.json.tmp", 9, NOW - 3600),
+                StoredFile(".compilecache/manifests/.writing.json.tmp", 9, NOW - 5),
+                StoredFile(".probe-old", 0, NOW - 3600),
+            ],
+        },
+        {
+            ".compilecache/staging/old": "integrity",
+            ".compilecache/manifests/.old.json.tmp": "integrity",
+            ".probe-old": "integrity",
+        },
     ),
 ]
 
@@ -314,6 +340,21 @@ def test_local_store_scan_and_delete_are_idempotent(tmp_path: Path) -> None:
     assert DEFAULT_GRACE_SECONDS > 0
 
 
+def test_local_store_lists_what_interrupted_writes_left_and_only_that(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    manifests = tmp_path / ".compilecache" / "manifests"
+    manifests.mkdir(parents=True)
+    (manifests / ".run-1.json.tmp").write_text("{")
+    (manifests / "run-2.json").write_text("{}")
+    (manifests / ".notes").write_text("not ours")  # not a name the store writes
+    (tmp_path / ".probe-x1").touch()
+    (manifests / ".linked.json.tmp").symlink_to(tmp_path / "outside")  # never listed, never followed
+    listing = store.scan()
+    assert sorted(item.name for item in listing.temporary) == [".compilecache/manifests/.run-1.json.tmp", ".probe-x1"]
+    assert store.delete(".compilecache/manifests/.run-1.json.tmp") and store.delete(".probe-x1")
+    assert store.scan().temporary == ()
+
+
 def test_a_delete_the_file_system_refuses_is_a_warm_error_not_a_traceback(tmp_path: Path) -> None:
     """expire turns a WarmError into one line and exit 1 (its termination message says why), as on GCS.
 
@@ -322,7 +363,7 @@ def test_a_delete_the_file_system_refuses_is_a_warm_error_not_a_traceback(tmp_pa
     stuck = tmp_path / name("stuck")
     stuck.mkdir()  # unlink() refuses a directory (EISDIR): an OSError that needs no root to provoke
     (stuck / "x").write_text("x")
-    with pytest.raises(WarmError, match=rf"delete {name('stuck')} failed"):
+    with pytest.raises(WarmError, match=rf"delete \S*/{name('stuck')} failed: \[Errno 21\] EISDIR"):
         LocalStore(tmp_path).delete(name("stuck"))
 
 

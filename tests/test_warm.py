@@ -83,15 +83,32 @@ def test_publish_is_all_or_nothing_and_manifest_hashes(tmp_path: Path) -> None:
     (staging / good).write_bytes(_entry())
     (staging / bad).write_bytes(_entry()[:-3])
     with pytest.raises(EntryError, match="nothing published"):
-        store.publish(str(staging), store.new_entries(str(staging)))
+        store.check(str(staging), store.new_entries(str(staging)))
     assert entry_files(store.root) == []
     (staging / bad).unlink()
-    [published] = store.publish(str(staging), store.new_entries(str(staging)))
-    assert published.sha256 == hashlib.sha256(_entry()).hexdigest()
+    [checked] = store.check(str(staging), store.new_entries(str(staging)))
+    assert checked.published and entry_files(store.root) == []  # checked, not yet visible
+    [published] = store.publish(str(staging), [checked])
+    assert published == checked and published.sha256 == hashlib.sha256(_entry()).hexdigest()
     assert entry_files(store.root) == [good]
     # A second run links the published entry into its staging: not "new", not re-published.
     again = store.prepare("run-2")
     assert (Path(again) / good).exists() and store.new_entries(again) == []
+
+
+def test_check_says_which_entries_a_concurrent_run_published_first(tmp_path: Path) -> None:
+    # The pending manifest records each entry as check() predicts; publish() decides again at the rename.
+    store = LocalStore(tmp_path / "cache")
+    staging = Path(store.prepare("run-1"))
+    mine, theirs = f"{'jit_a-' + 'a' * 64}-cache", f"{'jit_b-' + 'b' * 64}-cache"
+    for entry in (mine, theirs):
+        (staging / entry).write_bytes(_entry())
+    checked = store.check(str(staging), [mine, theirs])
+    (store.root / theirs).write_bytes(_entry(seconds=9))  # another run publishes the same key meanwhile
+    assert [entry.published for entry in checked] == [True, True]
+    assert [entry.published for entry in store.publish(str(staging), checked)] == [True, False]
+    assert (store.root / theirs).read_bytes() == _entry(seconds=9)
+    assert [entry.published for entry in store.check(str(staging), [theirs])] == [False]
 
 
 def test_open_store_takes_local_paths_and_gcs_only() -> None:
@@ -420,7 +437,7 @@ def test_a_truncated_entry_is_never_published(tmp_path: Path) -> None:
     victim = staging / names[0]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     with pytest.raises(EntryError, match=f"{names[0]}.*truncated"):
-        store.publish(str(staging), names)
+        store.check(str(staging), names)
     assert entry_files(store.root) == []
 
 

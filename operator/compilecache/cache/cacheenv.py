@@ -15,6 +15,7 @@ from collections.abc import Mapping
 # lives, so an entry compiled in a staging dir hits once published.
 XLA_CACHES_OFF = "none"
 
+CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
 MIN_COMPILE_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 # Ours, not JAX's: a training process with this set reports its hits and misses once, at exit
 # (compilecache.trainer, loaded through JAX's plugin discovery). Warm-up Jobs never get it: their
@@ -56,7 +57,7 @@ def jax_cache_env(
     process needs nothing of ours to hit what the warmer wrote.
     """
     env = {
-        "JAX_COMPILATION_CACHE_DIR": cache_dir,
+        CACHE_DIR: cache_dir,
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": _number(min_compile_time_secs),
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": str(int(min_entry_size_bytes)),
         "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": XLA_CACHES_OFF,

@@ -1,6 +1,8 @@
-"""The one error type the warmer reports as a one-line message and a non-zero exit."""
+"""The error types the warmer and expiry report as a one-line message and a non-zero exit."""
 
 from __future__ import annotations
+
+import errno
 
 
 class WarmError(Exception):
@@ -17,3 +19,20 @@ class VerifyError(WarmError):
     """A published target did not hit the cache in a fresh process."""
 
     exit_code = 3
+
+
+# A full disk, an exhausted quota, a file over the size limit: the storage refused a write.
+# Not a bug of the warmer: the run ends with one line and the next pass heals what is left.
+STORAGE_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class StorageError(WarmError):
+    """A write to the cache (or its removal) that the storage refused: disk full, quota, I/O error."""
+
+
+def storage_error(action: str, path: str, error: OSError) -> StorageError:
+    """``write /cache/x failed: [Errno 28] ENOSPC: No space left on device``: the path and the errno, on one line."""
+    code = error.errno
+    reason = error.strerror or str(error) or type(error).__name__
+    number = f"[Errno {code}] {errno.errorcode.get(code, '?')}: " if code is not None else ""
+    return StorageError(f"{action} {path} failed: {number}{reason}")

@@ -5,9 +5,11 @@ the manifests, checks the entries' bytes when asked (``damaged``) and deletes
 what :func:`plan_expiry` returns. Rules, in the order that names a deletion's
 reason (an entry is deleted once, for the first rule that takes it):
 
-1. ``integrity`` (``verify``): entries whose bytes are unsound or no longer match
-   the manifest's sha256 (found by the caller), ``-atime`` sidecars without their
-   entry, staging dirs of runs older than the staging grace period;
+1. ``integrity``: with ``verify``, entries whose bytes are unsound or no longer match
+   the manifest's sha256 (found by the caller) and ``-atime`` sidecars without their
+   entry; always, what an interrupted run left (:func:`leftovers`: staging dirs older
+   than the staging grace period, temporary files older than the grace period), which
+   the warmer deletes too;
 2. ``keepVersions``: per platform (backend, device kind) the entries of all but the
    N most recently warmed (jax, jaxlib) builds. Per platform, because an H100 pool and
    an A100 pool are different builds that are both current: ranking them together
@@ -16,7 +18,9 @@ reason (an entry is deleted once, for the first rule that takes it):
 4. ``maxSize``: least recently produced first, until the rest fits.
 
 Entries in no manifest (written by someone else) have no known build and no
-digest: only ``maxAge``, ``maxSize`` and the byte checks can remove them. Nothing
+digest: only ``maxAge``, ``maxSize`` and the byte checks can remove them. A warm run
+records its entries in a *pending* manifest before it publishes them, so a run that
+failed after publishing left its entries recorded: they are treated like any other. Nothing
 modified within the grace period is deleted, so a run in flight is never cut.
 """
 
@@ -205,10 +209,7 @@ def plan_expiry(
         for sidecar in sidecars.values():
             if _entry_of(sidecar.name) not in entries and not young(sidecar, policy.grace_seconds):
                 deletions.append(Deletion(sidecar.name, sidecar.size, INTEGRITY, "-atime sidecar without its entry"))
-        for run in listing.staging:
-            if not young(run, policy.staging_grace_seconds):
-                age = _age(now - run.mtime)
-                deletions.append(Deletion(run.name, run.size, INTEGRITY, f"staging left by a run, untouched for {age}"))
+    deletions += leftovers(listing, policy, now)
 
     if policy.keep_versions is not None:
         kept_builds = newest_builds(index.builds_seen, policy.keep_versions)
@@ -256,6 +257,25 @@ def plan_expiry(
         versions=_versions(left, index, size_of),
         notes=tuple(notes),
     )
+
+
+def leftovers(listing: Listing, policy: Policy, now: float) -> list[Deletion]:
+    """Staging dirs and temporary files an interrupted run left: untouched for their grace period.
+
+    A run in flight keeps its own (a staging dir's time moves with each entry JAX writes, a
+    temporary manifest lives for one write) and removes them itself when it fails; only a
+    killed process leaves them, and the next warm or expiry deletes them.
+    """
+    found = []
+    for run in listing.staging:
+        if now - run.mtime >= policy.staging_grace_seconds:
+            age = _age(now - run.mtime)
+            found.append(Deletion(run.name, run.size, INTEGRITY, f"staging left by a run, untouched for {age}"))
+    for item in listing.temporary:
+        if now - item.mtime >= policy.grace_seconds:
+            why = f"temporary file of a write never finished, {_age(now - item.mtime)} old"
+            found.append(Deletion(item.name, item.size, INTEGRITY, why))
+    return found
 
 
 def newest_builds(seen: Mapping[Build, float], keep: int) -> set[Build]:

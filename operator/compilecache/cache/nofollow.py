@@ -24,6 +24,7 @@ from compilecache.cache.errors import WarmError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_TEMPORARY_SUFFIX = ".tmp"
 
 
 class LinkError(WarmError):
@@ -119,16 +120,36 @@ def remove_tree(root: Path, relative: str) -> bool:
         return False
 
 
+def temporary_name(name: str) -> str:
+    """The name :func:`write_new` writes ``name`` under before renaming it: ``.<name>.tmp``."""
+    return f".{name}{_TEMPORARY_SUFFIX}"
+
+
+def is_temporary_name(name: str) -> bool:
+    """True for a name :func:`temporary_name` makes (what a killed writer may leave behind)."""
+    return name.startswith(".") and name.endswith(_TEMPORARY_SUFFIX) and len(name) > len(_TEMPORARY_SUFFIX) + 1
+
+
 def write_new(root: Path, relative: str, data: bytes) -> None:
-    """Write a file under a temporary name in its folder, then rename it into place (readers never
-    see half of it); the folder is reached without following links."""
+    """Write a file under a temporary name in its folder, flush it to the disk, then rename it into
+    place (readers see the old file or the new one, never half of it); the folder is reached without
+    following links. A refused write (disk full, quota) removes the temporary file and raises."""
     parent, name = _split(relative)
-    temporary = f".{name}.tmp"
+    temporary = temporary_name(name)
     with open_dir(root, parent) as folder:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=folder)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                # Before the rename: after a crash the name must not point at blocks never written.
+                os.fsync(handle.fileno())
+            os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            # Removing a file needs no free space: nothing of a refused write is left.
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder)
+            raise
 
 
 def _split(relative: str) -> tuple[str, str]:

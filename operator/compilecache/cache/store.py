@@ -14,6 +14,15 @@ them and read the manifests.
 Layout, identical on both: entries (``<module>-<sha256>-cache``) and JAX's
 ``-atime`` sidecars at the top, manifests under ``.compilecache/manifests/``,
 local staging under ``.compilecache/staging/<run_id>/``.
+
+Faults (docs/faults.md): a warm run checks its entries (:meth:`CacheStore.check`),
+records them in a *pending* manifest, and only then publishes them
+(:meth:`CacheStore.publish`), so that every published entry has a manifest with its
+sha256; a write the storage refuses (disk full, quota) is a one-line
+:class:`~compilecache.cache.errors.StorageError` naming the path and errno, and a
+refused write leaves no temporary file behind. Temporary files and staging that a
+killed process left are listed (:attr:`Listing.temporary`, :attr:`Listing.staging`)
+for the next warm or expiry to delete.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import json
+import logging
 import os
 import tempfile
 import time
@@ -41,11 +52,12 @@ from compilecache.cache.entries import (
     is_entry_name,
     sha256_file,
 )
-from compilecache.cache.errors import WarmError
+from compilecache.cache.errors import WarmError, storage_error
 
 META_DIR = ".compilecache"
 MANIFESTS_DIR = f"{META_DIR}/manifests"
 STAGING_DIR = f"{META_DIR}/staging"
+PROBE_PREFIX = ".probe-"  # the warmer's writability probe at the top of a local cache
 GCS_SCHEME = "gs://"
 _READERS = 8  # concurrent entry reads: GCS latency or disk, not CPU, bounds them
 
@@ -76,6 +88,9 @@ class Listing:
     files: tuple[StoredFile, ...]  # entries and -atime sidecars at the top level
     staging: tuple[StoredFile, ...] = ()  # staging dirs of runs (local stores only)
     notes: tuple[str, ...] = ()  # what the scan left alone and why (symbolic links)
+    # Files of a write that never finished: ``.compilecache/manifests/.<name>.tmp`` and
+    # the warmer's ``.probe-*`` (local stores only; a GCS object appears whole or not at all).
+    temporary: tuple[StoredFile, ...] = ()
 
 
 class CacheStore(Protocol):
@@ -106,8 +121,17 @@ class CacheStore(Protocol):
         """Entry files in ``workdir`` that this run compiled (not there before it)."""
         ...
 
-    def publish(self, workdir: str, names: list[str]) -> list[StagedEntry]:
-        """Check every named entry, then publish them; raise :class:`EntryError` if any is unsound."""
+    def check(self, workdir: str, names: list[str]) -> list[StagedEntry]:
+        """Check every named entry (size, sha256, whether it will be published); raise
+        :class:`EntryError` if any is unsound. Nothing new becomes visible."""
+        ...
+
+    def publish(self, workdir: str, staged: list[StagedEntry]) -> list[StagedEntry]:
+        """Publish checked entries (after their pending manifest is stored); return what was published."""
+        ...
+
+    def withdraw(self, names: list[str]) -> None:
+        """Take back this run's entries that are live already (GCS) when their manifest cannot be stored."""
         ...
 
     def write_manifest(self, name: str, data: bytes) -> str:
@@ -216,16 +240,20 @@ class LocalStore:
                     raise WarmError(f"cache dir {self.root}: {folder} is a symbolic link; remove it")
             staging.mkdir(parents=True)
             (self.root / MANIFESTS_DIR).mkdir(exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=PROBE_PREFIX):
                 pass
         except OSError as error:
-            raise WarmError(f"cache dir {self.root} is not writable: {error.strerror or error}") from error
+            raise storage_error("cache dir is not writable: prepare", str(error.filename or self.root), error) from None
         seeded: set[str] = set()
-        with os.scandir(self.root) as listing:
-            for item in listing:
-                if is_entry_name(item.name) and item.is_file(follow_symlinks=False):
-                    _link_or_symlink(self.root / item.name, staging / item.name)
-                    seeded.add(item.name)
+        try:
+            with os.scandir(self.root) as listing:
+                for item in listing:
+                    if is_entry_name(item.name) and item.is_file(follow_symlinks=False):
+                        _link_or_symlink(self.root / item.name, staging / item.name)
+                        seeded.add(item.name)
+        except OSError as error:  # a link needs a directory block on ext4: a full disk refuses it
+            self.discard(str(staging))
+            raise storage_error("link", str(error.filename or staging), error) from None
         self._seeded[str(staging)] = seeded
         return str(staging)
 
@@ -250,41 +278,66 @@ class LocalStore:
             if is_entry_name(path.name) and path.name not in seeded and path.is_file()
         )
 
-    def publish(self, workdir: str, names: list[str]) -> list[StagedEntry]:
-        """Check all, then ``rename`` each into the cache (atomic on one filesystem)."""
+    def check(self, workdir: str, names: list[str]) -> list[StagedEntry]:
+        """Check all (nothing is published if one is unsound); ``published`` says whether each would
+        replace nothing (or the damaged file found at prepare) if published now."""
         staging = Path(workdir)
-        checked: list[tuple[str, int, str]] = []
+        checked: list[StagedEntry] = []
         bad: list[str] = []
-        for name in names:
-            path = staging / name
-            data = path.read_bytes()
-            try:
-                check_entry(data)
-            except EntryError as error:
-                bad.append(f"{name}: {error}")
-                continue
-            checked.append((name, len(data), sha256_file(path)))
+        try:
+            for name in names:
+                path = staging / name
+                data = path.read_bytes()
+                try:
+                    check_entry(data)
+                except EntryError as error:
+                    bad.append(f"{name}: {error}")
+                    continue
+                checked.append(StagedEntry(name, len(data), sha256_file(path), self._publishable(workdir, name)))
+        except OSError as error:
+            raise storage_error("read", str(error.filename or staging), error) from None
         if bad:
-            raise EntryError(f"{len(bad)} unsound entries, nothing published: " + "; ".join(bad))
-        replace = self._replace.get(workdir, {})
+            raise EntryError(f"{len(bad)} unsound entries, nothing published: " + "; ".join(bad) + _full_note(staging))
+        return checked
+
+    def publish(self, workdir: str, staged: list[StagedEntry]) -> list[StagedEntry]:
+        """``rename`` each checked entry into the cache (atomic on one filesystem)."""
+        staging = Path(workdir)
         result = []
-        for name, size, digest in checked:
-            target = self.root / name
-            # Same key, same program: if a concurrent run published it first, keep
-            # theirs rather than replace a file a training process may be reading;
-            # unless it is still the damaged file found at prepare. rename() swaps the
-            # directory entry atomically: a reader opens the old file or the new one,
-            # never a partial one, and one that has the old file open keeps reading it.
-            published = not target.exists() or (name in replace and _identity(target) == replace[name])
+        for entry in staged:
+            # Decided again at the rename: a concurrent run may have published the key meanwhile.
+            published = self._publishable(workdir, entry.name)
             if published:
-                os.rename(staging / name, target)
-            result.append(StagedEntry(name, size, digest, published))
+                try:
+                    os.rename(staging / entry.name, self.root / entry.name)
+                except OSError as error:  # a new directory entry may need a block: a full disk refuses it
+                    raise storage_error("publish", str(self.root / entry.name), error) from None
+            result.append(StagedEntry(entry.name, entry.size, entry.sha256, published))
         return result
 
+    def _publishable(self, workdir: str, name: str) -> bool:
+        # Same key, same program: if a concurrent run published it first, keep
+        # theirs rather than replace a file a training process may be reading;
+        # unless it is still the damaged file found at prepare. rename() swaps the
+        # directory entry atomically: a reader opens the old file or the new one,
+        # never a partial one, and one that has the old file open keeps reading it.
+        target = self.root / name
+        replace = self._replace.get(workdir, {})
+        return not target.exists() or (name in replace and _identity(target) == replace[name])
+
+    def withdraw(self, names: list[str]) -> None:
+        """Nothing to take back: entries stay in staging until :meth:`publish`."""
+
     def write_manifest(self, name: str, data: bytes) -> str:
-        """Write to a temporary name, then rename: readers never see half a manifest."""
-        nofollow.write_new(self.root, f"{MANIFESTS_DIR}/{name}", data)
-        return str(self.root / MANIFESTS_DIR / name)
+        """Write to a temporary name, then rename over any earlier version (the run's pending
+        manifest): readers see the old manifest or the new one, never half of one. A refused
+        write removes its temporary file."""
+        path = self.root / MANIFESTS_DIR / name
+        try:
+            nofollow.write_new(self.root, f"{MANIFESTS_DIR}/{name}", data)
+        except OSError as error:
+            raise storage_error("write", str(path), error) from None
+        return str(path)
 
     def discard(self, workdir: str) -> None:
         """Remove staging (links and any unpublished entries) and forget it."""
@@ -301,9 +354,11 @@ class LocalStore:
         """
         if not self.root.is_dir():
             raise WarmError(f"cache dir {self.root} does not exist or is not a directory")
-        files, notes = [], []
+        files, notes, temporary = [], [], []
         with os.scandir(self.root) as listing:
             for item in listing:
+                if item.name.startswith(PROBE_PREFIX) and item.is_file(follow_symlinks=False):
+                    temporary.append(StoredFile(item.name, 0, item.stat(follow_symlinks=False).st_mtime))
                 if not is_cache_file(item.name):
                     continue
                 if item.is_symlink():
@@ -325,7 +380,17 @@ class LocalStore:
             notes.append(str(error))
         except (FileNotFoundError, NotADirectoryError):
             pass
-        return Listing(tuple(files), tuple(staging), tuple(notes))
+        try:
+            with nofollow.open_dir(self.root, MANIFESTS_DIR) as folder, os.scandir(folder) as manifests:
+                for item in manifests:
+                    if nofollow.is_temporary_name(item.name) and item.is_file(follow_symlinks=False):
+                        stat = item.stat(follow_symlinks=False)
+                        temporary.append(StoredFile(f"{MANIFESTS_DIR}/{item.name}", stat.st_size, stat.st_mtime))
+        except nofollow.LinkError:
+            pass  # named in the notes by the manifests' own read
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return Listing(tuple(files), tuple(staging), tuple(notes), tuple(temporary))
 
     def read(self, name: str) -> bytes:
         """The file's bytes (a link is not read: :class:`~compilecache.cache.nofollow.LinkError`)."""
@@ -343,8 +408,8 @@ class LocalStore:
             return nofollow.unlink(self.root, name)
         except nofollow.LinkError:
             return False
-        except OSError as error:  # e.g. read-only or immutable: one line and exit 1, as on GCS
-            raise WarmError(f"delete {name} failed: {error.strerror or error}") from None
+        except OSError as error:  # e.g. read-only, immutable, or a full copy-on-write disk: one line
+            raise storage_error("delete", str(self.root / name), error) from None
 
     def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
         """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot); links are not read."""
@@ -454,6 +519,9 @@ class GCSStore:
                 import gcsfs
             except ImportError as error:
                 raise WarmError("gs:// caches need gcsfs: install compilecache-operator[gcs] in this image") from error
+            # gcsfs logs a traceback when a request runs out of retries, then raises the error,
+            # which every call here reports in one line: the traceback would only bury it.
+            logging.getLogger("gcsfs").addFilter(_quiet_out_of_retries)
             # Per request: connecting and each socket read wait at most a third of the budget
             # (no total: a large entry downloads as long as bytes keep coming).
             socket_seconds = self.timeout / 3
@@ -488,7 +556,7 @@ class GCSStore:
             item.name for item in self.scan().files if is_entry_name(item.name) and item.name not in self._seeded
         )
 
-    def publish(self, workdir: str, names: list[str]) -> list[StagedEntry]:
+    def check(self, workdir: str, names: list[str]) -> list[StagedEntry]:
         """Check what JAX wrote; delete an unsound object (it is live already) and fail the run."""
         import hashlib
 
@@ -506,8 +574,22 @@ class GCSStore:
             raise EntryError(f"{len(bad)} unsound entries written to {self.url}, deleted: " + "; ".join(bad))
         return result
 
+    def publish(self, workdir: str, staged: list[StagedEntry]) -> list[StagedEntry]:
+        """Nothing to do: JAX wrote the objects in place, and :meth:`check` found them sound."""
+        return list(staged)
+
+    def withdraw(self, names: list[str]) -> None:
+        """Delete this run's objects (best effort): without their manifest they would lose their sha256.
+
+        If GCS refuses this too, they stay as entries in no manifest, which expiry still checks byte
+        by byte (a full decompression) and drops when unsound.
+        """
+        for name in names:
+            with contextlib.suppress(WarmError):
+                self.delete(name)
+
     def write_manifest(self, name: str, data: bytes) -> str:
-        """One upload: a GCS object appears whole or not at all."""
+        """One upload: a GCS object appears whole or not at all (a later one replaces the pending one)."""
         path = f"{self.root}/{MANIFESTS_DIR}/{name}"
         self._call(f"write manifest {name}", self.fs._pipe_file, path, data)
         return f"{GCS_SCHEME}{path}"
@@ -581,13 +663,18 @@ class GCSStore:
             raise WarmError(f"{self.url}: {what} failed: {_one_line(error)}") from error
 
 
+def _quiet_out_of_retries(record: logging.LogRecord) -> bool:
+    return "out of retries" not in record.getMessage()
+
+
 class _NotFound(WarmError):
     """An object or folder that is not there (``delete`` and the manifests treat it as done)."""
 
 
 def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    # gcsfs puts GCS's own reason on a second line (``Forbidden: <url>\n<quota message>``): keep it.
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _gcs_time(item: dict[str, Any]) -> float:
@@ -598,6 +685,23 @@ def _gcs_time(item: dict[str, Any]) -> float:
     if isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return 0.0
+
+
+def _full_note(folder: Path) -> str:
+    """``; <folder>: [Errno 28] ENOSPC ...`` when its filesystem is (nearly) full: JAX's plain writes were
+    cut short there, and JAX only warns about it."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return ""
+    if stat.f_bavail * stat.f_frsize >= _FULL_BYTES:
+        return ""
+    free = stat.f_bavail * stat.f_frsize
+    full = f"[Errno {errno.ENOSPC}] ENOSPC: the disk is full ({free} bytes free)"
+    return f"; JAX's write into {folder} was cut short: {full}"
+
+
+_FULL_BYTES = 64 * 1024
 
 
 def _identity(path: Path) -> tuple[int, int, int, int]:

@@ -13,6 +13,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -29,6 +30,9 @@ SETUP_TARGET = "(setup)"
 # Loggers whose DEBUG lines name the cache key of each request, and (cache_key)
 # the hash of each key component, so a miss can say *what* differed.
 _KEY_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache", "jax._src.cache_key")
+# JAX only warns when it cannot write an entry (jax/_src/compiler.py _cache_write), with the
+# OSError or GCS error in the text: the warmer fails the run on it, naming the cause.
+WRITE_FAILED = "Error writing persistent compilation cache entry"
 _WITH_KEY = re.compile(r"with key '([^']+)'")
 _COMPONENT = re.compile(r"^get_cache_key hash of serialized (.+): ([0-9a-f]{64})$")
 
@@ -70,11 +74,25 @@ class CacheEvents:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._saved: dict[str, tuple[int, logging.Filter]] = {}
+        self._warnings = warnings.catch_warnings()
+        self.write_errors: list[str] = []  # JAX's warnings of entries it could not write, one line each
 
     def __enter__(self) -> CacheEvents:
         import jax.monitoring
 
         jax.monitoring.register_event_listener(self._on_event)
+        self._warnings.__enter__()  # restores the filters and showwarning at exit
+        warnings.filterwarnings("always", message=WRITE_FAILED)
+        shown = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            if str(message).startswith(WRITE_FAILED):
+                with self._lock:  # the run's own error says it: not shown twice
+                    self.write_errors.append(" ".join(str(message).split()))
+                return
+            shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
         for name in _KEY_LOGGERS:
             logger = logging.getLogger(name)
             # DEBUG is where JAX logs the key of every hit, miss and write. A filter on the logger
@@ -96,6 +114,7 @@ class CacheEvents:
             logger.removeFilter(capture)
             logger.setLevel(level)
         self._saved.clear()
+        self._warnings.__exit__(None, None, None)
 
     @contextmanager
     def attribute_to(self, run: TargetRun) -> Iterator[TargetRun]:
@@ -223,6 +242,16 @@ def compile_targets(
 
     _run_all(one, len(items), jobs)
     return runs
+
+
+class WriteFailed(WarmError):
+    """JAX could not write entries (a full disk, a quota): the place and JAX's cause, and the runs,
+    whose entries written in place (GCS) the warmer takes back."""
+
+    def __init__(self, cache_dir: str, errors: Sequence[str], runs: Sequence[TargetRun]) -> None:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"JAX could not write into {cache_dir}: {errors[0]}{more}")
+        self.runs = list(runs)
 
 
 def effective_jobs(jobs: int, cpus: int | None = None) -> int:

@@ -7,7 +7,10 @@ deletions and reasons and a summary, then deletes (not with ``--dry-run``).
 
 Deleting is idempotent and safe to interrupt: each file is deleted on its own
 (a sidecar before its entry, so an interruption never leaves an orphan sidecar),
-a file gone already counts as deleted, and a second run finishes the job.
+a file gone already counts as deleted, and a second run finishes the job. Expiry
+writes nothing into the cache, so a full disk does not stop it; a deletion the
+storage refuses (a GCS quota or error, a read-only disk) ends it with one line
+naming the path, in the termination summary too.
 
 ``--termination-log PATH`` (the operator's expiry Job passes ``/dev/termination-log``)
 also writes a compact JSON summary (at most 4 KiB, what Kubernetes keeps) there,
@@ -29,7 +32,7 @@ from typing import Any
 
 from compilecache.cache import units
 from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
-from compilecache.cache.errors import WarmError
+from compilecache.cache.errors import STORAGE_FULL, WarmError, storage_error
 from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_STAGING_GRACE_SECONDS,
@@ -79,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
     """Expire; print a one-line error and return 2 on bad input or an unusable cache."""
     try:
         policy = policy_from_args(args)
-        result = expire(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
+        try:
+            result = expire(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
+        except OSError as error:
+            # A refused operation the store did not wrap (each names its own): one line, not a bug.
+            if error.errno not in STORAGE_FULL:
+                raise
+            raise storage_error("delete", str(error.filename or args.cache_dir), error) from None
     except WarmError as error:
         print(f"compilecache expire: error: {error}", file=sys.stderr)
         if args.termination_log:

@@ -20,6 +20,10 @@ from compilecache.cache.store import StagedEntry
 from compilecache.jobtools.compiler import TargetRun
 
 MANIFEST_SCHEMA = "compilecache.dev/manifest/v1"
+# A manifest's "state": "pending" is stored before the run publishes its entries (they are
+# recorded, with their sha256, whatever fails later); the run replaces it with "complete" at its end.
+PENDING = "pending"
+COMPLETE = "complete"
 REPORT_SCHEMA = "compilecache.dev/report/v1"
 
 
@@ -73,6 +77,7 @@ def build_manifest(
     verify: Mapping[str, Any] | None = None,
     repaired: Mapping[str, str] | None = None,
     group: Mapping[str, Any] | None = None,
+    state: str = COMPLETE,
 ) -> dict[str, Any]:
     """Every entry this run wrote (size, sha256, versions, device, workload, target,
     compile seconds, time) and every entry it hit, plus the per-target records."""
@@ -99,6 +104,7 @@ def build_manifest(
     return {
         "schema": MANIFEST_SCHEMA,
         "run_id": run_id,
+        "state": state,
         **placed,
         "cache_dir": cache_dir,
         "started_at": started_at,

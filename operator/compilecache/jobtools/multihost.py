@@ -29,6 +29,7 @@ import inspect
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,7 +42,7 @@ from compilecache.cache.cacheenv import (
     JOB_COMPLETION_INDEX,
 )
 from compilecache.cache.errors import WarmError
-from compilecache.jobtools.compiler import one_line
+from compilecache.jobtools.compiler import WRITE_FAILED, one_line
 
 # Bounds, in seconds (environment variables, for tests and unusual clusters).
 ENV_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"
@@ -265,7 +266,11 @@ def install_own_key_writer() -> None:
             return
         if compile_time_secs < min_time.value:
             return
-        put(cache_key, module_name, executable, backend, int(compile_time_secs))
+        try:
+            put(cache_key, module_name, executable, backend, int(compile_time_secs))
+        except Exception as error:
+            # As JAX's own _cache_write does (same text): the warmer fails the run on it (CacheEvents).
+            warnings.warn(f"{WRITE_FAILED} for '{module_name}': {one_line(error)}", stacklevel=2)
 
     write.compilecache_own_keys = True  # type: ignore[attr-defined]
     compiler._cache_write = write

@@ -174,7 +174,14 @@ def main(argv: Sequence[str]) -> int:
         stepped = {"steps": counter.steps, "step_fn": counter.step_fn, "ran": counter.calls, "jitted": counter.wrapped}
     write_result(
         result_path,
-        {"runs": [run_to_dict(run)], "error": error, "code": code, "facts": facts, "stepped": stepped},
+        {
+            "runs": [run_to_dict(run)],
+            "error": error,
+            "code": code,
+            "facts": facts,
+            "stepped": stepped,
+            "write_errors": events.write_errors,
+        },
     )
     return code
 

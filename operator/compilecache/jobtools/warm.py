@@ -10,27 +10,35 @@ with a one-line error before anything reaches the live cache:
 2. set JAX's cache options (from :mod:`compilecache.cache.cacheenv`) pointing at
    staging *before* JAX is imported, import each ``--workload`` and compile its
    targets (``--jobs`` at a time), and/or run ``--script`` under the same env;
-3. check every new entry and rename it into the cache (all or nothing; on GCS
-   an unsound object is deleted and the run fails); a published entry this run
-   could hit whose bytes are damaged (truncated, corrupt, or not the sha256 its
-   manifest recorded) is kept out of the run's sight in step 1 and replaced here
-   by the fresh one, atomically (``rename`` over it; on GCS, deleted first);
+3. check every new entry (all or nothing; on GCS an unsound object is deleted and
+   the run fails), store the run's manifest as *pending* (its entries with their
+   sha256), then rename the entries into the cache: every published entry is
+   recorded, whatever fails later. A published entry this run could hit whose
+   bytes are damaged (truncated, corrupt, or not the sha256 its manifest recorded)
+   is kept out of the run's sight in step 1 and replaced here by the fresh one,
+   atomically (``rename`` over it; on GCS, deleted first);
 4. with ``--verify``: in a fresh process, compile every target again against
    the published cache and require a hit;
-5. write the run's manifest into the cache and the ``--report`` JSON.
+5. replace the pending manifest with the complete one, write the ``--report`` JSON.
+
+A write the storage refuses (disk full, quota: :data:`~compilecache.cache.errors.STORAGE_FULL`,
+or a GCS error) ends the run with one line naming the path and errno, in the termination
+summary too; the cache is left as it was (nothing published) or complete with its manifest
+(docs/faults.md). Step 1 also deletes what killed runs left (staging, temporary files).
 
 With ``--num-processes N`` (or ``$COMPILECACHE_NUM_PROCESSES``) above 1 this process is one of
 a group (a multi-host warm-up Job, one pod per process): every process does every step for its
 own cache keys, and no process goes on to the next step before all agree that the previous one
 succeeded (:mod:`compilecache.jobtools.multihost`; docs/multihost.md).
 
-Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment,
+Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment (a full disk included),
 3 verify found a miss, 4 an unsound entry (nothing published).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,14 +48,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from compilecache.cache.cacheenv import REPORT, jax_cache_env
+from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
-from compilecache.cache.errors import VerifyError, WarmError
-from compilecache.jobtools.compiler import SETUP_TARGET, effective_jobs
+from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
+from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.jobtools.workload import parse_spec
 
 if TYPE_CHECKING:
-    from compilecache.cache.store import CacheStore
+    from compilecache.cache.store import CacheStore, Listing
     from compilecache.jobtools.multihost import Coordination, Group
 
 T = TypeVar("T")
@@ -135,7 +143,13 @@ def run(args: argparse.Namespace) -> int:
     from compilecache.jobtools.manifest import dumps
 
     try:
-        report = warm(args)
+        try:
+            report = warm(args)
+        except OSError as error:
+            # A refused write the steps did not wrap (each names its own): still one line, not a bug.
+            if error.errno not in STORAGE_FULL:
+                raise
+            raise storage_error("write", str(error.filename or args.cache_dir), error) from None
     except WarmError as error:
         _report_failure(args, error)
         return error.exit_code
@@ -235,8 +249,16 @@ def _warm(
     coordination: Coordination | None,
 ) -> dict[str, Any]:
     """Steps 1-5; with a group, each ends in an agreement of all its processes."""
-    from compilecache.cache.store import open_store
-    from compilecache.jobtools.manifest import build_manifest, build_report, dumps, manifest_name, new_run_id, utc_now
+    from compilecache.cache.store import StagedEntry, open_store
+    from compilecache.jobtools.manifest import (
+        PENDING,
+        build_manifest,
+        build_report,
+        dumps,
+        manifest_name,
+        new_run_id,
+        utc_now,
+    )
 
     def agreed(phase: str, work: Callable[[], T]) -> T:
         return coordination.agree(phase, work) if coordination is not None else work()
@@ -252,22 +274,56 @@ def _warm(
     else:
         run_id = new_run_id()
     started = utc_now()
+    workloads = [*args.workload, *([f"script:{args.script}"] if args.script else [])]
     workdir = store.prepare(run_id)
     try:
-        damaged = _damaged_entries(store)
+        listing = store.scan()
+        _delete_leftovers(store, listing)
+        damaged = _damaged_entries(store, listing)
         store.set_aside(workdir, damaged)
         for name, why in sorted(damaged.items()):
             print(f"  replacing damaged entry {name}: {why}")
         staging_env = jax_cache_env(workdir, **options)
         # Nothing is published before every process has compiled.
-        runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
+        try:
+            runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
+        except WriteFailed as failed:
+            # GCS: the entries JAX did write are live already; without a manifest they would lose their sha256.
+            # Best effort: the refused write is the run's error, whatever else GCS refuses now.
+            with contextlib.suppress(WarmError):
+                store.withdraw(_own_entries(store, workdir, failed.runs))
+            raise
         if group is not None and args.workload:
             from compilecache.jobtools.multihost import leave_jax
 
             leave_jax()  # every process has compiled: the compile group ends at once
         if coordination is not None:
             coordination.settle()
-        staged = agreed("published", lambda: store.publish(workdir, _own_entries(store, workdir, runs)))
+
+        def publish() -> list[StagedEntry]:
+            # Recorded before visible: a fault after this leaves every published entry in a manifest.
+            checked = store.check(workdir, _own_entries(store, workdir, runs))
+            pending = build_manifest(
+                run_id=run_id,
+                cache_dir=store.url,
+                facts=facts,
+                runs=runs,
+                staged=checked,
+                started_at=started,
+                finished_at=utc_now(),
+                workloads=workloads,
+                repaired=damaged,
+                group=placed,
+                state=PENDING,
+            )
+            try:
+                store.write_manifest(manifest_name(run_id), dumps(pending))
+            except WarmError:
+                store.withdraw([entry.name for entry in checked])  # GCS: JAX wrote them in place
+                raise
+            return store.publish(workdir, checked)
+
+        staged = agreed("published", publish)
     finally:
         store.discard(workdir)
 
@@ -286,7 +342,7 @@ def _warm(
         staged=staged,
         started_at=started,
         finished_at=utc_now(),
-        workloads=[*args.workload, *([f"script:{args.script}"] if args.script else [])],
+        workloads=workloads,
         verify=verify_result,
         repaired=damaged,
         group=placed,
@@ -312,7 +368,20 @@ def _group_fields(group: Group | None) -> dict[str, int]:
     return {} if group is None else {"process": group.process_id, "processes": group.processes}
 
 
-def _damaged_entries(store: CacheStore) -> dict[str, str]:
+def _delete_leftovers(store: CacheStore, listing: Listing) -> None:
+    """Delete the staging and temporary files killed runs left (expiry's rule, with its default grace)."""
+    from compilecache.cache.expiry import Policy, leftovers
+
+    for leftover in leftovers(listing, Policy(), time.time()):
+        try:
+            store.delete(leftover.name)
+        except WarmError as error:  # not this run's to fail on: the next warm or expiry tries again
+            print(f"  note: {error}")
+        else:
+            print(f"  deleted {leftover.name}: {leftover.reason}")
+
+
+def _damaged_entries(store: CacheStore, listing: Listing) -> dict[str, str]:
     """Published entries this run could hit whose bytes are damaged: name → why.
 
     JAX keeps a damaged entry forever (it misses, recompiles and never overwrites an
@@ -329,7 +398,7 @@ def _damaged_entries(store: CacheStore) -> dict[str, str]:
     if installed not in {(build.jax, build.jaxlib) for build in index.builds_seen}:
         installed = None  # no run of this build recorded (or versions read differently): check all
     names = []
-    for item in store.scan().files:
+    for item in listing.files:
         record = index.entries.get(item.name)
         build = record.build if record else None
         if is_entry_name(item.name) and (installed is None or build is None or (build.jax, build.jaxlib) == installed):
@@ -414,6 +483,8 @@ def _compile_workloads(
                 runs.append(setup)
         check_unique(items)
         runs += compile_targets(items, events, jobs=jobs)
+    if events.write_errors:
+        raise WriteFailed(staging_env[CACHE_DIR], events.write_errors, runs)
     return runs, environment_facts()
 
 
@@ -450,13 +521,16 @@ def _run_script(
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
         raise WarmError(f"{reason}{': ' + last[0] if last and last[0] not in reason else ''}")
+    runs = [run_from_dict(run) for run in result["runs"]]
+    if result.get("write_errors"):
+        raise WriteFailed(env[CACHE_DIR], result["write_errors"], runs)
     stepped = result.get("stepped")
     note = steps_note(stepped)
     if note:
         print(f"  note: {note}")
     elif stepped:
         print(f"  stopped {script} after {stepped['ran']} calls of {stepped['step_fn']} (--steps)")
-    return [run_from_dict(run) for run in result["runs"]], result.get("facts") or {}
+    return runs, result.get("facts") or {}
 
 
 def _verify(
