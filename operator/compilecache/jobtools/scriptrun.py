@@ -175,6 +175,7 @@ def main(argv: Sequence[str]) -> int:
             write_result(result_path, {"error": str(refused), "code": 2})
             return 2
     start = time.perf_counter()
+    watch: threading.Timer | None = None
     if counter is not None:
         counter.install()
         deadline = float(request.get("step_deadline") or DEFAULT_STEP_DEADLINE)
@@ -190,7 +191,7 @@ def main(argv: Sequence[str]) -> int:
             sys.stdout.flush()
             os._exit(2)
 
-        _watch_first_call(counter, deadline, expired)
+        watch = _watch_first_call(counter, deadline, expired)
     stopped = False
     with CacheEvents() as events, events.attribute_to(run):
         try:
@@ -204,6 +205,8 @@ def main(argv: Sequence[str]) -> int:
         except BaseException as raised:
             traceback.print_exc()
             code, error = 1, f"script {shown} raised {one_line(raised)}"
+    if watch is not None:
+        watch.cancel()  # the entrypoint is over: its own outcome is the result
     run.compile_seconds = time.perf_counter() - start
     stepped = counter.stepped() if counter is not None else None
     if code == 0 and not stopped and stepped is not None:
@@ -243,13 +246,12 @@ def _set_import_path(entry: str, origin: Any) -> None:
     """
     here = os.getcwd()
     sys.path[:] = [path for path in sys.path if path not in ("", here)]
-    if origin:
-        sys.path.insert(0, str(origin))
+    sys.path.insert(0, str(origin or here))  # run by hand (no origin): its own directory, as before
     if _is_path(entry):
         sys.path.insert(0, str(Path(entry).resolve().parent))
 
 
-def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[], None]) -> None:
+def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[], None]) -> threading.Timer:
     """Call ``expired`` from a daemon thread if the step function has not been entered by ``deadline``."""
 
     def check() -> None:
@@ -259,6 +261,7 @@ def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[
     timer = threading.Timer(deadline, check)
     timer.daemon = True  # a run that stopped at its N-th step exits without waiting for it
     timer.start()
+    return timer
 
 
 def _is_path(entry: str) -> bool:
