@@ -186,8 +186,8 @@ def main(argv: Sequence[str]) -> int:
             run.compile_seconds = time.perf_counter() - start
             stepped = counter.stepped()
             failure = step_failure(stepped, deadline=deadline)
+            # The parent prints the reason; it reads it from the result.
             write_result(result_path, {"runs": [run_to_dict(run)], "error": failure, "code": 2, "stepped": stepped})
-            print(f"compilecache: {failure}", file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(2)
 
@@ -295,9 +295,13 @@ def step_failure(stepped: Mapping[str, Any], deadline: float | None = None) -> s
         )
     if ran == 0:
         jitted = "was jitted but never called" if stepped["jitted"] else "was never called"
-        return f"--steps {steps}: the entrypoint ended and the step function {step_fn!r} {jitted}; {seen}" + (
-            "" if stepped["jitted"] else "; name the step with --step-fn (stepFn)"
+        why = (
+            "the script ended before its training loop (a missing data file?)"
+            if stepped["jitted"]
+            else "the script ended before its training loop (a missing data file?) or its step has another "
+            "name (--step-fn, stepFn)"
         )
+        return f"--steps {steps}: the entrypoint ended and the step function {step_fn!r} {jitted}; {seen}; {why}"
     return (
         f"--steps {steps}: the entrypoint ended after {ran} of {steps} calls of {step_fn!r}: "
         "training would compile what it never reached (is its data or a file it needs missing?)"
