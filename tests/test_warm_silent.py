@@ -8,6 +8,7 @@ written here through the CLI in fresh processes: a script that exits before its 
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -63,6 +64,27 @@ def test_verify_that_requested_fewer_compiles_than_the_warm_fails() -> None:
     assert miss_messages([warm], [TargetRun("script:t.py", "t.py", requests=3, hits=3)]) == []
     # AOT targets are one program each: their hit is the check.
     assert miss_messages([TargetRun("w:t", "a", requests=2)], [TargetRun("w:t", "a", requests=1, hits=1)]) == []
+
+
+def test_the_step_deadline_comes_from_the_flag_else_the_environment() -> None:
+    from compilecache.cache.errors import WarmError
+    from compilecache.cli import build_parser
+    from compilecache.jobtools.warm import _exact_mode_from_env, _script_request
+
+    def parsed(*flags: str) -> argparse.Namespace:
+        return build_parser().parse_args(["warm", "--cache-dir", "/c", "--script", "t.py", "--steps", "2", *flags])
+
+    args = parsed()
+    _exact_mode_from_env(args, {"COMPILECACHE_STEP_DEADLINE": "30"})
+    assert _script_request(args)["step_deadline"] == 30.0
+    args = parsed("--step-deadline", "5")
+    _exact_mode_from_env(args, {"COMPILECACHE_STEP_DEADLINE": "30"})
+    assert _script_request(args)["step_deadline"] == 5.0
+    args = parsed()
+    _exact_mode_from_env(args, {})
+    assert "step_deadline" not in _script_request(args)  # scriptrun's default applies
+    with pytest.raises(WarmError, match="COMPILECACHE_STEP_DEADLINE must be a number of seconds"):
+        _exact_mode_from_env(parsed(), {"COMPILECACHE_STEP_DEADLINE": "soon"})
 
 
 # ---- slow: real scripts through the CLI ---------------------------------------------------------------
