@@ -430,7 +430,7 @@ def _script_request(args: argparse.Namespace, group: Group | None = None) -> dic
     """What scriptrun needs besides the entrypoint: the exact mode's step count, if any, and the
     group size the entrypoint must join."""
     request: dict[str, Any] = {"steps": args.steps, "step_fn": args.step_fn} if args.steps else {}
-    if args.steps and getattr(args, "step_deadline", None):
+    if args.steps and args.step_deadline:
         request["step_deadline"] = args.step_deadline
     if group is not None:
         request["processes"] = group.processes
@@ -560,7 +560,7 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
             args.steps = int(env[_ENV_STEPS])
         except ValueError as error:
             raise WarmError(f"{_ENV_STEPS} must be a whole number, got {env[_ENV_STEPS]!r}") from error
-    if getattr(args, "step_deadline", None) is None and env.get(_ENV_STEP_DEADLINE):
+    if args.step_deadline is None and env.get(_ENV_STEP_DEADLINE):
         try:
             args.step_deadline = float(env[_ENV_STEP_DEADLINE])
         except ValueError as error:
