@@ -56,6 +56,22 @@ assert open(args.config).read(), "the job's config is missing"
 sys.exit(train.main(["--steps", str(args.steps)]))
 """
 
+# A training script whose data volume is missing: it exits 0 before its first step (issue 20).
+EARLY_EXIT = """
+import argparse, os, sys
+import jax, jax.numpy as jnp
+parser = argparse.ArgumentParser()
+parser.add_argument("--data", required=True)
+args = parser.parse_args()
+params = jax.jit(lambda: jnp.ones((8, 8)))()
+if not os.path.exists(args.data):
+    print(f"no data at {args.data}: nothing to train")
+    sys.exit(0)
+train_step = jax.jit(lambda p: p * 0.5)
+for _ in range(10):
+    params = train_step(params)
+"""
+
 
 def example(name: str) -> dict[str, Any]:
     """The one object of an example manifest, as shipped but sized down (:func:`examples_in`)."""
@@ -112,6 +128,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     webhooks = rendered_webhooks(tmp_path_factory.mktemp("chart"))
     app = tmp_path_factory.mktemp("app")
     (app / "train_compile.py").write_text(TRAIN_COMPILE)
+    (app / "early_exit.py").write_text(EARLY_EXIT)
     (app / "configs").mkdir()
     (app / "configs" / "llama-8b.yaml").write_text("model: llama-8b\n")
     with contextlib.ExitStack() as stack:
@@ -376,6 +393,23 @@ def test_a_failing_warm_up_command_fails_the_cache(local: Setup) -> None:
 def test_a_failing_warm_up_says_why_in_the_cache_status(local: Setup) -> None:
     status = wait_phase(local, "broken-warm", ("Failed", "Degraded"))
     assert any("no_such_targets" in pool.get("message", "") for pool in status["pools"]), status["pools"]
+
+
+def test_a_script_that_exits_before_its_step_fails_the_pool_naming_why(local: Setup) -> None:
+    cache = small_cache("early-exit")
+    workload = {"name": "train", "script": "/app/early_exit.py", "args": ["--data=/app/data/train.bin"], "steps": 2}
+    cache["spec"]["warmup"]["workloads"] = [workload]
+    cache["spec"]["warmup"]["backoffLimit"] = 0
+    local.cluster.client.create(CC, cache, NS)
+    status = wait_phase(local, "early-exit", ("Failed", "Degraded", "Ready"))
+    assert status["phase"] == "Failed", status
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False", status
+    [pool] = status["pools"]
+    assert pool["state"] == "Failed", pool
+    # The warm-up's own one-line reason, from its termination message.
+    assert "the step function 'train_step' was never called; jitted functions seen: <lambda>" in pool["message"], pool
+    assert not (status.get("cache") or {}).get("entries"), status
 
 
 def test_a_failing_expiry_keeps_the_cache_not_ready_with_the_reason(local: Setup) -> None:

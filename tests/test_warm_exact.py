@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.keydiff import first_difference
 from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.scriptrun import steps_note
 from compilecache.jobtools.verify import miss_messages, self_consistency_only
 from jaxhelpers import FOUR_CPUS, clean_env, entry_files, run_cli, run_flax_train, write_module
 
@@ -123,15 +122,6 @@ def test_targets_without_training_side_are_listed_as_self_consistency_only() -> 
         TargetRun("script:x.py", "x.py"),
     ]
     assert self_consistency_only(runs) == ["b"]
-
-
-def test_steps_note_says_when_the_entrypoint_could_not_be_stopped() -> None:
-    assert steps_note(None) is None
-    assert steps_note({"steps": 2, "step_fn": "train_step", "ran": 2, "jitted": 1}) is None
-    assert "no jax.jit of a function named 'step'" in (
-        steps_note({"steps": 2, "step_fn": "step", "ran": 0, "jitted": 0}) or ""
-    )
-    assert "ended after 1 call" in (steps_note({"steps": 2, "step_fn": "train_step", "ran": 1, "jitted": 1}) or "")
 
 
 @pytest.mark.jax
@@ -353,6 +343,7 @@ def test_cli_parses_the_exact_mode_flags() -> None:
     [
         (["--workload", "a:b", "--steps", "2"], "--steps N needs --script"),
         (["--script", "t.py", "--steps", "0"], "at least 1"),
+        (["--script", "t.py", "--steps", "1", "--step-deadline", "0"], "--step-deadline must be a positive"),
         (["--script", "no such entry"], "is not MODULE:FUNC"),
     ],
 )

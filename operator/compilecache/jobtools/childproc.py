@@ -25,8 +25,9 @@ def run_child(
     env: Mapping[str, str],
     extra: Sequence[str] = (),
     timeout: float | None = None,
+    cwd: str | None = None,
 ) -> tuple[int, dict[str, Any], str]:
-    """Run ``python -m module REQUEST RESULT [extra...]``; return (exit code, result, stderr tail).
+    """Run ``python -m module REQUEST RESULT [extra...]`` (in ``cwd``); return (exit code, result, stderr tail).
 
     Past ``timeout`` seconds the child is killed: exit code 124, and the result says so.
     """
@@ -38,6 +39,7 @@ def run_child(
             completed = subprocess.run(
                 [sys.executable, "-m", module, str(request_path), str(result_path), *extra],
                 env=dict(env),
+                cwd=cwd,
                 stdout=None,
                 stderr=subprocess.PIPE,
                 text=True,

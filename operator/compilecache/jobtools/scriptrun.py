@@ -15,6 +15,17 @@ steps needed has then happened, and JAX writes each entry right after
 compiling it, before running it — so nothing is lost by stopping; the parent
 checks and publishes the staged entries only after this process has exited.
 
+No silent success: with ``"steps"`` the run fails (exit 2, one line in the result's
+``"error"``) when the entrypoint ends before the N-th call (how many of N happened), or when
+the step function is not called within ``"step_deadline"`` seconds of the start (naming it and
+the functions that were jitted instead; the process is ended at the deadline, so a wrong
+``--step-fn`` never runs the whole training). Any run in which no compile reached the cache
+fails too: it has nothing to publish.
+
+Side effects stay here: the parent (:func:`run_entrypoint`) starts each run in a fresh scratch
+working directory under ``$TMPDIR``, removed afterwards, with ``COMPILECACHE_WARMUP=1`` in its
+environment; the caller's working directory stays importable.
+
 One process of a multi-host warm-up (``"processes": N`` in the request): the entrypoint joins
 its group itself (``jax.distributed.initialize`` from the environment the warmer gives it:
 :func:`compilecache.jobtools.multihost.script_env`); this wrapper makes every process write its
@@ -26,15 +37,25 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 import runpy
 import sys
+import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from compilecache.jobtools.workload import parse_spec
+
+# What a script tests to skip checkpoint saves, uploads and other side effects during a warm-up.
+WARMUP_ENV = "COMPILECACHE_WARMUP"
+# Seconds from the entrypoint's start within which the step function must first be called. Long
+# enough for data loading, initialisation and a checkpoint restore before the first step (the
+# step's own compile runs inside its call and is not counted); a wrong --step-fn costs this much.
+DEFAULT_STEP_DEADLINE = 600.0
 
 
 class StopWarm(SystemExit):
@@ -50,6 +71,8 @@ class StepCounter:
 
     def __init__(self, steps: int, step_fn: str) -> None:
         self.steps, self.step_fn, self.calls, self.wrapped = steps, step_fn, 0, 0
+        self.started = 0  # calls entered: the deadline is for the first call to begin
+        self.seen: list[str] = []  # names of every function given to jax.jit, first seen first
 
     def install(self) -> None:
         """Wrap ``jax.jit`` so that jitting ``step_fn`` returns a counting function."""
@@ -63,7 +86,10 @@ class StepCounter:
             if fun is None:  # jax.jit(donate_argnums=...) used as a decorator factory
                 return functools.partial(jit, *args, **kwargs)
             jitted = original(fun, *args, **kwargs)
-            if _function_name(fun) != counter.step_fn:
+            name = _function_name(fun)
+            if (name or "<unnamed>") not in counter.seen:
+                counter.seen.append(name or "<unnamed>")
+            if name != counter.step_fn:
                 return jitted
             counter.wrapped += 1
             return _CountingJitted(jitted, counter)
@@ -72,6 +98,16 @@ class StepCounter:
         # `jax.jit(...)` and `from jax import jit` in its code get the counting one.
         # The jitted function itself is the original: same program, same cache key.
         jax.jit = jit
+
+    def stepped(self) -> dict[str, Any]:
+        """What the result reports of the step counting (read by :func:`step_failure`)."""
+        return {
+            "steps": self.steps,
+            "step_fn": self.step_fn,
+            "ran": self.calls,
+            "jitted": self.wrapped,
+            "seen": list(self.seen),
+        }
 
     def after_call(self, result: Any) -> None:
         """One step ran; at the N-th, wait for its result and stop the entrypoint."""
@@ -99,6 +135,7 @@ class _CountingJitted:
         functools.update_wrapper(self, jitted)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._counter.started += 1
         result = self._jitted(*args, **kwargs)
         self._counter.after_call(result)
         return result
@@ -118,14 +155,14 @@ def main(argv: Sequence[str]) -> int:
 
     request: dict[str, Any] = json.loads(Path(argv[0]).read_text())
     result_path, entry, entry_args = argv[1], argv[2], list(argv[3:])
+    shown = str(request.get("shown") or entry)  # the entrypoint as the user spelled it
     steps = request.get("steps")
     counter = StepCounter(int(steps), str(request.get("step_fn") or "train_step")) if steps else None
-    run = TargetRun(workload=f"script:{entry}", name=Path(entry).name if _is_path(entry) else entry)
+    run = TargetRun(workload=f"script:{shown}", name=Path(shown).name if _is_path(shown) else shown)
     code = 0
     error = None
     sys.argv = [entry, *entry_args]
-    if _is_path(entry):
-        sys.path.insert(0, str(Path(entry).resolve().parent))
+    _set_import_path(entry, request.get("origin"))
     processes = int(request.get("processes") or 1)
     if processes > 1:
         from compilecache.cache.errors import WarmError
@@ -138,21 +175,45 @@ def main(argv: Sequence[str]) -> int:
             write_result(result_path, {"error": str(refused), "code": 2})
             return 2
     start = time.perf_counter()
+    watch: threading.Timer | None = None
     if counter is not None:
         counter.install()
+        deadline = float(request.get("step_deadline") or DEFAULT_STEP_DEADLINE)
+
+        def expired() -> None:
+            # The main thread may be inside XLA or a data loader for long: report and end from here.
+            # Nothing is lost: the parent publishes nothing from a failed run.
+            run.compile_seconds = time.perf_counter() - start
+            stepped = counter.stepped()
+            failure = step_failure(stepped, deadline=deadline)
+            # The parent prints the reason; it reads it from the result.
+            write_result(result_path, {"runs": [run_to_dict(run)], "error": failure, "code": 2, "stepped": stepped})
+            sys.stdout.flush()
+            os._exit(2)
+
+        watch = _watch_first_call(counter, deadline, expired)
+    stopped = False
     with CacheEvents() as events, events.attribute_to(run):
         try:
             _run_entry(entry)
         except StopWarm:
-            code = 0
+            code, stopped = 0, True
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
             if code:
-                error = f"script {entry} exited with status {code}"
+                error = f"script {shown} exited with status {code}"
         except BaseException as raised:
             traceback.print_exc()
-            code, error = 1, f"script {entry} raised {one_line(raised)}"
+            code, error = 1, f"script {shown} raised {one_line(raised)}"
+    if watch is not None:
+        watch.cancel()  # the entrypoint is over: its own outcome is the result
     run.compile_seconds = time.perf_counter() - start
+    stepped = counter.stepped() if counter is not None else None
+    if code == 0 and not stopped and stepped is not None:
+        # The entrypoint ended (returned or exited 0) before its N-th step: not what training runs.
+        error, code = step_failure(stepped), 2
+    if code == 0 and run.requests == 0:
+        error, code = f"script {shown} ended without compiling anything through the cache: nothing to publish", 2
     if processes > 1 and code == 0:
         from compilecache.jobtools.multihost import joined_processes, single_process_message
 
@@ -169,9 +230,6 @@ def main(argv: Sequence[str]) -> int:
         from compilecache.jobtools.compiler import environment_facts
 
         facts = environment_facts()
-    stepped = None
-    if counter is not None:
-        stepped = {"steps": counter.steps, "step_fn": counter.step_fn, "ran": counter.calls, "jitted": counter.wrapped}
     write_result(
         result_path,
         {
@@ -184,6 +242,33 @@ def main(argv: Sequence[str]) -> int:
         },
     )
     return code
+
+
+def _set_import_path(entry: str, origin: Any) -> None:
+    """Imports as in the caller's working directory, although this process runs in a scratch one.
+
+    ``python -m`` put the scratch directory first on ``sys.path``; the caller's directory takes its
+    place (``MODULE:FUNC`` entries, and scripts importing code from the image's WORKDIR), and a
+    script's own directory comes first, as ``python PATH`` does.
+    """
+    here = os.getcwd()
+    sys.path[:] = [path for path in sys.path if path not in ("", here)]
+    sys.path.insert(0, str(origin or here))  # run by hand (no origin): its own directory, as before
+    if _is_path(entry):
+        sys.path.insert(0, str(Path(entry).resolve().parent))
+
+
+def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[], None]) -> threading.Timer:
+    """Call ``expired`` from a daemon thread if the step function has not been entered by ``deadline``."""
+
+    def check() -> None:
+        if counter.started == 0:
+            expired()
+
+    timer = threading.Timer(deadline, check)
+    timer.daemon = True  # a run that stopped at its N-th step exits without waiting for it
+    timer.start()
+    return timer
 
 
 def _is_path(entry: str) -> bool:
@@ -201,21 +286,59 @@ def _run_entry(entry: str) -> None:
     obj()
 
 
-def steps_note(stepped: dict[str, Any] | None) -> str | None:
-    """A warning when ``--steps`` could not stop the entrypoint where asked, else None."""
-    if not stepped:
-        return None
-    if not stepped["jitted"]:
+def step_failure(stepped: Mapping[str, Any], deadline: float | None = None) -> str:
+    """The one-line reason an exact-mode run did not reach its N-th step (for the pool's status).
+
+    ``deadline``: the run was ended because the step function had not been called by then.
+    """
+    steps, step_fn, ran = stepped["steps"], stepped["step_fn"], stepped["ran"]
+    others = [name for name in stepped.get("seen") or [] if name != step_fn]
+    listed = ", ".join(others[:12]) + (f" (+{len(others) - 12} more)" if len(others) > 12 else "")
+    seen = f"jitted functions seen: {listed}" if others else "no other jax.jit was seen"
+    if deadline is not None:
         return (
-            f"--steps {stepped['steps']}: no jax.jit of a function named {stepped['step_fn']!r} was seen "
-            "(name the step with --step-fn); the entrypoint ran to its end"
+            f"--steps {steps}: the step function {step_fn!r} was not called within {deadline:g}s of the start "
+            f"(--step-deadline); {seen}; name the step with --step-fn (stepFn)"
         )
-    if stepped["ran"] < stepped["steps"]:
-        return (
-            f"--steps {stepped['steps']}: the entrypoint ended after {stepped['ran']} call(s) of "
-            f"{stepped['step_fn']!r}; everything it ran was warmed"
+    if ran == 0:
+        jitted = "was jitted but never called" if stepped["jitted"] else "was never called"
+        why = (
+            "the script ended before its training loop (a missing data file?)"
+            if stepped["jitted"]
+            else "the script ended before its training loop (a missing data file?) or its step has another "
+            "name (--step-fn, stepFn)"
         )
-    return None
+        return f"--steps {steps}: the entrypoint ended and the step function {step_fn!r} {jitted}; {seen}; {why}"
+    return (
+        f"--steps {steps}: the entrypoint ended after {ran} of {steps} calls of {step_fn!r}: "
+        "training would compile what it never reached (is its data or a file it needs missing?)"
+    )
+
+
+def run_entrypoint(
+    request: Mapping[str, Any],
+    env: Mapping[str, str],
+    entry: str,
+    entry_args: Sequence[str],
+    timeout: float | None = None,
+) -> tuple[int, dict[str, Any], str]:
+    """Run the entrypoint in a child (:func:`main`) in a fresh scratch working directory.
+
+    The directory is made under ``$TMPDIR`` and removed afterwards, so what the script writes
+    relative to its working directory (checkpoints, logs) is gone before the next run: verify's run
+    never restores the warm run's checkpoint. ``COMPILECACHE_WARMUP=1`` lets the script skip its
+    uploads and saves. A path entry is made absolute first: it is found where the caller saw it.
+    """
+    from compilecache.jobtools.childproc import run_child
+
+    origin = os.getcwd()
+    target = str(Path(entry).resolve()) if _is_path(entry) else entry
+    with tempfile.TemporaryDirectory(prefix="compilecache-workdir-", ignore_cleanup_errors=True) as scratch:
+        child_env = {**env, WARMUP_ENV: "1", "PWD": scratch}
+        full = {**request, "shown": entry, "origin": origin}
+        return run_child(
+            "compilecache.jobtools.scriptrun", full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch
+        )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ published cache and require a hit. Runs as ``python -m compilecache.jobtools.ver
 A fresh process has nothing in memory, so a hit proves that the published
 entries are sound, that their keys do not depend on the staging path, and
 (with ``Target.training_args``) that training's real inputs produce the keys
-the warmer wrote.
+the warmer wrote. An entrypoint's fresh run (exact mode) must also ask for at
+least as many compiles as its warm-up made: one that compiled less proves nothing
+about what it skipped.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
                     f"but did not compile {unmade} program(s) the warm-up compiled (does the entrypoint stop at "
                     "a different point each run?)"
                 )
+            elif fewer_requests(warm, run):
+                problems.append(
+                    f"target {warm.name!r} of workload {warm.workload}: the fresh run requested {run.requests} "
+                    f"compile(s), the warm-up {warm.requests}: a run that compiled less cannot prove training hits "
+                    "(does the entrypoint stop at a different point each run?)"
+                )
             continue
         if run.requests == 0:
             problems.append(f"target {warm.name!r} of workload {warm.workload}: no cache request (cache off?)")
@@ -70,6 +78,14 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
             f"process ({run.misses}/{run.requests} requests): {detail}{hint}"
         )
     return problems
+
+
+def fewer_requests(warm: TargetRun, fresh: TargetRun) -> bool:
+    """An entrypoint's fresh run asked the cache for fewer programs than its warm-up compiled.
+
+    Counts, not keys: they hold even when JAX logged no key (the keys check above needs them).
+    """
+    return warm.workload.startswith("script:") and fresh.requests < warm.requests
 
 
 def _compiles_not_made_again(warm: TargetRun, fresh: TargetRun) -> int:

@@ -68,6 +68,7 @@ _ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 # warm-up container, so a `script` workload can ask for it without new flags.
 _ENV_STEPS = "COMPILECACHE_WARM_STEPS"
 _ENV_STEP_FN = "COMPILECACHE_STEP_FN"
+_ENV_STEP_DEADLINE = "COMPILECACHE_STEP_DEADLINE"
 # A group compiles in every process (see _compile).
 _ENV_SHARE_BINARY = "JAX_SHARE_BINARY_BETWEEN_HOSTS"
 
@@ -99,6 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help=f"name of the function training jits as its step (default: ${_ENV_STEP_FN} or train_step)",
+    )
+    parser.add_argument(
+        "--step-deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"exact mode: fail if the step function is not called within SECONDS of the start "
+        f"(default: ${_ENV_STEP_DEADLINE} or 600)",
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
     parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
@@ -492,6 +501,8 @@ def _script_request(args: argparse.Namespace, group: Group | None = None) -> dic
     """What scriptrun needs besides the entrypoint: the exact mode's step count, if any, and the
     group size the entrypoint must join."""
     request: dict[str, Any] = {"steps": args.steps, "step_fn": args.step_fn} if args.steps else {}
+    if args.steps and args.step_deadline:
+        request["step_deadline"] = args.step_deadline
     if group is not None:
         request["processes"] = group.processes
     return request
@@ -505,8 +516,8 @@ def _child_timeout(group: Group | None) -> float | None:
 def _run_script(
     args: argparse.Namespace, script_args: Sequence[str], env: Mapping[str, str], group: Group | None = None
 ) -> tuple[list[Any], dict[str, Any]]:
-    from compilecache.jobtools.childproc import run_child, run_from_dict
-    from compilecache.jobtools.scriptrun import steps_note
+    from compilecache.jobtools.childproc import run_from_dict
+    from compilecache.jobtools.scriptrun import run_entrypoint
 
     script = args.script
     request = _script_request(args, group)
@@ -514,9 +525,7 @@ def _run_script(
         from compilecache.jobtools.multihost import script_env
 
         env = {**env, **script_env(group)}
-    code, result, stderr = run_child(
-        "compilecache.jobtools.scriptrun", request, env, [script, *script_args], timeout=_child_timeout(group)
-    )
+    code, result, stderr = run_entrypoint(request, env, script, script_args, timeout=_child_timeout(group))
     if code != 0 or "runs" not in result:
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
@@ -525,10 +534,7 @@ def _run_script(
     if result.get("write_errors"):
         raise WriteFailed(env[CACHE_DIR], result["write_errors"], runs)
     stepped = result.get("stepped")
-    note = steps_note(stepped)
-    if note:
-        print(f"  note: {note}")
-    elif stepped:
+    if stepped:  # scriptrun fails a run that ended before its N-th step: here it reached them
         print(f"  stopped {script} after {stepped['ran']} calls of {stepped['step_fn']} (--steps)")
     return runs, result.get("facts") or {}
 
@@ -547,6 +553,7 @@ def _verify(
     In a group, each fresh process joins a group of the same N on the verify port.
     """
     from compilecache.jobtools.childproc import run_child, run_from_dict
+    from compilecache.jobtools.scriptrun import run_entrypoint
     from compilecache.jobtools.verify import miss_messages, self_consistency_only, verify_env
 
     env = verify_env(base_env, jax_env)
@@ -572,13 +579,7 @@ def _verify(
 
             script_env_ = {**env, **verify_script_env(group)}
         # The same entrypoint, the same arguments, stopped at the same step: it must hit every compile.
-        code, result, _ = run_child(
-            "compilecache.jobtools.scriptrun",
-            _script_request(args, group),
-            script_env_,
-            [args.script, *script_args],
-            timeout=timeout,
-        )
+        code, result, _ = run_entrypoint(_script_request(args, group), script_env_, args.script, script_args, timeout)
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
         fresh += [run_from_dict(run) for run in result["runs"]]
@@ -621,6 +622,8 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         parse_spec(args.script)  # MODULE:FUNC, or a one-line error
     if args.steps is not None and (args.steps < 1 or not args.script):
         raise WarmError("--steps N needs --script and N of at least 1")
+    if args.step_deadline is not None and not args.step_deadline > 0:
+        raise WarmError(f"--step-deadline must be a positive number of seconds, got {args.step_deadline}")
 
 
 def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
@@ -631,6 +634,13 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
             args.steps = int(env[_ENV_STEPS])
         except ValueError as error:
             raise WarmError(f"{_ENV_STEPS} must be a whole number, got {env[_ENV_STEPS]!r}") from error
+    if args.step_deadline is None and env.get(_ENV_STEP_DEADLINE):
+        try:
+            args.step_deadline = float(env[_ENV_STEP_DEADLINE])
+        except ValueError as error:
+            raise WarmError(
+                f"{_ENV_STEP_DEADLINE} must be a number of seconds, got {env[_ENV_STEP_DEADLINE]!r}"
+            ) from error
 
 
 def _script_args(args: argparse.Namespace) -> list[str]:
