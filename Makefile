@@ -14,14 +14,14 @@ LOCK_PYTHON := 3.11
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip
+	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[test]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 # The demo needs only the local cluster (kmock, JAX), not the test tools: a quicker first install.
 $(DEMO_STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip
+	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[local]'
 	touch $(DEMO_STAMP)
 
