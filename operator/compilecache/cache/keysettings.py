@@ -44,10 +44,11 @@ NO_FLAGS_HASH = hashlib.sha256().hexdigest()
 # change every key first (a different jaxlib explains all misses better than anything after it).
 _LABELS = {
     "jaxlib": "jaxlib version",
-    "pjrt_plugins": "PJRT plugin",
-    "platform_version": "platform version",
     "backend": "backend",
     "device_kind": "device kind",
+    # After the backend: a GPU trainer on a CPU warm-up is told "backend", not "no plugin".
+    "pjrt_plugins": "PJRT plugin",
+    "platform_version": "platform version",
     "device_count": "device count",
     "process_count": "process count",
     "xla_flags": "XLA_FLAGS",
