@@ -129,6 +129,8 @@ def test_a_pod_without_the_warm_up_image_is_warned_but_mutated_all_the_same() ->
         ("r.io/t:1", "r.io/t:2", False),
         ("r.io/t:1", "t:1", False),
         ("r.io/t:1", "r.io/t@sha256:" + "a" * 64, False),  # which digest a tag names is unknown here
+        ("r.io/t:1", "r.io/t:1@sha256:" + "a" * 64, True),  # a tag pinned by digest (GitOps)
+        ("r.io/t:1@sha256:" + "a" * 64, "r.io/t:1@sha256:" + "b" * 64, False),
         ("localhost/t:1", "docker.io/localhost/t:1", False),
     ],
 )

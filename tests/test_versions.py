@@ -255,6 +255,30 @@ def test_an_image_installs_exactly_the_lock_and_runs(image: str, tmp_path: Path)
     assert (result["pjrt_plugins"], result["platform_version"]) == ("", "cpu")
 
 
+def uv_or_skip() -> str:
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.skip("no uv (the test extra installs it): pip install -c constraints.txt uv")
+    return uv
+
+
+@pytest.mark.slow
+def test_make_lock_would_change_nothing(tmp_path: Path) -> None:
+    """The lock is current: uv, resolving again from the committed pins (as ``make lock`` does),
+    keeps every one (a new dependency in pyproject.toml without ``make lock`` fails here)."""
+    uv = uv_or_skip()
+    registry_or_skip(tmp_path / "probe")
+    again = tmp_path / "constraints.txt"
+    shutil.copy2(LOCK, again)
+    command = re.search(r"^lock:.*\n\t\$\(BIN\)/uv (.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert command, "Makefile: no lock recipe"
+    arguments = command.group(1).replace("$(LOCK_PYTHON)", lock_python()).replace("$(LOCK_ARGS) ", "").split()
+    assert arguments[-2:] == ["-o", "$(LOCK)"]
+    run([uv, *arguments[:-1], str(again), "--quiet"], clean_env(HOME=os.environ.get("HOME", str(tmp_path))), ROOT)
+    body = [line for line in LOCK.read_text().splitlines() if not line.startswith("#")]
+    assert [line for line in again.read_text().splitlines() if not line.startswith("#")] == body, "run make lock"
+
+
 # The pytest plugins the test subset needs, beside the package: at the lock's versions.
 TEST_TOOLS = ("pytest", "pytest-asyncio", "pytest-timeout", "hypothesis")
 # Fast tests of the code each floor serves (kopf, kubernetes, croniter, prometheus-client,
@@ -277,9 +301,7 @@ LOWEST_SUBSET = (
 def test_the_lowest_versions_pyproject_allows_work(tmp_path: Path) -> None:
     """pyproject.toml's floors are real: every direct dependency at its floor (uv lowest-direct),
     the rest at the newest that fits, then a fast subset of the tests and a real warm-up."""
-    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-    if uv is None:
-        pytest.skip("no uv (the test extra installs it): pip install -c constraints.txt uv")
+    uv = uv_or_skip()
     registry_or_skip(tmp_path / "probe")
     venv = tmp_path / "lowest"
     env = clean_env(HOME=os.environ.get("HOME", str(tmp_path)), VIRTUAL_ENV=str(venv))

@@ -238,12 +238,12 @@ def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str)
 
 def same_image(a: str, b: str) -> bool:
     """Whether two image references name the same image: by digest where both have one, else by
-    name and tag, with Docker Hub's default registry and ``latest`` tag filled in (as the kubelet does)."""
+    name and tag, with Docker Hub's default registry and ``latest`` tag filled in (as the kubelet
+    does). ``t:1@sha256:…`` and ``t:1`` agree (a tag pinned by digest); a bare digest and a tag do
+    not, since which digest a tag names is unknown here."""
     (name_a, tag_a, digest_a), (name_b, tag_b, digest_b) = _image_parts(a), _image_parts(b)
     if digest_a and digest_b:
         return digest_a == digest_b
-    if digest_a or digest_b:
-        return False  # a digest and a tag: which image a tag names is unknown here
     return (name_a, tag_a) == (name_b, tag_b)
 
 
