@@ -283,7 +283,9 @@ def test_make_lock_would_change_nothing(tmp_path: Path) -> None:
 TEST_TOOLS = ("pytest", "pytest-asyncio", "pytest-timeout", "hypothesis")
 # Fast tests of the code each floor serves (kopf, kubernetes, croniter, prometheus-client,
 # PyYAML, kmock, cryptography, jax), and real-JAX ones: a warm-up, a trainer's verdict and a
-# verify that names a sharding mismatch.
+# verify that names a sharding mismatch. Not the gs:// round trip (tests/test_expiry_jax.py): it
+# passes at gcsfs 2024.2.0 and etils 1.5 but takes ~140 s there: gcsfs up to at least 2026.3.0
+# ignores NO_GCE_CHECK, so each process waits out google-auth's retries for a GCE metadata server.
 LOWEST_SUBSET = (
     "tests/test_plan.py",
     "tests/test_admission.py",
@@ -328,6 +330,8 @@ def test_the_lowest_versions_pyproject_allows_work(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, f"at the lowest versions ({installed['jax']=}):\n{done.stdout[-6000:]}"
+    summary = done.stdout.strip().splitlines()[-1]
+    assert "skipped" not in summary and "deselected" not in summary, done.stdout[-3000:]  # all of it ran
 
 
 def installed_in_uv(uv: str, env: dict[str, str], cwd: Path) -> dict[str, str]:
