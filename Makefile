@@ -72,7 +72,7 @@ crd-sync:
 lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml constraints.in --all-extras --python-version $(LOCK_PYTHON) $(LOCK_ARGS) -o $(LOCK)
 
-## pyproject.toml's floors: the package at its lowest allowed versions runs a tiny real warm-up (~2 min).
+## pyproject.toml's floors: the package at its lowest allowed versions runs a test subset with real warm-ups (~1 min).
 test-lowest: $(STAMP)
 	$(BIN)/python -m pytest tests/test_versions.py -k lowest
 
