@@ -5,20 +5,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-local
+# One version truth: every install (this venv, so CI; both images) takes its versions from the lock.
+LOCK := constraints.txt
+# The Python the lock is resolved for: CI's and the images' (tests/test_versions.py checks all three).
+LOCK_PYTHON := 3.11
 
-.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push
+.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[test]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 # The demo needs only the local cluster (kmock, JAX), not the test tools: a quicker first install.
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[local]'
+	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[local]'
 	touch $(DEMO_STAMP)
 
 ## The whole loop on a local cluster: the real operator warms the example workload in Jobs,
@@ -82,6 +86,15 @@ push: images
 ## Copy the CRD (the one source of truth) into the Helm chart; tests/test_chart.py fails when they differ.
 crd-sync:
 	cp crds/compilecache.yaml helm/compilecache-operator/crds/compilecache.yaml
+
+## Re-resolve constraints.txt (pyproject.toml's extras + constraints.in) with uv, keeping the
+## current pins where they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to the newest.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml constraints.in --all-extras --python-version $(LOCK_PYTHON) $(LOCK_ARGS) -o $(LOCK)
+
+## pyproject.toml's floors: the package at its lowest allowed versions runs a test subset with real warm-ups (~1 min).
+test-lowest: $(STAMP)
+	$(BIN)/python -m pytest tests/test_versions.py -k lowest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-cache

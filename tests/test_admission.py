@@ -106,6 +106,40 @@ def test_pod_settings_that_change_the_key_are_warned_about_and_annotated() -> No
     assert any("LIBTPU_INIT_ARGS" in warning for warning in result.warnings)
 
 
+def test_a_pod_without_the_warm_up_image_is_warned_but_mutated_all_the_same() -> None:
+    llama = cache()  # warmup.image registry.example/trainer:1.2; the pod runs trainer:1.2 and log:1
+    result = admission.mutate(pod(LABELLED), llama)
+    [warning] = [w for w in result.warnings if "warm-up's image" in w]
+    assert warning.startswith("CompileCache llama: no container runs the warm-up's image registry.example/trainer:1.2")
+    assert "(the pod runs trainer:1.2, log:1)" in warning and "jax/jaxlib/plugin versions" in warning
+    assert result.pod["spec"]["volumes"]  # a warning only: the pod still gets its cache
+    assert "image" not in result.pod["metadata"].get("annotations", {}).get(admission.ANNOTATION_SKIPPED, "")
+    # One container on the warm-up's image is enough: the others may be sidecars.
+    same = pod(LABELLED)
+    same["spec"]["containers"][0]["image"] = "registry.example/trainer:1.2"
+    assert not [w for w in admission.mutate(same, llama).warnings if "warm-up's image" in w]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("trainer:1.2", "docker.io/library/trainer:1.2", True),
+        ("trainer", "trainer:latest", True),
+        ("org/trainer:1", "docker.io/org/trainer:1", True),
+        ("reg:5000/trainer", "reg:5000/trainer:latest", True),
+        ("r.io/t:1@sha256:" + "a" * 64, "r.io/t@sha256:" + "a" * 64, True),
+        ("r.io/t:1", "r.io/t:2", False),
+        ("r.io/t:1", "t:1", False),
+        ("r.io/t:1", "r.io/t@sha256:" + "a" * 64, False),  # which digest a tag names is unknown here
+        ("r.io/t:1", "r.io/t:1@sha256:" + "a" * 64, True),  # a tag pinned by digest (GitOps)
+        ("r.io/t:1@sha256:" + "a" * 64, "r.io/t:1@sha256:" + "b" * 64, False),
+        ("localhost/t:1", "docker.io/localhost/t:1", False),
+    ],
+)
+def test_image_references_compare_as_the_kubelet_resolves_them(a: str, b: str, same: bool) -> None:
+    assert admission.same_image(a, b) is same and admission.same_image(b, a) is same
+
+
 def test_not_ready_gates_ready_does_not_and_gate_false_does_not() -> None:
     gated = admission.mutate(pod(LABELLED), cache()).pod
     assert gated["spec"]["schedulingGates"] == [{"name": "compilecache.dev/warm"}]

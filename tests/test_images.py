@@ -80,10 +80,11 @@ def test_operator_image_runs_the_operator_without_jax():
     assert "jax" not in re.sub(r"#.*", "", text).lower()
 
 
-def test_warmer_image_pins_jax_with_a_build_arg():
+def test_warmer_image_installs_its_backend_and_gcs_from_the_lock():
+    # The versions themselves: tests/test_versions.py (the lock against the Dockerfiles).
     text = (ROOT / "images" / "warmer" / "Dockerfile").read_text()
-    assert re.search(r"^ARG JAX_VERSION=\d+\.\d+\.\d+$", text, re.MULTILINE)
-    assert '"jax[${JAX_EXTRA}]==${JAX_VERSION}"' in text
+    assert re.search(r"^ARG JAX_EXTRA=cuda12$", text, re.MULTILINE)
+    assert '-c /src/constraints.txt "jax[${JAX_EXTRA}]" "/src[jax,gcs]"' in text
 
 
 def test_operator_image_exposes_the_ports_the_chart_uses():

@@ -75,6 +75,43 @@ def test_miss_reasons_name_a_differing_setting_another_key_or_not_warmed() -> No
     assert trainer.miss_reason("jit_train_step", HERE, []) == trainer.NOT_WARMED
 
 
+CUDA = {
+    **HERE,
+    "backend": "gpu",
+    "device_kind": "NVIDIA H100 80GB HBM3",
+    "pjrt_plugins": "jax-cuda12-pjrt 0.10.2, jax-cuda12-plugin 0.10.2",
+    "platform_version": "PJRT C API\ncuda 12090",
+}
+
+
+def test_a_trainer_on_another_pjrt_plugin_or_platform_is_told_so_by_name() -> None:
+    older = "jax-cuda12-pjrt 0.10.1, jax-cuda12-plugin 0.10.1"
+    plugin = {**WARMED, "settings": {**CUDA, "pjrt_plugins": older}}
+    assert trainer.miss_reason("jit_train_step", CUDA, [plugin]) == (
+        f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs {older}"
+    )
+    platform = {**WARMED, "settings": {**CUDA, "platform_version": "PJRT C API\ncuda 12080"}}
+    assert trainer.miss_reason("jit_train_step", CUDA, [platform]).startswith("platform version differs: ")
+    # A warm-up without any plugin (a CPU image) and a trainer with one: "(none)", not a blank.
+    cpu = {**WARMED, "settings": {**CUDA, "pjrt_plugins": ""}}
+    assert (
+        trainer.miss_reason("jit_train_step", CUDA, [cpu]) == f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs (none)"
+    )
+    # A manifest written before these were recorded says nothing about them.
+    assert trainer.miss_reason("jit_train_step", CUDA, [{**WARMED, "settings": HERE}]).startswith("backend differs")
+    # jaxlib first: it explains every miss, and the plugin is released with it.
+    both = {**WARMED, "settings": {**CUDA, "jaxlib": "0.10.1", "pjrt_plugins": older}}
+    assert trainer.miss_reason("jit_train_step", CUDA, [both]) == "jaxlib version differs: 0.10.2 vs 0.10.1"
+
+
+def test_pjrt_plugins_are_found_by_distribution_name() -> None:
+    found = keysettings.pjrt_plugins(
+        [("jax_cuda12_plugin", "0.10.2"), ("jax-cuda12-pjrt", "0.10.2"), ("jax", "0.10.2"), ("libtpu", "0.0.21")]
+    )
+    assert found == "jax-cuda12-pjrt 0.10.2, jax-cuda12-plugin 0.10.2, libtpu 0.0.21"
+    assert keysettings.pjrt_plugins([("jaxlib", "0.10.2"), ("jax-cuda12-plugin-extra", "1")]) == ""
+
+
 def test_settings_differences_follow_how_jax_hashes_the_flags() -> None:
     assert keysettings.differences({"xla_flags": "--b --a"}, {"xla_flags": "--a  --b"}) == []
     assert keysettings.differences({"xla_flags": ""}, {"xla_flags": "--a"}) == ["XLA_FLAGS differs: (none) vs --a"]
@@ -272,6 +309,29 @@ def test_a_trainer_with_other_xla_flags_is_told_which_setting_differs(warmed: tu
     [line] = verdict_lines(stderr)
     assert f"train_step (XLA_FLAGS differs: {flag} vs (none))" in line, line
     assert line.startswith(f"compilecache: 0/{counts['requests']} compiles hit;"), line
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_trainer_on_another_pjrt_plugin_than_the_recorded_warm_up_is_told_so(
+    warmed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    # The real manifest of a real warm-up records this process's plugins (none, on the CPU) and
+    # platform version; as if a CUDA image had warmed it, with the entry its key would not find.
+    source, code, plugin = warmed
+    cache = tmp_path / "cache"
+    shutil.copytree(source, cache)
+    [manifest_path] = (cache / ".compilecache" / "manifests").glob("*.json")
+    manifest = json.loads(manifest_path.read_text())
+    assert (manifest["settings"]["pjrt_plugins"], manifest["settings"]["platform_version"]) == ("", "cpu")
+    manifest["settings"]["pjrt_plugins"] = CUDA["pjrt_plugins"]
+    manifest_path.write_text(json.dumps(manifest))
+    for name in entry_files(cache):
+        if name.startswith("jit_train_step-"):
+            (cache / name).unlink()
+    _, stderr = train(trainer_env(jax_cache_env(str(cache)), read_only=True), code, [plugin])
+    [line] = verdict_lines(stderr)
+    assert f"train_step (PJRT plugin differs: (none) vs {CUDA['pjrt_plugins']})" in line, line
 
 
 @pytest.mark.slow

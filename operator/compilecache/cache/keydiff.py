@@ -16,6 +16,7 @@ format, which the operator imports too. Users: the warmer and verify
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -117,7 +118,8 @@ def _describe_sharding(sharding: Any) -> str:
         return "unspecified"
     spec = getattr(sharding, "spec", None)
     if spec is not None:
-        return str(spec)
+        # jax < 0.9 prints PartitionSpec('data',), later ones P('data',): one spelling for both.
+        return re.sub(r"^PartitionSpec\(", "P(", str(spec))
     if getattr(sharding, "is_fully_replicated", False):
         return "replicated"
     return kind

@@ -4,9 +4,15 @@ The warmer records :func:`current` in each run manifest (under ``settings``); a 
 compares its own with them (:func:`differences`) to say why it missed: ``XLA_FLAGS differs:
 --xla_foo=1 vs (none)``. The shape is a flat JSON object, so a manifest carries it as is::
 
-    {"jax": "0.10.2", "jaxlib": "0.10.2", "backend": "cpu", "device_kind": "cpu",
-     "device_count": 4, "process_count": 1, "xla_flags": "--xla_foo=1", "xla_caches": "none",
-     "x64": false, "xla_flags_hash": "<sha256 hex>"}
+    {"jax": "0.10.2", "jaxlib": "0.10.2", "pjrt_plugins": "", "platform_version": "cpu",
+     "backend": "cpu", "device_kind": "cpu", "device_count": 4, "process_count": 1,
+     "xla_flags": "--xla_foo=1", "xla_caches": "none", "x64": false, "xla_flags_hash": "<sha256 hex>"}
+
+``pjrt_plugins`` names the installed PJRT plugin distributions with their versions (e.g.
+``jax-cuda12-pjrt 0.10.2, jax-cuda12-plugin 0.10.2``; empty on a CPU-only install) and
+``platform_version`` is what the backend reports (JAX hashes it into every key:
+jax/_src/cache_key.py ``_hash_platform``), so a trainer on another CUDA plugin or driver stack
+is told so by name rather than with "another key".
 
 ``xla_flags_hash`` is the hash JAX logs for the "XLA flags" key component, which the warmer's
 manifests already carry per target (``targets[].key_components``): with it, a trainer can tell
@@ -20,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 # The manifest's top-level fields (expiry ranks builds per platform by them), also read from
@@ -38,6 +46,9 @@ _LABELS = {
     "jaxlib": "jaxlib version",
     "backend": "backend",
     "device_kind": "device kind",
+    # After the backend: a GPU trainer on a CPU warm-up is told "backend", not "no plugin".
+    "pjrt_plugins": "PJRT plugin",
+    "platform_version": "platform version",
     "device_count": "device count",
     "process_count": "process count",
     "xla_flags": "XLA_FLAGS",
@@ -58,6 +69,8 @@ def current() -> dict[str, Any]:
     return {
         "jax": jax.__version__,
         "jaxlib": getattr(jaxlib, "__version__", ""),
+        "pjrt_plugins": pjrt_plugins(),
+        "platform_version": _platform_version(devices),
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind if devices else "",
         "device_count": jax.device_count(),
@@ -72,10 +85,35 @@ def current() -> dict[str, Any]:
     }
 
 
+# The distributions that bring a PJRT backend to JAX: NVIDIA's (jax-cuda12-plugin and
+# jax-cuda12-pjrt, cuda13 alike), AMD's (jax-rocm7-*), Google's TPU runtime (libtpu) and Apple's.
+_PLUGIN_DIST = re.compile(r"^(jax-(cuda|rocm)\d+-(plugin|pjrt)|libtpu(-nightly)?|jax-metal)$")
+
+
+def pjrt_plugins(dists: list[tuple[str, str]] | None = None) -> str:
+    """``jax-cuda12-pjrt 0.10.2, jax-cuda12-plugin 0.10.2``: the installed PJRT plugin
+    distributions and versions (from ``importlib.metadata``, or ``dists`` as (name, version)), sorted."""
+    if dists is None:
+        dists = [(dist.metadata["Name"] or "", dist.version) for dist in metadata.distributions()]
+    found = {f"{_normal(name)} {version}" for name, version in dists if _PLUGIN_DIST.match(_normal(name))}
+    return ", ".join(sorted(found))
+
+
+def _normal(name: str) -> str:
+    # PEP 503 normalisation: jax_cuda12_plugin and jax-cuda12-plugin are one distribution.
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def normal_flags(text: str, excluded: frozenset[str] = frozenset()) -> str:
     """XLA flags as JAX hashes them (jax/_src/cache_key.py ``_hash_xla_flags``): words, sorted,
     one space apart, without the flags named in ``excluded`` (their ``--name`` before any ``=``)."""
     return " ".join(sorted(word for word in text.split() if word.split("=")[0] not in excluded))
+
+
+def _platform_version(devices: list[Any]) -> str:
+    # The devices' client is the backend JAX hashes (``backend.platform_version``); "" where unknown.
+    client = getattr(devices[0], "client", None) if devices else None
+    return str(getattr(client, "platform_version", "") or "")
 
 
 def _xla_flags_hash() -> str | None:
@@ -137,7 +175,7 @@ def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]
             mine, theirs = set(str(here[key] or "").split()), set(str(warmed[key] or "").split())
             lines.append(f"{label} differs: {_words(mine - theirs)} vs {_words(theirs - mine)}")
         else:
-            lines.append(f"{label} differs: {here[key]} vs {warmed[key]}")
+            lines.append(f"{label} differs: {_value(here[key])} vs {_value(warmed[key])}")
     return lines
 
 
@@ -145,6 +183,11 @@ def _same(key: str, a: Any, b: Any) -> bool:
     if key == "xla_flags":
         return normal_flags(str(a or "")) == normal_flags(str(b or ""))
     return bool(a == b)
+
+
+def _value(value: Any) -> str:
+    # An empty setting (no PJRT plugin, no LIBTPU_INIT_ARGS) reads as "(none)", not as a blank.
+    return "(none)" if value == "" or value is None else str(value)
 
 
 def _words(words: set[str]) -> str:

@@ -235,6 +235,47 @@ def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[
     return found
 
 
+def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str) -> str | None:
+    """A warning when no container runs the warm-up's image (``spec.warmup.image``), else None.
+
+    JAX's cache key contains the jax, jaxlib and PJRT plugin versions, and the programs come from
+    the image's code: entries warmed by another image likely all miss. One container that runs
+    it is enough (the others may be sidecars); a pod without images (a template) is not judged.
+    """
+    images = [str(c["image"]) for c in containers if c.get("image")]
+    if not images or any(same_image(image, warmup_image) for image in images):
+        return None
+    return (
+        f"no container runs the warm-up's image {warmup_image} (the pod runs {', '.join(dict.fromkeys(images))}): "
+        "the cache keys contain the jax/jaxlib/plugin versions, so entries warmed by another image likely miss"
+    )
+
+
+def same_image(a: str, b: str) -> bool:
+    """Whether two image references name the same image: by digest where both have one, else by
+    name and tag, with Docker Hub's default registry and ``latest`` tag filled in (as the kubelet
+    does). ``t:1@sha256:…`` and ``t:1`` agree (a tag pinned by digest); a bare digest and a tag do
+    not, since which digest a tag names is unknown here."""
+    (name_a, tag_a, digest_a), (name_b, tag_b, digest_b) = _image_parts(a), _image_parts(b)
+    if digest_a and digest_b:
+        return digest_a == digest_b
+    return (name_a, tag_a) == (name_b, tag_b)
+
+
+def _image_parts(reference: str) -> tuple[str, str, str]:
+    name, _, digest = reference.strip().partition("@")
+    tag = ""
+    slash = name.rfind("/")
+    if ":" in name[slash + 1 :]:  # a colon after the last slash is a tag; before it, a registry port
+        name, _, tag = name.rpartition(":")
+    first, _, rest = name.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        name = "docker.io/" + name  # no registry host: Docker Hub (distribution/reference's rule)
+    if name.startswith("docker.io/") and name.count("/") == 1:
+        name = name.replace("docker.io/", "docker.io/library/", 1)
+    return name, tag or ("" if digest else "latest"), digest
+
+
 def _values(env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return {str(item["name"]): str(item["value"]) for item in env if "name" in item and "value" in item}
 
@@ -316,6 +357,8 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
             skipped += settings_differences(container, spec)
 
     notes: list[str] = []
+    if image_note := image_difference([c for kind in kinds for c in pod_spec.get(kind) or []], spec.warmup.image):
+        notes.append(image_note)
     if spec.consumers.gate and not is_serving(cache):
         gates = pod_spec.setdefault("schedulingGates", [])
         if not any(gate.get("name") == GATE for gate in gates):

@@ -133,6 +133,8 @@ def build_report(manifest: Mapping[str, Any], manifest_path: str | None, error: 
         "cache_dir": manifest.get("cache_dir"),
         "manifest": manifest_path,
         **{key: manifest.get(key) for key in ("jax", "jaxlib", "backend", "device_kind", "device_count")},
+        # The PJRT plugin and platform version are in the key too (keysettings): the report names them.
+        **{key: (manifest.get("settings") or {}).get(key) for key in ("pjrt_plugins", "platform_version")},
         "targets": list(manifest.get("targets", [])),
         "entries": len(entries),
         "bytes": sum(int(entry["size"]) for entry in entries),
