@@ -34,6 +34,7 @@ from compilecache.local.validation import dns1035_label
 from crdschema import load_crd, openapi_schema
 from k8snames import KUBERNETES_VERSIONS
 from specgen import cache_objects, node_sets
+from specs import OPEN_POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = openapi_schema(load_crd(ROOT / "crds" / "compilecache.yaml"), "v1alpha1")
@@ -196,7 +197,7 @@ def field_exists(obj: Any, field: str) -> bool:
 
 NOW = "2026-11-22T10:00:00Z"
 _KINDS = ("Job", "PersistentVolumeClaim", "Service")
-_INVALID = re.compile(r"^invalid spec: (?P<field>[^:]+): ")
+_INVALID = re.compile(r"^(invalid spec|refused by the operator's policy): (?P<field>[^:]+): ")
 
 
 def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -206,7 +207,8 @@ def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dic
     claim Bound, every warm-up Job Complete), so the passes reach the expiry Job too. A cache the
     operator refuses raises the SpecError its Failed status names (``invalid spec: FIELD: ...``).
     """
-    snap = Snapshot(Cache.read(cache), nodes=tuple(nodes))
+    # Every spec the CRD admits, under a policy that refuses nothing (test_policy.py tests the policy).
+    snap = Snapshot(Cache.read(cache), nodes=tuple(nodes), policy=OPEN_POLICY)
     created: dict[str, dict[str, Any]] = {}
     for _ in range(4):  # claim and warm-up Jobs, then the expiry Job, then nothing
         decided = plan.plan(snap, NOW)
