@@ -109,6 +109,7 @@ def test_caps_gpus_hosts_pools_and_gate_timeout() -> None:
     ]
     no_caps = policy.parse({"maxGpusPerPod": None, "maxHosts": None, "maxPools": None, "maxGateTimeout": None})
     assert fields(spec, no_caps) == []
+    assert policy.parse({"maxGpusPerPod": 0, "maxHosts": 0, "maxPools": 0, "maxGateTimeout": ""}) == no_caps
 
 
 def test_pool_violations_see_discovered_pools_and_their_real_gpus() -> None:

@@ -63,7 +63,7 @@ class Rules:
 
 @dataclass(frozen=True)
 class Policy:
-    """The operator's policy; ``None`` for a cap means no cap."""
+    """The operator's policy; ``None`` for a cap means no cap (0 or null in JSON, ``""`` for the gate timeout)."""
 
     # A registry host first (a '.' or a ':port' before the first '/'): no short name that a
     # runtime resolves to Docker Hub or to whatever registry it is configured to search.
@@ -123,12 +123,13 @@ def parse(raw: Mapping[str, Any] | None) -> Policy:
         if key in raw:
             value = raw[key]
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise PolicyError(f"policy.{key} must be a whole number (or null: no cap), got {value!r}")
-            changes[attr] = value
+                raise PolicyError(f"policy.{key} must be a whole number (0 or null: no cap), got {value!r}")
+            # 0 too: Helm drops a key set to null from the values, so the chart cannot say null.
+            changes[attr] = value or None
     if "maxGateTimeout" in raw:
         value = raw["maxGateTimeout"]
         try:
-            changes["max_gate_timeout_seconds"] = None if value is None else units.parse_duration(value)
+            changes["max_gate_timeout_seconds"] = None if value in (None, "") else units.parse_duration(value)
         except (ValueError, TypeError) as exc:
             raise PolicyError(f"policy.maxGateTimeout: {exc}") from None
     return replace(DEFAULT, **changes)
