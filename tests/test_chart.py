@@ -704,6 +704,8 @@ def _multihost_scenario(kube: KubeClient, namespace: str) -> None:
     h100 = {"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}
     spec["warmup"] |= {"topologies": [{"hosts": 2}], "pools": [h100]}
     spec["warmup"].pop("discover")
+    # Its own claim: llama's (labelled for llama) is not this cache's to mount (policy.claim_violation).
+    spec["storage"] = {"pvc": {"claimName": "multi-cache", "create": {"size": "1Gi"}}}
     kube.create(CC, {"metadata": {"name": "multi"}, "spec": spec}, namespace)
     services = "compilecache.dev/cache=multi"
     [job] = kube.wait_for(lambda: kube.list(JOBS, namespace, services))
