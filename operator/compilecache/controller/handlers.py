@@ -27,7 +27,7 @@ import kopf
 
 from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, webhook
 from compilecache.controller.coalesce import Backoff, Coalescer
-from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
 from compilecache.controller.reconcile import reconcile, release_gates
 
@@ -168,10 +168,23 @@ def validate_cache(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     old = kwargs.get("old")  # kopf passes old and operation to webhooks; its WebhookFn type omits them
     if kwargs.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return
-    refused = policy.admission_violations(dict(body), memo.policy)
+    cache = dict(body)
+    refused = policy.admission_violations(cache, memo.policy, _claim(memo.client, cache))
     if refused:
         # 422 as for the CRD's own schema; kube-apiserver passes a webhook's code on to the client.
         raise kopf.AdmissionError(policy.describe(refused), code=422)
+
+
+def _claim(client: Client, cache: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The existing claim the cache names, if any; on an API error none (the pass checks it again)."""
+    name, namespace = policy.claim_name(cache), (cache.get("metadata") or {}).get("namespace")
+    if name is None or not namespace:
+        return None
+    try:
+        return client.get(PVCS, name, namespace)
+    except ApiError as exc:
+        logger.warning("Reading claim %s/%s to admit a cache failed, the pass checks it: %s", namespace, name, exc)
+        return None
 
 
 def _admit(client: Client, pod: dict[str, Any]) -> admission.Mutation:

@@ -264,17 +264,32 @@ def claim_violation(
     )
 
 
-def admission_violations(cache: Mapping[str, Any], policy: Policy) -> list[Violation]:
+def admission_violations(
+    cache: Mapping[str, Any], policy: Policy, claim: Mapping[str, Any] | None = None
+) -> list[Violation]:
     """What refuses a CompileCache at apply time: its first spec error (``api.parse_cache``), else the policy's.
 
     The parser's checks include those the CRD's CEL cannot afford (a workload naming a pool not
-    in ``warmup.pools``), which a real API server would otherwise accept.
+    in ``warmup.pools``), which a real API server would otherwise accept. ``claim``: the existing
+    claim ``storage.pvc.claimName`` names (``claim_name`` tells which), if any.
     """
     try:
         spec = parse_cache(cache)
     except SpecError as exc:
         return [(exc.field, exc.message)]
-    return violations(spec, policy)
+    found = violations(spec, policy)
+    if spec.pvc is not None and claim is not None:
+        meta = cache.get("metadata") or {}
+        refused = claim_violation(spec, claim, str(meta.get("name")), meta.get("uid"), policy)
+        found += [refused] if refused is not None else []
+    return found
+
+
+def claim_name(cache: Mapping[str, Any]) -> str | None:
+    """The claim a CompileCache names (``spec.storage.pvc.claimName``), read before any validation."""
+    pvc = ((cache.get("spec") or {}).get("storage") or {}).get("pvc")
+    name = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 def describe(found: Sequence[Violation]) -> str:
