@@ -30,6 +30,7 @@ import gcsemulator
 from compilecache.demo import train_result
 from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, free_port, run_operator
 from compilecache.local.jobrunner import is_finished
+from test_examples import EXAMPLE_POLICIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.jax]
 
@@ -133,7 +134,14 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         port = free_port()
         metrics_args = [f"--metrics-port={port}", "--metrics-addr=127.0.0.1"]
         operator = stack.enter_context(
-            run_operator(cluster, webhooks=webhooks, resync_seconds=0.5, extra_args=metrics_args)
+            # The policy the GCS example says it needs (its writer ServiceAccount); the others need the default.
+            run_operator(
+                cluster,
+                webhooks=webhooks,
+                resync_seconds=0.5,
+                extra_args=metrics_args,
+                policy=EXAMPLE_POLICIES["cache-gcs.yaml"],
+            )
         )
         yield Setup(cluster, operator, gcs, f"http://127.0.0.1:{port}/metrics")
         output = operator.output()

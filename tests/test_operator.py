@@ -463,3 +463,14 @@ def test_expiry_failure_leaves_the_cache_not_ready_with_the_reason(kube_env, nod
     assert conditions["PoolsWarmed"]["status"] == "True"
     time.sleep(1.5)  # resyncs pass: it stays failed, no new expiry Job
     assert status_of(kube_env)["phase"] == "Failed" and len(kube_env.list(JOBS, NS, f"{EXPIRY}=llama")) == 1
+
+
+def test_a_bad_policy_stops_the_operator_at_startup_naming_the_key(
+    kube_env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setenv(policy.POLICY_ENV, '{"tolerations": {"allow": ["*"]}, "image": {"allow": ["*"]}}')
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30, reraise=False)
+    with runner:
+        pass  # the startup handler refuses the policy: kopf stops on its own
+    assert runner.exit_code != 0 and runner.exception is not None
+    assert "the operator's policy cannot be used: policy.image is not a policy key" in caplog.text

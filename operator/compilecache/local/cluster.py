@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -202,10 +203,12 @@ def run_operator(
     webhooks: Sequence[Mapping[str, Any]] | None = None,
     extra_args: Sequence[str] = (),
     timeout: float = 60.0,
+    policy: Mapping[str, Any] | None = None,
 ) -> Iterator[Operator]:
     """Run the real ``compilecache operator`` on the cluster, serving its webhook over TLS on 127.0.0.1.
 
     Registers a MutatingWebhookConfiguration with ``webhooks`` (the chart's by default) that calls it.
+    ``policy``: the operator's policy (the chart's ``policy:`` values; default: the operator's default).
     Stops it with SIGTERM at the end of the block, and raises if it did not exit cleanly.
     """
     folder = cluster.root / "operator"
@@ -222,6 +225,8 @@ def run_operator(
         "COMPILECACHE_WEBHOOK_KEY_FILE": str(pem.key),
         "PYTHONFAULTHANDLER": "1",  # SIGABRT dumps every thread's stack: why a stop hung
     }
+    if policy is not None:
+        env["COMPILECACHE_POLICY"] = json.dumps(policy)  # as the chart's Deployment sets it
     command = [sys.executable, "-m", "compilecache.cli", "operator", "--standalone", "-A", *extra_args]
     log = folder / "operator.log"
     out: IO[bytes] = log.open("wb")
