@@ -28,6 +28,7 @@ import yaml
 
 import gcsemulator
 from compilecache.demo import train_result
+from compilecache.local.client import KubeError
 from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, free_port, run_operator
 from compilecache.local.jobrunner import is_finished
 from test_examples import EXAMPLE_POLICIES
@@ -495,3 +496,34 @@ def test_a_topology_larger_than_the_pool_says_so_instead_of_waiting(local: Setup
     assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 3, "TooFewNodes"), pool
     assert "2 nodes" in pool["message"] and "3" in pool["message"], pool["message"]
     assert local.cluster.client.list(JOBS, NS, label_selector="compilecache.dev/cache=too-few-nodes") == []
+
+
+def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(local: Setup) -> None:
+    """issue 19: any image, an admin ServiceAccount, a control-plane toleration, a foreign claim: 422 at create."""
+    client = local.cluster.client
+    client.create("v1/persistentvolumeclaims", {"metadata": {"name": "payroll-db-data"}, "spec": {}}, NS)
+    cache = example("cache-pvc.yaml")
+    cache["metadata"]["name"] = "attack"
+    warmup = cache["spec"]["warmup"]
+    cases = {
+        "spec.warmup.image": {"image": "attacker.example/anything:latest"},
+        "spec.warmup.serviceAccountName": {"serviceAccountName": "namespace-admin"},
+        "spec.warmup.discover.tolerations[0]": {
+            "discover": warmup["discover"] | {"tolerations": [{"key": "node-role.kubernetes.io/control-plane"}]}
+        },
+    }
+    for field, change in cases.items():
+        refused = copy.deepcopy(cache)
+        refused["spec"]["warmup"] |= change
+        with pytest.raises(KubeError) as raised:
+            client.create(CC, refused, NS)
+        assert raised.value.status == 422, raised.value
+        message = raised.value.body["message"]
+        assert message.startswith('admission webhook "compilecaches.compilecache.dev" denied the request: '), message
+        assert f"{field}: " in message, message
+    foreign = copy.deepcopy(cache)
+    foreign["spec"]["storage"] = {"pvc": {"claimName": "payroll-db-data", "create": {"size": "1Gi"}}}
+    with pytest.raises(KubeError) as raised:
+        client.create(CC, foreign, NS)
+    assert "spec.storage.pvc.claimName: PersistentVolumeClaim payroll-db-data" in raised.value.body["message"]
+    assert client.get(CC, "attack", NS) is None  # nothing was stored
