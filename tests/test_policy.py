@@ -236,3 +236,20 @@ def test_admission_runs_the_parsers_cross_field_checks_the_crd_cannot_afford() -
     found = policy.admission_violations(cache(**spec), policy.DEFAULT)
     assert [path for path, _ in found] == ["spec.warmup.workloads[0].pools[0]"]
     assert policy.admission_violations(cache(), policy.DEFAULT) == []
+
+
+def test_a_refused_gate_timeout_holds_pods_only_as_long_as_the_policy_allows() -> None:
+    """issue 19: gateTimeout 100000w held pods until the cache was deleted; the cap releases them."""
+    obj = cache(consumers={"gateTimeout": "100000w"})
+    gated = {
+        "metadata": {"name": "train-0", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"schedulingGates": [{"name": "compilecache.dev/warm"}]},
+    }
+    early = plan.plan(Snapshot(Cache.read(obj), pods=(gated,), nodes=tuple(cluster())), "2026-01-01T01:59:00Z")
+    assert early.status["phase"] == "Failed" and "spec.consumers.gateTimeout" in early.status["message"]
+    assert early.releases == ()
+    late = plan.plan(Snapshot(Cache.read(obj), pods=(gated,), nodes=tuple(cluster())), "2026-01-01T02:00:00Z")
+    assert [release.pod for release in late.releases] == ["train-0"]
+    # The pass that raised holds them no longer either.
+    failed = plan.failed(Cache.read(obj), (gated,), RuntimeError("boom"), "2026-01-01T02:00:00Z", policy.DEFAULT)
+    assert [release.pod for release in failed.releases] == ["train-0"]

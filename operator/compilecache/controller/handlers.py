@@ -255,7 +255,7 @@ def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]
         logger.error("Reading cache %s/%s for a gated pod failed, will retry on resync: %s", namespace, name, exc)
         return
     phase = (cache.get("status") or {}).get("phase") if cache is not None else None
-    release_gates(memo.client, namespace, name, cache, phase=phase, pods=[pod])
+    release_gates(memo.client, namespace, name, cache, phase=phase, pods=[pod], policy=memo.policy)
 
 
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:

@@ -7,7 +7,9 @@ a :class:`~compilecache.controller.snapshot.Snapshot` and the time. ``act.py`` a
 the result and cannot make a decision; when the API refuses a creation, the pass
 plans again with the refusal in the snapshot (``Snapshot.after``).
 :func:`failed` is the plan of a pass that raised: a status that says what failed,
-and the gate releases that must happen anyway.
+and the gate releases that must happen anyway. A spec the operator's policy refuses
+(``policy.py``: what it asks to run, its discovered pools, a claim that did not opt in) is
+Failed like bad input, naming the field, and nothing is created for it.
 
 Every Job is named deterministically from the cache, the pool, the topology and a hash of
 what it compiles, so planning twice from the same cluster never creates a Job twice.
@@ -99,7 +101,8 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
             "conditions": [_condition(cache, status.READY_CONDITION, False, INVALID_SPEC, str(exc), now)],
         }
         creates, deletes = [], []
-    releases = gates.plan(snapshot.pods, cache.consumers, phase=new.get("phase"), now=_parse_time(now))
+    consumers = policy.bounded(cache.consumers, snapshot.policy)
+    releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=_parse_time(now))
     return Plan(
         status=new,
         creates=tuple(creates),
@@ -109,7 +112,9 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
     )
 
 
-def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) -> Plan:
+def failed(
+    cache: Cache, pods: Sequence[Obj], error: BaseException, now: str, rules: policy.Policy = policy.DEFAULT
+) -> Plan:
     """The plan of a pass that raised ``error``: say what failed, keep serving if serving, release what is due.
 
     A Ready (or Degraded) cache keeps its phase: its published entries did not turn bad because
@@ -136,7 +141,8 @@ def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) ->
     before = _find_condition(old, RECONCILED_CONDITION)
     if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
         events.append(Event("Warning", RECONCILE_ERROR, message))
-    releases = gates.plan(pods, cache.consumers, phase=phase if keep_serving else None, now=_parse_time(now))
+    consumers = policy.bounded(cache.consumers, rules)
+    releases = gates.plan(pods, consumers, phase=phase if keep_serving else None, now=_parse_time(now))
     return Plan(status=new, releases=tuple(releases), events=tuple(events))
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from compilecache.cache import units
 from compilecache.controller import jobs
-from compilecache.controller.api import CacheSpec, SpecError, parse_cache
+from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.pools import Pool
 
 POLICY_ENV = "COMPILECACHE_POLICY"
@@ -290,6 +290,14 @@ def claim_name(cache: Mapping[str, Any]) -> str | None:
     pvc = ((cache.get("spec") or {}).get("storage") or {}).get("pvc")
     name = pvc.get("claimName") if isinstance(pvc, Mapping) else None
     return name if isinstance(name, str) and name else None
+
+
+def bounded(consumers: Consumers, policy: Policy) -> Consumers:
+    """``consumers`` with ``gateTimeout`` cut to the policy's cap: a refused cache must not hold pods longer."""
+    cap = policy.max_gate_timeout_seconds
+    if cap is None or consumers.gate_timeout_seconds <= cap:
+        return consumers
+    return replace(consumers, gate_timeout_seconds=cap)
 
 
 def describe(found: Sequence[Violation]) -> str:

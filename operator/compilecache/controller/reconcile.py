@@ -22,7 +22,7 @@ from typing import Any
 from compilecache.controller import act, gates, metrics, trainer
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
-from compilecache.controller.policy import DEFAULT, Policy
+from compilecache.controller.policy import DEFAULT, Policy, bounded
 from compilecache.controller.snapshot import Cache, Obj, Snapshot, observe, observe_pods
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
         act.delete(client, cache.namespace, decided.deletes)
     except Exception as exc:  # anything: the status says it, the gates still open, the caller retries
         error = exc
-        decided = failed(cache, pods, exc, when)
+        decided = failed(cache, pods, exc, when, policy)
     consumers = act.release(client, cache, decided, pods)
     new = dict(decided.status)
     if consumers is not None:  # else the last counts stand
@@ -102,14 +102,16 @@ def release_gates(
     *,
     phase: str | None,
     pods: list[dict[str, Any]] | None = None,
+    policy: Policy = DEFAULT,
 ) -> dict[str, int] | None:
     """Release the training pods held for this cache that are due (``gates.py``); return ``status.consumers``.
 
     For one pod's event and for a cache that is gone (``cache`` ``None``: every gated pod goes).
-    A spec that cannot be parsed still gets the default ``gateTimeout``: bad input must not hold
+    The ``gateTimeout`` is cut to ``policy``'s cap (``policy.bounded``): a spec the policy refuses must
+    not hold pods longer. A spec that cannot be parsed still gets the default ``gateTimeout``: bad input must not hold
     training pods forever. A failed pod API call is logged and gives ``None``; the resync retries.
     """
-    consumers = Cache.read(cache).consumers if cache is not None else None
+    consumers = bounded(Cache.read(cache).consumers, policy) if cache is not None else None
     when = datetime.datetime.now(datetime.UTC)
     try:
         return gates.sync(client, namespace, name, cache, consumers, phase=phase, now=when, pods=pods)
