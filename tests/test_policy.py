@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from compilecache.controller import plan, policy
-from compilecache.controller.api import parse_spec
+from compilecache.controller.api import SpecError, parse_spec
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot
 from specs import cache, cache_spec, cluster
+from test_spec_property import _HEALTH, examples, field_exists, manifests
 
 NOW = "2026-01-01T00:00:00Z"
 CONTROL_PLANE = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
@@ -253,3 +255,62 @@ def test_a_refused_gate_timeout_holds_pods_only_as_long_as_the_policy_allows() -
     # The pass that raised holds them no longer either.
     failed = plan.failed(Cache.read(obj), (gated,), RuntimeError("boom"), "2026-01-01T02:00:00Z", policy.DEFAULT)
     assert [release.pod for release in failed.releases] == ["train-0"]
+
+
+# --- the property: nothing the passes create is outside the policy -------------------------------------------
+
+
+def outside(pod_spec: dict[str, Any], rules: policy.Policy) -> list[str]:
+    """What in a created pod spec the policy does not allow (an empty list: all of it is allowed)."""
+    found = []
+    for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+        image = container["image"]
+        if not rules.images.permits(image) or (rules.require_pinned_images and not policy.image_pinned(image)):
+            found.append(f"image {image}")
+        gpus = int((container.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu", 0))
+        if rules.max_gpus_per_pod is not None and gpus > rules.max_gpus_per_pod:
+            found.append(f"{gpus} GPUs")
+    account = pod_spec.get("serviceAccountName", "default")
+    if not rules.service_accounts.permits(account):
+        found.append(f"ServiceAccount {account}")
+    found += [
+        f"toleration {t.get('key', '')}"
+        for t in pod_spec.get("tolerations", [])
+        if not rules.tolerations.permits(t.get("key", ""))
+    ]
+    found += [
+        f"node {k}={v}"
+        for k, v in pod_spec.get("nodeSelector", {}).items()
+        if not rules.node_selectors.permits(f"{k}={v}")
+    ]
+    return found
+
+
+@pytest.mark.slow  # ~20 s: 30 random specs, each planned pass after pass
+@settings(derandomize=True, max_examples=30, deadline=None, suppress_health_check=_HEALTH)
+@given(examples(), st.sampled_from([True, True, True, False]))
+def test_any_spec_the_crd_admits_is_created_within_the_default_policy_or_fails_naming_the_field(
+    example: tuple[dict[str, Any], list[dict[str, Any]]], usual: bool
+) -> None:
+    cache_obj, nodes = copy.deepcopy(example)  # hypothesis keeps what it drew: change a copy
+    if usual:  # a usual image, account and hold: else nearly every random spec is refused before placement
+        spec = cache_obj["spec"]
+        spec["warmup"] |= {"image": "registry.example.com/ml/trainer:1.2"}
+        spec["warmup"].pop("serviceAccountName", None)
+        (spec["storage"].get("gcs") or {}).pop("serviceAccountName", None)
+        (spec.get("consumers") or {}).pop("gateTimeout", None)
+    try:
+        objects = manifests(cache_obj, nodes, policy.DEFAULT)
+    except SpecError as error:
+        assert field_exists(cache_obj, error.field), error
+        event(f"refused: {error.field}")
+        return
+    event("created" if objects else "nothing to create")
+    for job in (obj for obj in objects if obj["kind"] == "Job"):
+        assert outside(job["spec"]["template"]["spec"], policy.DEFAULT) == [], job["metadata"]["name"]
+        assert int(job["spec"].get("completions", 1)) <= (policy.DEFAULT.max_hosts or 0)
+
+
+def test_outside_notices() -> None:
+    spec = {"containers": [{"image": "trainer:1"}], "tolerations": [{"operator": "Exists"}], "serviceAccountName": "x"}
+    assert outside(spec, policy.DEFAULT) == ["image trainer:1", "ServiceAccount x", "toleration "]
