@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -67,6 +68,7 @@ def test_the_attack_of_issue_19_is_refused_field_by_field() -> None:
         ("registry.example.com/ml/trainer", False),  # no tag is latest
         ("trainer:1.2", False),  # a short name: Docker Hub, or whatever the runtime searches
         ("attacker/anything:1", False),
+        ("attacker/x.y/z:1", False),  # a '.' after the first '/' names no registry
     ],
 )
 def test_default_images_are_pinned_and_from_a_named_registry(image: str, allowed: bool) -> None:
@@ -147,10 +149,11 @@ def test_unset_is_the_default_and_keys_merge_per_list() -> None:
         ('{"tolerations": {"allowed": []}}', "policy.tolerations.allowed"),
         ('{"maxHosts": -1}', "policy.maxHosts"),
         ('{"maxGateTimeout": "forever"}', "policy.maxGateTimeout"),
+        ('{"claims": {"allow": ["^(unclosed"]}}', "policy.claims.allow: '^(unclosed' is not a regular expression"),
     ],
 )
 def test_a_bad_policy_names_its_key(raw: str, named: str) -> None:
-    with pytest.raises(policy.PolicyError, match=named.replace(".", r"\.")):
+    with pytest.raises(policy.PolicyError, match=re.escape(named)):
         policy.from_env({policy.POLICY_ENV: raw})
 
 

@@ -3,8 +3,8 @@
 Creating a CompileCache makes the operator create Jobs, so without a policy "may create a
 CompileCache" would mean "may run any image, as any ServiceAccount, with any claim, on any
 node". The policy bounds that: allowed images, ServiceAccounts, node selectors, tolerations
-and claims (glob patterns, ``allow`` then ``deny``), and caps on GPUs per pod, hosts per
-topology, pools, and ``consumers.gateTimeout``.
+and claims (globs, or regular expressions starting with ``^``; ``allow`` then ``deny``), and
+caps on GPUs per pod, hosts per topology, pools, and ``consumers.gateTimeout``.
 
 It is read once at start-up from ``COMPILECACHE_POLICY`` (JSON; the chart renders its
 ``policy:`` values there); a policy that does not parse stops the operator with a message
@@ -21,6 +21,7 @@ by hostname or role, no existing claim that has not opted in (``claim_violation`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
@@ -37,6 +38,8 @@ DEFAULT_SERVICE_ACCOUNT = "default"  # what a pod without serviceAccountName run
 # naming one cache (what the operator puts on the claims it creates) lets that cache.
 CLAIM_OPT_IN_LABEL = "compilecache.dev/cache-claim"
 
+NAMED_REGISTRY = r"^([^/]*[.:][^/]*|localhost)/.+"  # an image reference that starts with its registry host
+
 Violation = tuple[str, str]  # (the field's path, why it is refused)
 
 
@@ -44,16 +47,24 @@ class PolicyError(ValueError):
     """A policy that cannot be used; the message names the key."""
 
 
+def matches(value: str, pattern: str) -> bool:
+    """A pattern starting with ``^`` is a regular expression (the whole value must match), else a glob
+    (``fnmatch``, case-sensitive; ``*`` also matches ``/``)."""
+    if pattern.startswith("^"):
+        return re.fullmatch(pattern, value) is not None
+    return fnmatchcase(value, pattern)
+
+
 @dataclass(frozen=True)
 class Rules:
-    """Glob patterns (``fnmatch``, case-sensitive; ``*`` also matches ``/``): allowed unless denied."""
+    """Patterns (:func:`matches`): a value is allowed when an ``allow`` pattern matches and no ``deny`` one."""
 
     allow: tuple[str, ...] = ("*",)
     deny: tuple[str, ...] = ()
 
     def permits(self, value: str) -> bool:
         """Whether ``value`` matches an ``allow`` pattern and no ``deny`` pattern."""
-        return any(fnmatchcase(value, p) for p in self.allow) and not any(fnmatchcase(value, p) for p in self.deny)
+        return any(matches(value, p) for p in self.allow) and not any(matches(value, p) for p in self.deny)
 
     def describe(self) -> str:
         """The rules in one phrase, for a refusal's message."""
@@ -65,9 +76,9 @@ class Rules:
 class Policy:
     """The operator's policy; ``None`` for a cap means no cap (0 or null in JSON, ``""`` for the gate timeout)."""
 
-    # A registry host first (a '.' or a ':port' before the first '/'): no short name that a
-    # runtime resolves to Docker Hub or to whatever registry it is configured to search.
-    images: Rules = Rules(allow=("*.*/*", "*:*/*", "localhost/*"))
+    # A registry host first (a '.' or a ':port' before the first '/', or localhost): no short
+    # name that a runtime resolves on Docker Hub or on whatever registry it is set to search.
+    images: Rules = Rules(allow=(NAMED_REGISTRY,))
     # A tag other than latest, or a digest: what ran is what was reviewed.
     require_pinned_images: bool = True
     service_accounts: Rules = Rules(allow=(DEFAULT_SERVICE_ACCOUNT,))
@@ -161,6 +172,12 @@ def _rules(raw: Any, default: Rules, path: str) -> Rules:
             value = ()
         if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
             raise PolicyError(f"{path}.{key} must be a list of patterns (strings), got {value!r}")
+        for item in value:
+            if item.startswith("^"):
+                try:
+                    re.compile(item)
+                except re.error as exc:
+                    raise PolicyError(f"{path}.{key}: {item!r} is not a regular expression: {exc}") from None
         lists[key] = tuple(value)
     return Rules(allow=lists["allow"], deny=lists["deny"])
 
