@@ -389,7 +389,9 @@ def test_a_failing_expiry_keeps_the_cache_not_ready_with_the_reason(local: Setup
         pytest.skip("needs chattr to make an entry undeletable")
     client = local.cluster.client
     cache = small_cache("broken-expiry")
-    claim = {"metadata": {"name": "broken-expiry-cache"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    # Labelled for the cache, as the operator labels the claims it creates (an unlabelled one is refused).
+    meta = {"name": "broken-expiry-cache", "labels": {"compilecache.dev/cache": "broken-expiry"}}
+    claim = {"metadata": meta, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
     client.create("v1/persistentvolumeclaims", claim, NS)
     folder = local.cluster.claim_dir(NS, "broken-expiry-cache")
     folder.mkdir(parents=True, exist_ok=True)
