@@ -5,7 +5,7 @@ module applies the same rules to a pod, a pod template or a workload (Deployment
 every field that breaks one. The rules and their allowed values are those of
 kubernetes.io/docs/concepts/security/pod-security-standards (the ``latest`` version of each check in
 k8s.io/pod-security-admission/policy, Kubernetes 1.30 to 1.35). Used on the chart's operator
-Deployment (tests/test_chart.py) and meant for the warm-up and expiry pods the operator creates.
+Deployment (tests/test_chart.py) and on the warm-up and expiry pods the operator creates (tests/test_pod_security.py).
 
 Not covered: Windows pods (``spec.os.name: windows`` relaxes some restricted checks) are judged as
 Linux pods, which is stricter, never looser.
@@ -64,7 +64,9 @@ CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def pod_template(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """(metadata, spec) of the pod a Pod, a pod template, or a workload (Deployment, Job, CronJob...) makes."""
+    """(metadata, spec) of a pod spec, a Pod, a pod template, or the pod a workload (Deployment, Job...) makes."""
+    if "containers" in obj:  # a bare pod spec, as the operator's Job templates hold it
+        return {}, obj
     if obj.get("kind") == "CronJob":
         obj = obj["spec"]["jobTemplate"]
     if obj.get("kind") not in (None, "Pod"):

@@ -5,8 +5,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from compilecache.controller.policy import parse as parse_policy
+
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
+# A policy that refuses nothing: for tests about what the operator makes of any spec the CRD admits.
+OPEN_POLICY = parse_policy(
+    {key: {"allow": ["*"], "deny": []} for key in ("serviceAccounts", "nodeSelectors", "tolerations", "claims")}
+    | {"images": {"allow": ["*"], "deny": [], "requirePinned": False}}
+    | dict.fromkeys(("maxGpusPerPod", "maxHosts", "maxPools", "maxGateTimeout"))
+)
 
 
 def cache_spec(**overrides: Any) -> dict[str, Any]:

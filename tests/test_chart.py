@@ -35,6 +35,7 @@ from chartrender import (
     render,
     wildcards,
 )
+from compilecache.controller import policy, webhook
 from compilecache.controller.admission import selector_matches
 from compilecache.local.apiserver import KubeEmulator
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
@@ -120,6 +121,15 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     # Where no platform assigns one, the image's user pinned explicitly.
     "pinned-uid": {"podSecurityContext": {"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532}},
     "existing-secret": {"webhook": {"enabled": True, "existingSecret": "my-webhook-tls", "caBundle": CA_BUNDLE}},
+    "policy": {
+        "policy": {
+            "images": {"allow": ["registry.example.com/ml/*"], "requirePinned": False},
+            "serviceAccounts": {"allow": ["default", "cache-writer"]},
+            "claims": {"allow": ["shared-*"], "deny": ["shared-db-*"]},
+            "maxGpusPerPod": 0,
+            "maxGateTimeout": "45m",
+        }
+    },
 }
 
 # Values values.schema.json must reject, and a word its message must name.
@@ -139,6 +149,9 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         "gcpServiceAccount",
     ),
     "metrics-on-webhook-port": ({"metrics": {"enabled": True, "port": 9443}}, "port"),
+    "policy-unknown-key": ({"policy": {"image": {"allow": ["*"]}}}, "image"),
+    "policy-bad-gate-timeout": ({"policy": {"maxGateTimeout": "forever"}}, "maxGateTimeout"),
+    "policy-patterns-not-a-list": ({"policy": {"serviceAccounts": {"allow": "default"}}}, "allow"),
     "bad-scrape-interval": (
         {"metrics": {"enabled": True, "port": 8000, "serviceMonitor": {"interval": "often"}}},
         "interval",
@@ -696,10 +709,58 @@ def test_chart_dashboard_is_byte_identical_to_the_docs_dashboard():
 
 
 @pytest.mark.slow
+def test_policy_values_reach_the_operator_and_the_defaults_are_the_operators(rendered):
+    """values.yaml's policy is policy.DEFAULT (one source of truth); set values arrive as the operator parses them."""
+    assert policy.from_env(env_of(rendered["defaults"])) == policy.DEFAULT
+    assert policy.from_env(env_of(rendered["cert-manager"])) == policy.DEFAULT
+    parsed = policy.from_env(env_of(rendered["policy"]))
+    assert parsed.images == policy.Rules(allow=("registry.example.com/ml/*",), deny=())
+    assert not parsed.require_pinned_images
+    assert parsed.claims.permits("shared-cache") and not parsed.claims.permits("shared-db-data")
+    assert (parsed.max_gpus_per_pod, parsed.max_gate_timeout_seconds) == (None, 45 * 60)
+    assert parsed.tolerations == policy.DEFAULT.tolerations  # unset keys keep the defaults
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["defaults", "namespaces", "cert-manager"])
+def test_validating_webhook_checks_compilecaches_and_fails_closed(rendered, name: str):
+    objects = rendered[name]
+    [hook] = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["clientConfig"]["service"]["path"] == webhook.VALIDATE_PATH
+    assert hook["clientConfig"]["service"]["name"] == webhook_of(objects)["clientConfig"]["service"]["name"]
+    [rule] = hook["rules"]
+    assert (rule["operations"], rule["apiGroups"], rule["resources"]) == (
+        ["CREATE", "UPDATE"],
+        ["compilecache.dev"],
+        ["compilecaches"],
+    )
+    selected = hook.get("namespaceSelector")
+    if name == "namespaces":
+        assert selected == {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [WATCHED, "team-b"]}
+            ]
+        }
+    else:
+        assert selected is None  # every namespace: the operator serves caches in all of them
+    if name == "cert-manager":
+        assert "caBundle" not in hook["clientConfig"]
+    else:
+        assert hook["clientConfig"]["caBundle"] == webhook_of(objects)["clientConfig"]["caBundle"]
+
+
+@pytest.mark.slow
 def test_webhook_off_removes_all_of_it(rendered):
     objects = rendered["webhook-off"]
     kinds = {obj["kind"] for obj in objects}
-    assert not kinds & {"MutatingWebhookConfiguration", "Secret", "Certificate", "Issuer"}
+    assert not kinds & {
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "Secret",
+        "Certificate",
+        "Issuer",
+    }
     services = [obj["metadata"]["labels"]["app.kubernetes.io/component"] for obj in only(objects, "Service")]
     assert services == ["metrics"]  # the metrics Service only
     assert env_of(objects)["COMPILECACHE_WEBHOOK"] == "off"
@@ -845,6 +906,8 @@ def _multihost_scenario(kube: KubeClient, namespace: str) -> None:
     h100 = {"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}
     spec["warmup"] |= {"topologies": [{"hosts": 2}], "pools": [h100]}
     spec["warmup"].pop("discover")
+    # Its own claim: llama's (labelled for llama) is not this cache's to mount (policy.claim_violation).
+    spec["storage"] = {"pvc": {"claimName": "multi-cache", "create": {"size": "1Gi"}}}
     kube.create(CC, {"metadata": {"name": "multi"}, "spec": spec}, namespace)
     services = "compilecache.dev/cache=multi"
     [job] = kube.wait_for(lambda: kube.list(JOBS, namespace, services))

@@ -28,8 +28,10 @@ import yaml
 
 import gcsemulator
 from compilecache.demo import train_result
+from compilecache.local.client import KubeError
 from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, free_port, run_operator
 from compilecache.local.jobrunner import is_finished
+from test_examples import EXAMPLE_POLICIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.jax]
 
@@ -150,7 +152,14 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         port = free_port()
         metrics_args = [f"--metrics-port={port}", "--metrics-addr=127.0.0.1"]
         operator = stack.enter_context(
-            run_operator(cluster, webhooks=webhooks, resync_seconds=0.5, extra_args=metrics_args)
+            # The policy the GCS example says it needs (its writer ServiceAccount); the others need the default.
+            run_operator(
+                cluster,
+                webhooks=webhooks,
+                resync_seconds=0.5,
+                extra_args=metrics_args,
+                policy=EXAMPLE_POLICIES["cache-gcs.yaml"],
+            )
         )
         yield Setup(cluster, operator, gcs, f"http://127.0.0.1:{port}/metrics")
         output = operator.output()
@@ -418,7 +427,9 @@ def test_a_failing_expiry_keeps_the_cache_not_ready_with_the_reason(local: Setup
         pytest.skip("needs chattr to make an entry undeletable")
     client = local.cluster.client
     cache = small_cache("broken-expiry")
-    claim = {"metadata": {"name": "broken-expiry-cache"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    # Labelled for the cache, as the operator labels the claims it creates (an unlabelled one is refused).
+    meta = {"name": "broken-expiry-cache", "labels": {"compilecache.dev/cache": "broken-expiry"}}
+    claim = {"metadata": meta, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
     client.create("v1/persistentvolumeclaims", claim, NS)
     folder = local.cluster.claim_dir(NS, "broken-expiry-cache")
     folder.mkdir(parents=True, exist_ok=True)
@@ -559,3 +570,34 @@ def test_a_topology_larger_than_the_pool_says_so_instead_of_waiting(local: Setup
     assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 3, "TooFewNodes"), pool
     assert "2 nodes" in pool["message"] and "3" in pool["message"], pool["message"]
     assert local.cluster.client.list(JOBS, NS, label_selector="compilecache.dev/cache=too-few-nodes") == []
+
+
+def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(local: Setup) -> None:
+    """issue 19: any image, an admin ServiceAccount, a control-plane toleration, a foreign claim: 422 at create."""
+    client = local.cluster.client
+    client.create("v1/persistentvolumeclaims", {"metadata": {"name": "payroll-db-data"}, "spec": {}}, NS)
+    cache = example("cache-pvc.yaml")
+    cache["metadata"]["name"] = "attack"
+    warmup = cache["spec"]["warmup"]
+    cases = {
+        "spec.warmup.image": {"image": "attacker.example/anything:latest"},
+        "spec.warmup.serviceAccountName": {"serviceAccountName": "namespace-admin"},
+        "spec.warmup.discover.tolerations[0]": {
+            "discover": warmup["discover"] | {"tolerations": [{"key": "node-role.kubernetes.io/control-plane"}]}
+        },
+    }
+    for field, change in cases.items():
+        refused = copy.deepcopy(cache)
+        refused["spec"]["warmup"] |= change
+        with pytest.raises(KubeError) as raised:
+            client.create(CC, refused, NS)
+        assert raised.value.status == 422, raised.value
+        message = raised.value.body["message"]
+        assert message.startswith('admission webhook "compilecaches.compilecache.dev" denied the request: '), message
+        assert f"{field}: " in message, message
+    foreign = copy.deepcopy(cache)
+    foreign["spec"]["storage"] = {"pvc": {"claimName": "payroll-db-data", "create": {"size": "1Gi"}}}
+    with pytest.raises(KubeError) as raised:
+        client.create(CC, foreign, NS)
+    assert "spec.storage.pvc.claimName: PersistentVolumeClaim payroll-db-data" in raised.value.body["message"]
+    assert client.get(CC, "attack", NS) is None  # nothing was stored

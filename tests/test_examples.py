@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from compilecache.controller import policy
+from compilecache.controller.api import parse_cache
 from compilecache.local.validation import dns1035_label, dns1123_label
 from k8snames import KUBERNETES_VERSIONS
 
@@ -31,6 +33,26 @@ def _objects() -> list[tuple[str, dict[str, Any]]]:
 
 
 OBJECTS = _objects()
+# The operator policy each CompileCache example needs beyond the default, as its comment tells.
+EXAMPLE_POLICIES: dict[str, dict[str, Any]] = {
+    "cache-gcs.yaml": {"serviceAccounts": {"allow": ["default", "cache-writer", "cache-reader"]}},
+}
+CACHES = sorted((ROOT / "examples").glob("cache-*.yaml"))
+
+
+@pytest.mark.parametrize("path", CACHES, ids=[path.name for path in CACHES])
+def test_each_cache_example_passes_the_default_policy_or_says_what_it_needs(path: Path) -> None:
+    """Every example works with the chart's default policy, or its comment gives the value it needs."""
+    [cache] = [doc for doc in yaml.safe_load_all(path.read_text()) if doc and doc.get("kind") == "CompileCache"]
+    spec = parse_cache(cache)
+    needed = EXAMPLE_POLICIES.get(path.name)
+    found = policy.violations(spec, policy.DEFAULT)
+    if needed is None:
+        assert found == []
+        return
+    assert found != [] and policy.violations(spec, policy.parse(needed)) == []
+    accounts = ",".join(needed["serviceAccounts"]["allow"])
+    assert f"policy.serviceAccounts.allow={{{accounts}}}" in path.read_text()
 
 
 def test_the_examples_ship_single_and_multi_host_training() -> None:

@@ -570,7 +570,7 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     found = kube.request("GET", "/apis/compilecache.dev/v1alpha1")["resources"]
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
-    assert len(RESOURCES) == 10  # with MutatingWebhookConfigurations (admission) and Services (multi-host DNS)
+    assert len(RESOURCES) == 11  # with Mutating- and ValidatingWebhookConfigurations and Services (multi-host DNS)
 
 
 def test_served_requests_are_forgotten_unless_kept(tmp_path: Path) -> None:

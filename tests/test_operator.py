@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
+import podsecurity
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.controller import expiryjob, handlers
+from compilecache.controller import expiryjob, handlers, policy
 from compilecache.controller.api import parse_spec
 from specs import GPU, PRODUCT, cache_spec, cluster
 
@@ -340,13 +341,55 @@ def test_missing_claim_waits_then_proceeds(kube_env, nodes, operator):
     storage = next(c for c in status["conditions"] if c["type"] == "StorageReady")
     assert (storage["status"], storage["reason"]) == ("False", "ClaimNotFound")
     assert jobs_of(kube_env) == {}
-    kube_env.create(
-        "v1/persistentvolumeclaims",
-        {"metadata": {"name": "brought"}, "spec": {"accessModes": ["ReadWriteMany"]}},
-        NS,
-    )
+    # A claim the user brings opts in (policy.CLAIM_OPT_IN_LABEL); test_foreign_claim_... has one that does not.
+    meta = {"name": "brought", "labels": {policy.CLAIM_OPT_IN_LABEL: "true"}}
+    kube_env.create("v1/persistentvolumeclaims", {"metadata": meta, "spec": {"accessModes": ["ReadWriteMany"]}}, NS)
     wait_jobs(kube_env, 2)  # the resync notices the claim
     wait_phase(kube_env, "Warming")
+
+
+def test_foreign_claim_fails_the_cache_until_it_opts_in(kube_env, nodes, operator):
+    """Naming an existing claim that was not made for the cache mounts nothing (issue 19: payroll-db-data)."""
+    claim = {"metadata": {"name": "payroll-db-data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    kube_env.create("v1/persistentvolumeclaims", claim, NS)
+    create_cache(kube_env, storage={"pvc": {"claimName": "payroll-db-data", "create": {"size": "1Gi"}}})
+    status = wait_phase(kube_env, "Failed")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ClaimNotOptedIn")
+    assert ready["message"].startswith("spec.storage.pvc.claimName: PersistentVolumeClaim payroll-db-data exists")
+    assert jobs_of(kube_env) == {}
+    labels = {"labels": {policy.CLAIM_OPT_IN_LABEL: "true"}}
+    kube_env.patch("v1/persistentvolumeclaims", "payroll-db-data", {"metadata": labels}, NS)
+    wait_jobs(kube_env, 2)  # opted in: the next pass uses it
+
+
+def test_a_cache_the_policy_refuses_fails_naming_the_field_without_admission(kube_env, nodes, operator):
+    """The emulator runs no validating webhook: the controller's own check (the default policy) stops it."""
+    warmup = cache_spec()["warmup"] | {"image": "attacker.example/anything:latest", "serviceAccountName": "admin"}
+    warmup["discover"] = warmup["discover"] | {"tolerations": [{"key": "node-role.kubernetes.io/control-plane"}]}
+    create_cache(kube_env, warmup=warmup)
+    status = wait_phase(kube_env, "Failed")
+    [ready] = status["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "PolicyViolation")
+    for field in ("spec.warmup.image:", "spec.warmup.serviceAccountName:", "spec.warmup.discover.tolerations[0]:"):
+        assert field in ready["message"], ready["message"]
+    assert jobs_of(kube_env) == {} and kube_env.get("v1/persistentvolumeclaims", "jax-cache", NS) is None
+    # Fixed (a merge patch: null removes): the same cache warms.
+    fixed = {"image": cache_spec()["warmup"]["image"], "serviceAccountName": None, "discover": {"tolerations": None}}
+    kube_env.patch(CC, "llama", {"spec": {"warmup": fixed}}, NS)
+    wait_jobs(kube_env, 2)
+
+
+def test_the_jobs_the_operator_creates_pass_the_restricted_pod_security_standard(kube_env, nodes, operator):
+    warmup = cache_spec()["warmup"]
+    warmup["workloads"] = [{"name": "exact", "script": "train.py", "steps": 2}, *warmup["workloads"]]
+    create_cache(kube_env, warmup=warmup)
+    jobs = wait_jobs(kube_env, 2)
+    warm_and_expire(kube_env)
+    created = [*jobs.values(), expiry_job(kube_env, "llama")]
+    assert any(job["spec"]["template"]["spec"].get("initContainers") for job in created)
+    for job in created:
+        assert podsecurity.violations(job["spec"]["template"]["spec"]) == [], job["metadata"]["name"]
 
 
 def test_pool_without_nodes_is_no_nodes_not_a_failure(kube_env, nodes, operator):
@@ -420,3 +463,14 @@ def test_expiry_failure_leaves_the_cache_not_ready_with_the_reason(kube_env, nod
     assert conditions["PoolsWarmed"]["status"] == "True"
     time.sleep(1.5)  # resyncs pass: it stays failed, no new expiry Job
     assert status_of(kube_env)["phase"] == "Failed" and len(kube_env.list(JOBS, NS, f"{EXPIRY}=llama")) == 1
+
+
+def test_a_bad_policy_stops_the_operator_at_startup_naming_the_key(
+    kube_env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setenv(policy.POLICY_ENV, '{"tolerations": {"allow": ["*"]}, "image": {"allow": ["*"]}}')
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30, reraise=False)
+    with runner:
+        pass  # the startup handler refuses the policy: kopf stops on its own
+    assert runner.exit_code != 0 and runner.exception is not None
+    assert "the operator's policy cannot be used: policy.image is not a policy key" in caplog.text

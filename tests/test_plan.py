@@ -26,6 +26,7 @@ from specs import PRODUCT, cache, cache_spec, cluster, node
 NOW = "2026-11-21T10:00:00Z"
 PHASES = {status.PENDING, status.WARMING, status.EXPIRING, status.READY, status.DEGRADED, status.FAILED}
 SUMMARY = {"schema": "compilecache.dev/expiry/v1", "ok": True, "after": {"entries": 2, "bytes": 2048}}
+OURS = {"compilecache.dev/cache": "llama"}  # the label the operator puts on the claims it creates
 
 
 def snapshot(obj: dict[str, Any] | None = None, **parts: Any) -> Snapshot:
@@ -83,7 +84,7 @@ def test_a_new_cache_creates_its_claim_and_one_owned_job_per_pool() -> None:
 
 def test_planning_again_after_the_creates_creates_nothing() -> None:
     first = plan.plan(snapshot(), NOW)
-    claim = {"metadata": {"name": "jax-cache"}, "status": {"phase": "Bound"}}
+    claim = {"metadata": {"name": "jax-cache", "labels": OURS}, "status": {"phase": "Bound"}}
     jobs_ = tuple(job_from(c) for c in first.creates if c.resource == JOBS)
     second = plan.plan(snapshot(with_status(cache(), first.status), claim=claim, jobs=jobs_), NOW)
     assert second.creates == () and second.deletes == ()
@@ -102,7 +103,7 @@ def test_a_refused_job_fails_its_pool_with_the_apis_message_and_is_not_retried()
     assert message in pool["message"]
     assert ("Warning", "PoolFailed") in [(e.type, e.reason) for e in second.events]
     # The next pass (the status recorded) does not create it again: the record stands until the spec changes.
-    claim = {"metadata": {"name": "jax-cache"}, "status": {"phase": "Bound"}}
+    claim = {"metadata": {"name": "jax-cache", "labels": OURS}, "status": {"phase": "Bound"}}
     other = job_from(first.creates[2])
     third = plan.plan(snapshot(with_status(cache(), second.status), claim=claim, jobs=(other,)), NOW)
     assert third.creates == ()
@@ -122,7 +123,7 @@ def test_a_refused_claim_fails_the_cache_and_creates_no_job() -> None:
 def degraded(expiry: str | None) -> tuple[Snapshot, plan.Plan]:
     """A cache whose H100 pool warmed and A100 pool failed; its expiry Job absent, running or done."""
     first = plan.plan(snapshot(), NOW)
-    claim = {"metadata": {"name": "jax-cache"}, "status": {"phase": "Bound"}}
+    claim = {"metadata": {"name": "jax-cache", "labels": OURS}, "status": {"phase": "Bound"}}
     a100, h100 = (c for c in first.creates if c.resource == JOBS)
     jobs_ = (job_from(a100, "Failed"), job_from(h100, "Complete"))
     snap = snapshot(with_status(cache(), first.status), claim=claim, jobs=jobs_)
@@ -393,7 +394,9 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
     assert parsed is not None
     claim_name = parsed.pvc.claim_name if parsed.pvc is not None else None
     claim_obj = (
-        None if claim is None or claim_name is None else {"metadata": {"name": claim_name}, "status": {"phase": claim}}
+        None
+        if claim is None or claim_name is None
+        else {"metadata": {"name": claim_name, "labels": OURS}, "status": {"phase": claim}}
     )
     stray_jobs = tuple(
         {"metadata": {"name": name, "ownerReferences": [{"uid": "uid-1" if ours else "uid-0"}]}}

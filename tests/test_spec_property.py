@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from compilecache.cache import units
-from compilecache.controller import api, expiryjob, jobs, plan, status
+from compilecache.controller import api, expiryjob, jobs, plan, policy, status
 from compilecache.controller.api import SpecError
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot
@@ -34,6 +34,7 @@ from compilecache.local.validation import dns1035_label
 from crdschema import load_crd, openapi_schema
 from k8snames import KUBERNETES_VERSIONS
 from specgen import cache_objects, node_sets
+from specs import OPEN_POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = openapi_schema(load_crd(ROOT / "crds" / "compilecache.yaml"), "v1alpha1")
@@ -196,17 +197,20 @@ def field_exists(obj: Any, field: str) -> bool:
 
 NOW = "2026-11-22T10:00:00Z"
 _KINDS = ("Job", "PersistentVolumeClaim", "Service")
-_INVALID = re.compile(r"^invalid spec: (?P<field>[^:]+): ")
+_INVALID = re.compile(r"^(invalid spec|refused by the operator's policy): (?P<field>[^:]+): ")
 
 
-def manifests(cache: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def manifests(
+    cache: Mapping[str, Any], nodes: list[dict[str, Any]], rules: policy.Policy = OPEN_POLICY
+) -> list[dict[str, Any]]:
     """What the operator's passes create for ``cache`` on ``nodes``: ``plan()`` run pass after pass.
 
     Each pass's creations come back in the next snapshot as the cluster would have them (the
     claim Bound, every warm-up Job Complete), so the passes reach the expiry Job too. A cache the
     operator refuses raises the SpecError its Failed status names (``invalid spec: FIELD: ...``).
     """
-    snap = Snapshot(Cache.read(cache), nodes=tuple(nodes))
+    # By default every spec the CRD admits, under a policy that refuses nothing (test_policy.py: the policy).
+    snap = Snapshot(Cache.read(cache), nodes=tuple(nodes), policy=rules)
     created: dict[str, dict[str, Any]] = {}
     for _ in range(4):  # claim and warm-up Jobs, then the expiry Job, then nothing
         decided = plan.plan(snap, NOW)

@@ -29,9 +29,9 @@ import pytest
 from kopf.testing import KopfRunner
 
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
-from compilecache.controller import handlers, webhook
+from compilecache.controller import handlers, policy, webhook
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
-from specs import cluster
+from specs import cache_spec, cluster
 from test_operator import NS, create_cache, wait_jobs, wait_phase, warm_and_expire
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
@@ -45,6 +45,8 @@ GCS = {
     }
 }
 GATE = {"name": "compilecache.dev/warm"}
+# The default policy, and the GCS writer account the llama-gcs cache runs as (examples/cache-gcs.yaml's values).
+POLICY = {"serviceAccounts": {"allow": ["default", "cache-writer"]}}
 
 
 # --- environment contract (pure) ------------------------------------------------------------------------
@@ -174,10 +176,13 @@ def hook() -> Iterator[Webhook]:
         env.setenv("COMPILECACHE_WEBHOOK_KEY_FILE", str(key))
         env.setenv("COMPILECACHE_WEBHOOK_ADDR", "127.0.0.1")
         env.setenv("COMPILECACHE_WEBHOOK_PORT", str(port))
+        env.setenv(policy.POLICY_ENV, json.dumps(POLICY))
         kube = KubeClient(runner)
         for node in cluster():
             kube.create("v1/nodes", node)
             kube.patch("v1/nodes", node["metadata"]["name"], {"status": node["status"]}, subresource="status")
+        for name, labels in (("payroll-db-data", {}), ("shared", {policy.CLAIM_OPT_IN_LABEL: "true"})):
+            kube.create("v1/persistentvolumeclaims", {"metadata": {"name": name, "labels": labels}, "spec": {}}, NS)
         try:
             with KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30) as operator:
                 create_cache(kube)  # Warming for good: nobody finishes its Jobs
@@ -347,3 +352,109 @@ def test_malformed_reviews_get_an_error_answer_and_the_server_goes_on(hook: Webh
     response, mutated = admit(hook, copy.deepcopy(odd))
     assert mutated == odd and "admitted unchanged" in response["warnings"][0]
     admit(hook, pod())  # still serving
+
+
+# --- the validating webhook of CompileCaches -----------------------------------------------------------------
+
+
+def cache_review(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An AdmissionReview as kube-apiserver sends it for ``kubectl apply`` of a CompileCache."""
+    gvk = {"group": "compilecache.dev", "version": "v1alpha1", "kind": "CompileCache"}
+    gvr = {"group": "compilecache.dev", "version": "v1alpha1", "resource": "compilecaches"}
+    sent = review(obj)
+    sent["request"] |= {
+        "kind": gvk,
+        "resource": gvr,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "name": obj["metadata"]["name"],
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "oldObject": old,
+    }
+    return sent
+
+
+def validate(hook: Webhook, obj: dict[str, Any], operation: str = "CREATE", old: Any = None) -> dict[str, Any]:
+    sent = cache_review(obj, operation, old)
+    url = hook.url.replace(webhook.PATH, webhook.VALIDATE_PATH)
+    status, answer = post(url, hook.context, json.dumps(sent).encode())
+    assert status == 200 and answer["response"]["uid"] == sent["request"]["uid"]
+    response: dict[str, Any] = answer["response"]
+    assert "patch" not in response  # validating only
+    return response
+
+
+def compilecache(name: str = "new", **spec: Any) -> dict[str, Any]:
+    meta = {"name": name, "namespace": NS, "uid": str(uuid.uuid4()), "generation": 1}
+    spec.setdefault("storage", {"pvc": {"claimName": f"{name}-cache", "create": {"size": "1Gi"}}})  # its own
+    return {
+        "apiVersion": "compilecache.dev/v1alpha1",
+        "kind": "CompileCache",
+        "metadata": meta,
+        "spec": cache_spec(**spec),
+    }
+
+
+def refused(response: dict[str, Any], field: str) -> str:
+    assert response["allowed"] is False, response
+    assert response["status"]["code"] == 422
+    message: str = response["status"]["message"]
+    assert message.startswith(f"{field}: ") or f"; {field}: " in message, message
+    return message
+
+
+def test_validating_webhook_admits_a_cache_the_policy_allows(hook: Webhook) -> None:
+    assert validate(hook, compilecache())["allowed"] is True
+    assert validate(hook, compilecache(storage=GCS))["allowed"] is True  # cache-writer is in this policy
+    shared = {"pvc": {"claimName": "shared"}}  # an existing claim that opted in
+    assert validate(hook, compilecache(storage=shared))["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"image": "attacker.example/anything:latest"}, "spec.warmup.image"),
+        ({"serviceAccountName": "namespace-admin"}, "spec.warmup.serviceAccountName"),
+        (
+            {"discover": {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}},
+            "spec.warmup.discover.tolerations[0]",
+        ),
+        (
+            {"pools": [{"name": "cp", "nodeSelector": {"kubernetes.io/hostname": "control-plane-0"}}]},
+            "spec.warmup.pools[0].nodeSelector.kubernetes.io/hostname",
+        ),
+    ],
+)
+def test_validating_webhook_refuses_what_the_policy_forbids_naming_the_field(
+    hook: Webhook, change: dict[str, Any], field: str
+) -> None:
+    warmup = cache_spec()["warmup"] | change
+    refused(validate(hook, compilecache(warmup=warmup)), field)
+
+
+def test_validating_webhook_refuses_a_foreign_claim(hook: Webhook) -> None:
+    """issue 19: an existing claim that has not opted in, even with create (which only creates what is missing)."""
+    storage = {"pvc": {"claimName": "payroll-db-data", "create": {"size": "1Gi"}}}
+    message = refused(validate(hook, compilecache(storage=storage)), "spec.storage.pvc.claimName")
+    assert "payroll-db-data" in message and policy.CLAIM_OPT_IN_LABEL in message
+
+
+def test_validating_webhook_refuses_what_the_crd_cel_cannot_afford(hook: Webhook) -> None:
+    """A workload naming an undeclared pool: the CRD admits it (CEL cost), the webhook does not."""
+    warmup = cache_spec()["warmup"]
+    warmup.pop("discover")
+    warmup["pools"] = [{"name": "h100", "nodeSelector": {"nvidia.com/gpu.present": "true"}}]
+    warmup["workloads"][0]["pools"] = ["b200"]
+    refused(validate(hook, compilecache(warmup=warmup)), "spec.warmup.workloads[0].pools[0]")
+
+
+def test_validating_webhook_lets_an_unchanged_spec_be_updated(hook: Webhook) -> None:
+    """A cache admitted under an older policy keeps taking labels and annotations; a spec change is checked."""
+    bad = compilecache(warmup=cache_spec()["warmup"] | {"image": "attacker.example/anything:latest"})
+    relabelled = copy.deepcopy(bad)
+    relabelled["metadata"]["labels"] = {"team": "ml"}
+    assert validate(hook, relabelled, "UPDATE", old=bad)["allowed"] is True
+    changed = copy.deepcopy(bad)
+    changed["spec"]["warmup"]["image"] = "attacker/other:1"  # a short name
+    refused(validate(hook, changed, "UPDATE", old=compilecache()), "spec.warmup.image")

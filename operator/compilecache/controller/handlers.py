@@ -4,7 +4,9 @@ Level-triggered on purpose: watch events of the cache and of its Jobs, and a
 periodic resync (for Nodes coming and going, and gate timeouts), all run the same
 pass. A pass that failed is retried after a growing, bounded delay (``coalesce.Backoff``):
 kopf does not retry event handlers, and the resync skips a cache while its retry waits.
-Training pods come in through the mutating webhook (``mutate_pods``) and, while gated,
+CompileCaches are checked at apply time by the validating webhook (``validate_cache``: the
+spec's own checks and the operator's policy, read at start-up). Training pods come in through
+the mutating webhook (``mutate_pods``) and, while gated,
 through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
 progress annotations and no finalizer are needed, so an uninstalled operator never
 blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
@@ -23,9 +25,9 @@ from typing import Any, cast
 
 import kopf
 
-from compilecache.controller import admission, api, expiryjob, jobs, metrics, webhook
+from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, webhook
 from compilecache.controller.coalesce import Backoff, Coalescer
-from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
 from compilecache.controller.reconcile import reconcile, release_gates
 
@@ -58,6 +60,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     except webhook.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from None
     settings.admission.managed = None
+    try:
+        memo.policy = policy.from_env(os.environ)
+    except policy.PolicyError as exc:
+        raise kopf.PermanentError(f"the operator's policy cannot be used: {exc}") from None
     settings.admission.server = webhook.server(config)
     if config.mode != webhook.OFF:
         logger.info("Serving the pod webhook (%s) at %s:%d%s.", config.mode, config.addr, config.port, webhook.PATH)
@@ -144,6 +150,43 @@ def mutate_pods(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: k
         patch.fns.append(lambda raw: _become(raw, mutated.pod))
 
 
+@kopf.on.validate(
+    api.GROUP,
+    api.VERSION,
+    api.PLURAL,
+    id=webhook.VALIDATE_ID,
+    operations=["CREATE", "UPDATE"],
+    side_effects=False,
+    registry=registry,
+)
+def validate_cache(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    """Refuse a CompileCache whose spec is invalid or asks for what the policy forbids, naming the field.
+
+    An UPDATE that leaves the spec as it was passes (labels, annotations, a rewarm): a cache
+    admitted under an older policy stays editable and deletable; the controller says it Failed.
+    """
+    old = kwargs.get("old")  # kopf passes old and operation to webhooks; its WebhookFn type omits them
+    if kwargs.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
+        return
+    cache = dict(body)
+    refused = policy.admission_violations(cache, memo.policy, _claim(memo.client, cache))
+    if refused:
+        # 422 as for the CRD's own schema; kube-apiserver passes a webhook's code on to the client.
+        raise kopf.AdmissionError(policy.describe(refused), code=422)
+
+
+def _claim(client: Client, cache: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The existing claim the cache names, if any; on an API error none (the pass checks it again)."""
+    name, namespace = policy.claim_name(cache), (cache.get("metadata") or {}).get("namespace")
+    if name is None or not namespace:
+        return None
+    try:
+        return client.get(PVCS, name, namespace)
+    except ApiError as exc:
+        logger.warning("Reading claim %s/%s to admit a cache failed, the pass checks it: %s", namespace, name, exc)
+        return None
+
+
 def _admit(client: Client, pod: dict[str, Any]) -> admission.Mutation:
     namespace = (pod.get("metadata") or {}).get("namespace")
     if not namespace:  # the API server sets it before admission; nothing to look up without it
@@ -212,7 +255,7 @@ def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]
         logger.error("Reading cache %s/%s for a gated pod failed, will retry on resync: %s", namespace, name, exc)
         return
     phase = (cache.get("status") or {}).get("phase") if cache is not None else None
-    release_gates(memo.client, namespace, name, cache, phase=phase, pods=[pod])
+    release_gates(memo.client, namespace, name, cache, phase=phase, pods=[pod], policy=memo.policy)
 
 
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
@@ -246,7 +289,7 @@ def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
     key = (namespace, name)
     error: BaseException | None
     try:
-        error = reconcile(memo.client, namespace, name).error
+        error = reconcile(memo.client, namespace, name, policy=memo.policy).error
     except Exception as exc:  # the cache could not even be read (reconcile records everything else)
         error = exc
     if error is None:

@@ -7,7 +7,9 @@ a :class:`~compilecache.controller.snapshot.Snapshot` and the time. ``act.py`` a
 the result and cannot make a decision; when the API refuses a creation, the pass
 plans again with the refusal in the snapshot (``Snapshot.after``).
 :func:`failed` is the plan of a pass that raised: a status that says what failed,
-and the gate releases that must happen anyway.
+and the gate releases that must happen anyway. A spec the operator's policy refuses
+(``policy.py``: what it asks to run, its discovered pools, a claim that did not opt in) is
+Failed like bad input, naming the field, and nothing is created for it.
 
 Every Job is named deterministically from the cache, the pool, the topology and a hash of
 what it compiles, so planning twice from the same cluster never creates a Job twice.
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import expiryjob, gates, jobs, status
+from compilecache.controller import expiryjob, gates, jobs, policy, status
 from compilecache.controller.api import CacheSpec, SpecError, Topology
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
@@ -36,6 +38,8 @@ SERVICE_REJECTED = "ServiceRejected"
 EXPIRY_REJECTED = "ExpiryRejected"
 CLAIM_REJECTED = "ClaimRejected"
 INVALID_SPEC = "InvalidSpec"
+POLICY_VIOLATION = "PolicyViolation"  # the spec asks for what the operator's policy refuses
+CLAIM_NOT_OPTED_IN = "ClaimNotOptedIn"  # an existing claim not made for this cache, and not opted in
 
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
@@ -97,7 +101,8 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
             "conditions": [_condition(cache, status.READY_CONDITION, False, INVALID_SPEC, str(exc), now)],
         }
         creates, deletes = [], []
-    releases = gates.plan(snapshot.pods, cache.consumers, phase=new.get("phase"), now=_parse_time(now))
+    consumers = policy.bounded(cache.consumers, snapshot.policy)
+    releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=_parse_time(now))
     return Plan(
         status=new,
         creates=tuple(creates),
@@ -107,7 +112,9 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
     )
 
 
-def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) -> Plan:
+def failed(
+    cache: Cache, pods: Sequence[Obj], error: BaseException, now: str, rules: policy.Policy = policy.DEFAULT
+) -> Plan:
     """The plan of a pass that raised ``error``: say what failed, keep serving if serving, release what is due.
 
     A Ready (or Degraded) cache keeps its phase: its published entries did not turn bad because
@@ -134,7 +141,8 @@ def failed(cache: Cache, pods: Sequence[Obj], error: BaseException, now: str) ->
     before = _find_condition(old, RECONCILED_CONDITION)
     if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
         events.append(Event("Warning", RECONCILE_ERROR, message))
-    releases = gates.plan(pods, cache.consumers, phase=phase if keep_serving else None, now=_parse_time(now))
+    consumers = policy.bounded(cache.consumers, rules)
+    releases = gates.plan(pods, consumers, phase=phase if keep_serving else None, now=_parse_time(now))
     return Plan(status=new, releases=tuple(releases), events=tuple(events))
 
 
@@ -169,6 +177,11 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
 
     creates: list[Create] = []
     deletes: list[Delete] = []
+    # Checked again here, not only at admission: the validating webhook may be absent, or the
+    # policy changed since the cache was applied. Nothing is created for a refused spec.
+    refused = policy.violations(spec, snapshot.policy)
+    if refused:
+        return _refused_by_policy(cache, spec, refused, now), creates, deletes
     storage_ok, storage_reason, storage_message, claim = _storage(snapshot, spec)
     if claim is not None:
         creates.append(claim)
@@ -178,7 +191,7 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
         return (
             _base(old, cache.generation)
             | {
-                "phase": status.FAILED if storage_reason == CLAIM_REJECTED else status.PENDING,
+                "phase": status.FAILED if storage_reason in (CLAIM_REJECTED, CLAIM_NOT_OPTED_IN) else status.PENDING,
                 "message": storage_message,
                 "specHash": spec_hash,
                 "conditions": [cond(status.READY_CONDITION, False, storage_reason, storage_message), storage_condition],
@@ -188,6 +201,9 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
         )
 
     pools = resolve_pools(spec, snapshot.nodes)
+    refused = policy.pool_violations(spec, pools, snapshot.policy)
+    if refused:  # not even the claim: nothing is created for a refused cache
+        return _refused_by_policy(cache, spec, refused, now), [], deletes
     entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, schedule_slot(spec, now))
     creates += job_creates
     deletes += job_deletes
@@ -263,10 +279,26 @@ def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Creat
             return False, CLAIM_REJECTED, message, None
         create = None if key in snapshot.created else Create(PVCS, manifest)
         return True, "ClaimCreated", f"created PersistentVolumeClaim {claim_name}", create
+    # Only a claim made for this cache, or one that opted in: an author must not get another
+    # workload's claim mounted read-write by naming it.
+    refused = policy.claim_violation(spec, existing, snapshot.cache.name, snapshot.cache.uid, snapshot.policy)
+    if refused is not None:
+        return False, CLAIM_NOT_OPTED_IN, policy.describe([refused]), None
     phase = (existing.get("status") or {}).get("phase", "Pending")
     if phase == "Lost":
         return False, "ClaimLost", f"PersistentVolumeClaim {claim_name} lost its volume", None
     return True, "ClaimFound", f"PersistentVolumeClaim {claim_name} is {phase}", None
+
+
+def _refused_by_policy(cache: Cache, spec: CacheSpec, refused: Sequence[policy.Violation], now: str) -> dict[str, Any]:
+    """The Failed status of a spec the operator's policy refuses: the message names each field."""
+    message = f"refused by the operator's policy: {policy.describe(refused)}"
+    return _base(cache.status, cache.generation) | {
+        "phase": status.FAILED,
+        "message": message,
+        "specHash": jobs.cache_hash(cache.obj, spec),
+        "conditions": [_condition(cache, status.READY_CONDITION, False, POLICY_VIOLATION, message, now)],
+    }
 
 
 def _warmups(

@@ -22,6 +22,7 @@ from typing import Any
 from compilecache.controller import act, gates, metrics, trainer
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
+from compilecache.controller.policy import DEFAULT, Policy, bounded
 from compilecache.controller.snapshot import Cache, Obj, Snapshot, observe, observe_pods
 
 logger = logging.getLogger(__name__)
@@ -35,19 +36,21 @@ class Outcome:
     error: BaseException | None = None
 
 
-def reconcile(client: Client, namespace: str, name: str, *, now: str | None = None) -> Outcome:
-    """Run one pass over the named cache (timed in the metrics). Raises only when the cache cannot be read."""
+def reconcile(
+    client: Client, namespace: str, name: str, *, now: str | None = None, policy: Policy = DEFAULT
+) -> Outcome:
+    """One pass over the named cache under ``policy`` (timed in the metrics); raises only if it cannot be read."""
     started = time.monotonic()
     result = "error"
     try:
-        outcome = _reconcile(client, namespace, name, now=now)
+        outcome = _reconcile(client, namespace, name, now=now, policy=policy)
         result = "error" if outcome.error is not None else "success"
         return outcome
     finally:
         metrics.METRICS.reconcile.labels(result).observe(time.monotonic() - started)
 
 
-def _reconcile(client: Client, namespace: str, name: str, *, now: str | None = None) -> Outcome:
+def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, policy: Policy) -> Outcome:
     obj = client.get(COMPILECACHES, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         release_gates(client, namespace, name, None, phase=None)  # no pod waits for a cache that is gone
@@ -59,11 +62,11 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None = N
     error: BaseException | None = None
     try:
         pods = observe_pods(client, cache)
-        decided = _observe_plan_create(client, cache, pods, when)
+        decided = _observe_plan_create(client, cache, pods, when, policy)
         act.delete(client, cache.namespace, decided.deletes)
     except Exception as exc:  # anything: the status says it, the gates still open, the caller retries
         error = exc
-        decided = failed(cache, pods, exc, when)
+        decided = failed(cache, pods, exc, when, policy)
     consumers = act.release(client, cache, decided, pods)
     new = dict(decided.status)
     if consumers is not None:  # else the last counts stand
@@ -78,9 +81,9 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None = N
     return Outcome(new, error)
 
 
-def _observe_plan_create(client: Client, cache: Cache, pods: tuple[Obj, ...], now: str) -> Plan:
+def _observe_plan_create(client: Client, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy) -> Plan:
     """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left."""
-    snapshot: Snapshot = observe(client, cache, pods)
+    snapshot: Snapshot = observe(client, cache, pods, policy)
     decided = plan(snapshot, now)
     while decided.creates:
         outcome = act.create(client, cache.namespace, decided.creates)
@@ -99,14 +102,16 @@ def release_gates(
     *,
     phase: str | None,
     pods: list[dict[str, Any]] | None = None,
+    policy: Policy = DEFAULT,
 ) -> dict[str, int] | None:
     """Release the training pods held for this cache that are due (``gates.py``); return ``status.consumers``.
 
     For one pod's event and for a cache that is gone (``cache`` ``None``: every gated pod goes).
-    A spec that cannot be parsed still gets the default ``gateTimeout``: bad input must not hold
+    The ``gateTimeout`` is cut to ``policy``'s cap (``policy.bounded``): a spec the policy refuses must
+    not hold pods longer. A spec that cannot be parsed still gets the default ``gateTimeout``: bad input must not hold
     training pods forever. A failed pod API call is logged and gives ``None``; the resync retries.
     """
-    consumers = Cache.read(cache).consumers if cache is not None else None
+    consumers = bounded(Cache.read(cache).consumers, policy) if cache is not None else None
     when = datetime.datetime.now(datetime.UTC)
     try:
         return gates.sync(client, namespace, name, cache, consumers, phase=phase, now=when, pods=pods)

@@ -3,7 +3,7 @@
 A pass is observe → plan → act (``reconcile.py``). This module is the observe step:
 :class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
 why the spec does not parse), and :class:`Snapshot` adds everything else the pure
-``plan.plan`` needs: the claim, the Nodes, the cache's warm-up and expiry Jobs, the
+``plan.plan`` needs: the operator's policy, the claim, the Nodes, the cache's warm-up and expiry Jobs, the
 expiry Jobs' pods, the headless Services of multi-host warm-ups and the training pods
 it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
 where the spec names one, and the Services only where a multi-host warm-up is or was
@@ -20,6 +20,7 @@ from typing import Any
 from compilecache.controller import expiryjob, jobs, status
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, SERVICES, Client
+from compilecache.controller.policy import DEFAULT, Policy
 
 Obj = Mapping[str, Any]
 
@@ -97,6 +98,7 @@ class Snapshot:
     # Keyed by ``Resource.key`` (``plural/name``): a multi-host Job and its Service share a name.
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
     rejected: Mapping[str, str] = field(default_factory=dict)  # objects the API refused: key → its message
+    policy: Policy = DEFAULT  # the operator's policy (read at start-up): what this cache may make it run
 
     def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
         """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
@@ -114,10 +116,10 @@ def uses_services(cache: Cache) -> bool:
     return wanted or any(status.key(pool)[1] > 1 for pool in cache.status.get("pools") or [])
 
 
-def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
+def observe(client: Client, cache: Cache, pods: tuple[Obj, ...], policy: Policy = DEFAULT) -> Snapshot:
     """Read the rest of the snapshot. A spec that does not parse needs nothing more: its plan is Failed."""
     if cache.spec is None:
-        return Snapshot(cache, pods=pods)
+        return Snapshot(cache, pods=pods, policy=policy)
     namespace, name = cache.namespace, cache.name
     claim = client.get(PVCS, cache.spec.pvc.claim_name, namespace) if cache.spec.pvc is not None else None
     expiry_jobs = tuple(client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name}))
@@ -144,4 +146,5 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...]) -> Snapshot:
         warmup_pods=tuple(warmup_pods),
         expiry_jobs=expiry_jobs,
         expiry_pods=tuple(expiry_pods),
+        policy=policy,
     )

@@ -1,8 +1,9 @@
-"""Serving the pod webhook: its configuration from environment variables, and kopf's HTTPS server.
+"""Serving the webhooks (pods, CompileCaches): their configuration from environment variables, and kopf's HTTPS server.
 
 In a cluster the Helm chart provides the Service and the MutatingWebhookConfiguration
-(kopf does not register itself: ``settings.admission.managed = None``); the chart
-points them at ``https://<service>:<port>/mutate-pods`` (kopf routes by handler id).
+and the ValidatingWebhookConfiguration (kopf does not register itself:
+``settings.admission.managed = None``); the chart points them at
+``https://<service>:<port>/mutate-pods`` and ``/validate-compilecaches`` (kopf routes by handler id).
 
     COMPILECACHE_WEBHOOK            off (default) | tls | selfsigned
     COMPILECACHE_WEBHOOK_ADDR       listen address, default 0.0.0.0
@@ -37,6 +38,9 @@ DEFAULT_ADDR = "0.0.0.0"  # all interfaces: the Service reaches the pod on its o
 DEFAULT_PORT = 9443
 HANDLER_ID = "mutate-pods"  # kopf serves a handler at /<id>: this is the chart's webhook path
 PATH = f"/{HANDLER_ID}"
+# The validating webhook of CompileCaches (the spec's checks and the operator's policy).
+VALIDATE_ID = "validate-compilecaches"
+VALIDATE_PATH = f"/{VALIDATE_ID}"
 
 
 class ConfigError(ValueError):

@@ -1,4 +1,4 @@
-"""Mutating admission of Pod creations, as kube-apiserver does it, for the local cluster.
+"""Admission as kube-apiserver does it, for the local cluster: mutating (Pods) and validating (creations).
 
 Every MutatingWebhookConfiguration stored in the local API server is consulted for each
 new Pod: configurations in name order, their webhooks in order (as kube-apiserver's
@@ -10,6 +10,12 @@ The call is an ``admission.k8s.io/v1`` AdmissionReview POSTed over HTTPS to
 (default 10); a JSONPatch in the answer is applied before the next webhook sees the pod.
 A failed call follows ``failurePolicy``: ``Ignore`` admits the pod unchanged, ``Fail``
 (the default) refuses it with the error kube-apiserver would give.
+
+Validating admission (:func:`validate`): every ValidatingWebhookConfiguration's webhooks whose
+``rules`` include the CREATE of the object's resource and whose selectors match are called the
+same way, after mutation; a denial refuses the creation with the webhook's ``status.code`` (403
+when it gives none) and ``admission webhook "NAME" denied the request: MESSAGE``, as
+kube-apiserver's ``webhookerrors.ToStatusErr`` does. Only creations are sent (no UPDATE).
 
 Limits: ``clientConfig.service`` cannot be reached (the local cluster has no Services), so
 such a webhook counts as a failed call; ``reinvocationPolicy`` is not applied (each webhook
@@ -33,6 +39,7 @@ import jsonpatch
 from compilecache.local.apiserver import Body, KubeEmulator, kube_error
 
 CONFIGURATIONS = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+VALIDATING_CONFIGURATIONS = "admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every Namespace by the API server since 1.21
 DEFAULT_TIMEOUT = 10  # seconds, the v1 default of timeoutSeconds
 POD_GVK = {"group": "", "version": "v1", "kind": "Pod"}
@@ -177,3 +184,55 @@ async def _post(webhook: Mapping[str, Any], sent: Mapping[str, Any]) -> Any:
             return await answer.json(content_type=None)
     except TimeoutError as exc:  # aiohttp's total timeout
         raise ValueError("context deadline exceeded") from exc
+
+
+def resource_rules_match(rules: Sequence[Mapping[str, Any]] | None, gvr: Mapping[str, str]) -> bool:
+    """Whether ``rules`` include the CREATE of the namespaced resource ``gvr`` (``*`` matches anything)."""
+
+    def has(values: Sequence[str] | None, wanted: str) -> bool:
+        return values is not None and ("*" in values or wanted in values)
+
+    return any(
+        has(rule.get("operations"), "CREATE")
+        and has(rule.get("apiGroups"), gvr["group"])
+        and has(rule.get("apiVersions"), gvr["version"])
+        and has(rule.get("resources"), gvr["resource"])
+        and rule.get("scope", "*") in ("*", "Namespaced")
+        for rule in rules or []
+    )
+
+
+async def validate(emulator: KubeEmulator, namespace: str, gvr: Mapping[str, str], kind: str, obj: Body) -> None:
+    """The local API server's validating admission of creating ``obj``; raises the refusal kube-apiserver gives."""
+    namespaces = {ns["metadata"]["name"]: ns for ns in emulator.live("v1/namespaces")}
+    labels = {**((namespaces.get(namespace) or {}).get("metadata", {}).get("labels") or {})}
+    labels[NAMESPACE_NAME_LABEL] = namespace
+    object_labels = (obj.get("metadata") or {}).get("labels") or {}
+    for configuration in sorted(emulator.live(VALIDATING_CONFIGURATIONS), key=lambda c: c["metadata"]["name"]):
+        for webhook in configuration.get("webhooks") or []:
+            if not (
+                resource_rules_match(webhook.get("rules"), gvr)
+                and selector_matches(webhook.get("namespaceSelector"), labels)
+                and selector_matches(webhook.get("objectSelector"), object_labels)
+            ):
+                continue
+            sent = review(obj, namespace)
+            gvk = {"group": gvr["group"], "version": gvr["version"], "kind": kind}
+            sent["request"] |= {"kind": gvk, "resource": dict(gvr), "requestKind": gvk, "requestResource": dict(gvr)}
+            try:
+                answer = await _post(webhook, sent)
+                response = answer.get("response") if isinstance(answer, Mapping) else None
+                if not isinstance(response, Mapping) or response.get("uid") != sent["request"]["uid"]:
+                    raise ValueError("the answer's response.uid does not match the request's")
+            except Exception as exc:
+                if webhook.get("failurePolicy", "Fail") == "Ignore":
+                    continue
+                message = f'Internal error occurred: failed calling webhook "{webhook["name"]}": {exc}'
+                raise kube_error(500, "InternalError", message) from exc
+            if not response.get("allowed"):
+                status = response.get("status") or {}
+                message = (
+                    f'admission webhook "{webhook["name"]}" denied the request: {status.get("message") or "denied"}'
+                )
+                code = int(status.get("code") or 403)
+                raise kube_error(code, "Invalid" if code == 422 else "Forbidden", message)

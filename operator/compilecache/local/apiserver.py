@@ -33,7 +33,9 @@ that fails once upstream kmock fills it, so that this module can shrink:
 13. ``/api/v1/namespaces[/name]`` paths (stock kmock's path parser crashes or misreads them);
     ``keep_requests=False`` forgets served requests (kmock scans them all on every request);
 14. mutating admission of Pod creations, when an ``admission`` function is given (the local
-    cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS);
+    cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS),
+    and validating admission of namespaced creations, when a ``validation`` function is given
+    (``admission.validate``: the ValidatingWebhookConfigurations);
 15. validation and defaulting of the built-in fields the product's manifests could get wrong
     (``compilecache.local.validation``: Service names and cluster IPs, a Pod's hostname and
     subdomain): ``422 Invalid`` with the real server's message.
@@ -73,6 +75,8 @@ PODS = kmock.resource("", "v1", "pods")
 
 # (the emulator, the namespace, the new pod) → the pod as admitted; raises a KubernetesError to refuse.
 Admission = Callable[["KubeEmulator", str, Body], Awaitable[Body]]
+# Validating admission of a creation: (emulator, namespace, group/version/resource, kind, object); raises to refuse.
+Validation = Callable[["KubeEmulator", str, Mapping[str, str], str, Body], Awaitable[None]]
 
 # Names a real API server appends to generateName: consonants and digits, no vowels (no words).
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -195,6 +199,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _admitted: dict[int, Body] = attrs.field(factory=dict, init=False)
     _cluster_ips: int = attrs.field(default=0, init=False)  # ClusterIPs handed out (10.96.0.10 + n)
     admission: Admission | None = None
+    validation: Validation | None = None
     # kmock keeps every request for assertions (``list(emulator)``) and scans them all on each
     # new request (its reactions' filters): the cost per request grows with the run, ~0.2 s
     # per request after 2000. Long runs (the local cluster) forget served requests; the
@@ -288,6 +293,18 @@ class KubeEmulator(kmock.KubernetesEmulator):
             body = copy.deepcopy(request.data)
             body.setdefault("metadata", {})["namespace"] = request.namespace
             self._admitted[id(request)] = await self.admission(self, request.namespace, body)
+        # Validating admission after mutating, as kube-apiserver runs them (creations only; see admission.py).
+        validating = request.action == kmock.action.CREATE and self.validation is not None
+        if validating and isinstance(request.data, dict) and request.namespace is not None:
+            assert self.validation is not None
+            body = copy.deepcopy(self._admitted.get(id(request), request.data))
+            body.setdefault("metadata", {})["namespace"] = request.namespace
+            gvr = {"group": resource.group or "", "version": resource.version or "", "resource": resource.plural}
+            try:
+                await self.validation(self, request.namespace, gvr, info.kind or "", body)
+            except Exception:
+                self._admitted.pop(id(request), None)  # refused: nothing is written
+                raise
 
         # Writes happen here, under the lock, before any reaction renders the response: so
         # a reaction can still replace the response, and the store is already consistent.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -39,6 +40,7 @@ from compilecache.local.pods import Image, claim_dir, log_path
 from compilecache.local.server import EmulatorThread
 
 WEBHOOK_PATH = "/mutate-pods"  # the operator's kopf handler id (compilecache.controller.webhook.PATH)
+VALIDATE_PATH = "/validate-compilecaches"  # compilecache.controller.webhook.VALIDATE_PATH
 
 
 def chart_webhooks() -> list[dict[str, Any]]:
@@ -94,6 +96,32 @@ def _chart_webhook(by_namespace: bool) -> dict[str, Any]:
     }
 
 
+def chart_validating_webhooks() -> list[dict[str, Any]]:
+    """The webhooks of the chart's ValidatingWebhookConfiguration (all namespaces), less clientConfig.
+
+    A copy for running without helm, checked against ``helm template`` like :func:`chart_webhooks`.
+    """
+    return [
+        {
+            "name": "compilecaches.compilecache.dev",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "matchPolicy": "Equivalent",
+            "rules": [
+                {
+                    "operations": ["CREATE", "UPDATE"],
+                    "apiGroups": ["compilecache.dev"],
+                    "apiVersions": ["*"],
+                    "resources": ["compilecaches"],
+                    "scope": "Namespaced",
+                }
+            ],
+        }
+    ]
+
+
 def webhook_configuration(
     url: str, ca_pem: bytes, webhooks: Sequence[Mapping[str, Any]] | None = None, name: str = "compilecache-operator"
 ) -> dict[str, Any]:
@@ -134,7 +162,8 @@ class LocalCluster:
         self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files)
         self.namespaces = dict(namespaces) if namespaces is not None else {"default": {}}
         self._api = EmulatorThread(
-            self.root / "kubeconfig", KubeEmulator(admission=admission.admit, keep_requests=False)
+            self.root / "kubeconfig",
+            KubeEmulator(admission=admission.admit, validation=admission.validate, keep_requests=False),
         )
         self.client: KubeClient
         self._controllers: Controllers | None = None
@@ -209,10 +238,13 @@ def run_operator(
     webhooks: Sequence[Mapping[str, Any]] | None = None,
     extra_args: Sequence[str] = (),
     timeout: float = 60.0,
+    policy: Mapping[str, Any] | None = None,
 ) -> Iterator[Operator]:
     """Run the real ``compilecache operator`` on the cluster, serving its webhook over TLS on 127.0.0.1.
 
-    Registers a MutatingWebhookConfiguration with ``webhooks`` (the chart's by default) that calls it.
+    Registers a MutatingWebhookConfiguration with ``webhooks`` (the chart's by default) that calls it,
+    and the chart's ValidatingWebhookConfiguration of CompileCaches.
+    ``policy``: the operator's policy (the chart's ``policy:`` values; default: the operator's default).
     Stops it with SIGTERM at the end of the block, and raises if it did not exit cleanly.
     """
     folder = cluster.root / "operator"
@@ -229,6 +261,8 @@ def run_operator(
         "COMPILECACHE_WEBHOOK_KEY_FILE": str(pem.key),
         "PYTHONFAULTHANDLER": "1",  # SIGABRT dumps every thread's stack: why a stop hung
     }
+    if policy is not None:
+        env["COMPILECACHE_POLICY"] = json.dumps(policy)  # as the chart's Deployment sets it
     command = [sys.executable, "-m", "compilecache.cli", "operator", "--standalone", "-A", *extra_args]
     log = folder / "operator.log"
     out: IO[bytes] = log.open("wb")
@@ -238,6 +272,13 @@ def run_operator(
         _wait_tls(port, pem.ca, process, timeout)
         body = webhook_configuration(operator.url, pem.ca.read_bytes(), webhooks)
         cluster.client.create(admission.CONFIGURATIONS, body)
+        # The chart's validating webhook of CompileCaches, the same server at its own path.
+        validating = webhook_configuration(
+            operator.url.replace(WEBHOOK_PATH, VALIDATE_PATH), pem.ca.read_bytes(), chart_validating_webhooks()
+        )
+        cluster.client.create(
+            admission.VALIDATING_CONFIGURATIONS, validating | {"kind": "ValidatingWebhookConfiguration"}
+        )
         yield operator
     finally:
         if process.poll() is None:

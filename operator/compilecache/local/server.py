@@ -39,6 +39,10 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
         kmock.ResourceInfo(kind="MutatingWebhookConfiguration", namespaced=False),
     ),
     (
+        "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        kmock.ResourceInfo(kind="ValidatingWebhookConfiguration", namespaced=False),
+    ),
+    (
         "compilecache.dev/v1alpha1/compilecaches",
         kmock.ResourceInfo(
             kind="CompileCache",

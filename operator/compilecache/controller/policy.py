@@ -1,0 +1,383 @@
+"""The operator's policy: what a CompileCache author may make the operator run (pure, no I/O).
+
+Creating a CompileCache makes the operator create Jobs, so without a policy "may create a
+CompileCache" would mean "may run any image, as any ServiceAccount, with any claim, on any
+node". The policy bounds that: allowed images, ServiceAccounts, node selectors, tolerations
+and claims (globs, or regular expressions starting with ``^``; ``allow`` then ``deny``), and
+caps on GPUs per pod, hosts per topology, pools, and ``consumers.gateTimeout``.
+
+It is read once at start-up from ``COMPILECACHE_POLICY`` (JSON; the chart renders its
+``policy:`` values there); a policy that does not parse stops the operator with a message
+naming the key. Unset keys take :data:`DEFAULT`'s values, which are safe but usable: any
+pinned image from a named registry, only the namespace's ``default`` ServiceAccount, no
+control-plane or node-condition tolerations and no tolerate-everything, no node selected
+by hostname or role, no existing claim that has not opted in (``claim_violation``).
+
+:func:`violations` checks a parsed spec (``api.parse_spec``); the validating webhook
+(``handlers.validate_cache``) runs it at apply time, and the pass (``plan.py``) again, with
+:func:`pool_violations` for what only the Nodes tell (discovered pools, a pool's GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
+from typing import Any
+
+from compilecache.cache import units
+from compilecache.controller import jobs
+from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
+from compilecache.controller.pools import Pool
+
+POLICY_ENV = "COMPILECACHE_POLICY"
+DEFAULT_SERVICE_ACCOUNT = "default"  # what a pod without serviceAccountName runs as
+# On a claim: "true" lets every cache of the namespace mount it; the label compilecache.dev/cache
+# naming one cache (what the operator puts on the claims it creates) lets that cache.
+CLAIM_OPT_IN_LABEL = "compilecache.dev/cache-claim"
+
+NAMED_REGISTRY = r"^([^/]*[.:][^/]*|localhost)/.+"  # an image reference that starts with its registry host
+
+Violation = tuple[str, str]  # (the field's path, why it is refused)
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used; the message names the key."""
+
+
+def matches(value: str, pattern: str) -> bool:
+    """A pattern starting with ``^`` is a regular expression (the whole value must match), else a glob
+    (``fnmatch``, case-sensitive; ``*`` also matches ``/``)."""
+    if pattern.startswith("^"):
+        return re.fullmatch(pattern, value) is not None
+    return fnmatchcase(value, pattern)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Patterns (:func:`matches`): a value is allowed when an ``allow`` pattern matches and no ``deny`` one."""
+
+    allow: tuple[str, ...] = ("*",)
+    deny: tuple[str, ...] = ()
+
+    def permits(self, value: str) -> bool:
+        """Whether ``value`` matches an ``allow`` pattern and no ``deny`` pattern."""
+        return any(matches(value, p) for p in self.allow) and not any(matches(value, p) for p in self.deny)
+
+    def describe(self) -> str:
+        """The rules in one phrase, for a refusal's message."""
+        text = f"allow {list(self.allow)}"
+        return f"{text}, deny {list(self.deny)}" if self.deny else text
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The operator's policy; ``None`` for a cap means no cap (0 or null in JSON, ``""`` for the gate timeout)."""
+
+    # A registry host first (a '.' or a ':port' before the first '/', or localhost): no short
+    # name that a runtime resolves on Docker Hub or on whatever registry it is set to search.
+    images: Rules = Rules(allow=(NAMED_REGISTRY,))
+    # A tag other than latest, or a digest: what ran is what was reviewed.
+    require_pinned_images: bool = True
+    service_accounts: Rules = Rules(allow=(DEFAULT_SERVICE_ACCOUNT,))
+    # On "key=value" of every nodeSelector entry (and "key=*" for discover.groupBy).
+    node_selectors: Rules = Rules(deny=("kubernetes.io/hostname=*", "node-role.kubernetes.io/*"))
+    # On each toleration's key; "" is a toleration without key, which tolerates every taint.
+    tolerations: Rules = Rules(deny=("", "node-role.kubernetes.io/*", "node.kubernetes.io/*"))
+    # Names of existing claims usable without opting in (none by default).
+    claims: Rules = Rules(allow=())
+    max_gpus_per_pod: int | None = 8
+    max_hosts: int | None = 16
+    max_pools: int | None = 16
+    max_gate_timeout_seconds: float | None = 2 * 3600.0
+
+    @property
+    def max_gate_timeout(self) -> str | None:
+        """``max_gate_timeout_seconds`` as a duration, for messages (e.g. ``7200s``)."""
+        seconds = self.max_gate_timeout_seconds
+        return None if seconds is None else units.format_duration(seconds)
+
+
+DEFAULT = Policy()
+_RULES = {
+    "images": "images",
+    "serviceAccounts": "service_accounts",
+    "nodeSelectors": "node_selectors",
+    "tolerations": "tolerations",
+    "claims": "claims",
+}
+_CAPS = {"maxGpusPerPod": "max_gpus_per_pod", "maxHosts": "max_hosts", "maxPools": "max_pools"}
+
+
+def parse(raw: Mapping[str, Any] | None) -> Policy:
+    """A policy from its JSON form (the chart's ``policy:`` values); unset keys keep :data:`DEFAULT`'s."""
+    if raw is None:
+        return DEFAULT
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"the policy must be an object, got {type(raw).__name__}")
+    known = {*_RULES, *_CAPS, "maxGateTimeout"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise PolicyError(f"policy.{unknown[0]} is not a policy key (known: {sorted(known)})")
+    changes: dict[str, Any] = {}
+    for key, attr in _RULES.items():
+        if key in raw:
+            changes[attr] = _rules(raw[key], getattr(DEFAULT, attr), f"policy.{key}")
+            if key == "images" and isinstance(raw[key], Mapping) and "requirePinned" in raw[key]:
+                pinned = raw[key]["requirePinned"]
+                if not isinstance(pinned, bool):
+                    raise PolicyError(f"policy.images.requirePinned must be true or false, got {pinned!r}")
+                changes["require_pinned_images"] = pinned
+    for key, attr in _CAPS.items():
+        if key in raw:
+            value = raw[key]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise PolicyError(f"policy.{key} must be a whole number (0 or null: no cap), got {value!r}")
+            # 0 too: Helm drops a key set to null from the values, so the chart cannot say null.
+            changes[attr] = value or None
+    if "maxGateTimeout" in raw:
+        value = raw["maxGateTimeout"]
+        try:
+            changes["max_gate_timeout_seconds"] = None if value in (None, "") else units.parse_duration(value)
+        except (ValueError, TypeError) as exc:
+            raise PolicyError(f"policy.maxGateTimeout: {exc}") from None
+    return replace(DEFAULT, **changes)
+
+
+def from_env(environ: Mapping[str, str]) -> Policy:
+    """The policy in ``COMPILECACHE_POLICY`` (JSON), or :data:`DEFAULT` when it is unset or empty."""
+    text = (environ.get(POLICY_ENV) or "").strip()
+    if not text:
+        return DEFAULT
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise PolicyError(f"{POLICY_ENV} is not JSON: {exc}") from None
+    return parse(raw)
+
+
+def _rules(raw: Any, default: Rules, path: str) -> Rules:
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"{path} must be an object with allow and deny lists, got {type(raw).__name__}")
+    allowed = {"allow", "deny", "requirePinned"} if path == "policy.images" else {"allow", "deny"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise PolicyError(f"{path}.{unknown[0]} is not a key of {path} (known: {sorted(allowed)})")
+    lists = {}
+    for key in ("allow", "deny"):
+        value = raw.get(key, getattr(default, key))
+        if value is None:
+            value = ()
+        if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+            raise PolicyError(f"{path}.{key} must be a list of patterns (strings), got {value!r}")
+        for item in value:
+            if item.startswith("^"):
+                try:
+                    re.compile(item)
+                except re.error as exc:
+                    raise PolicyError(f"{path}.{key}: {item!r} is not a regular expression: {exc}") from None
+        lists[key] = tuple(value)
+    return Rules(allow=lists["allow"], deny=lists["deny"])
+
+
+def image_pinned(image: str) -> bool:
+    """Whether ``image`` names one build: a digest, or a tag other than ``latest``."""
+    if "@" in image:
+        return True
+    name = image.rsplit("/", 1)[-1]
+    tag = name.partition(":")[2]
+    return bool(tag) and tag != "latest"
+
+
+def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
+    """What in ``spec`` the policy refuses, as (field path, message); empty when it is all allowed."""
+    found: list[Violation] = []
+    warmup = spec.warmup
+    if not policy.images.permits(warmup.image):
+        found.append(("spec.warmup.image", f"image {warmup.image!r} is not allowed ({policy.images.describe()})"))
+    elif policy.require_pinned_images and not image_pinned(warmup.image):
+        found.append(("spec.warmup.image", f"image {warmup.image!r} must have a tag other than latest, or a digest"))
+    found += _accounts(spec, policy)
+    for index, pool in enumerate(warmup.pools):
+        path = f"spec.warmup.pools[{index}]"
+        found += _placement(pool.node_selector, pool.tolerations, path, policy)
+        cap = policy.max_gpus_per_pod
+        if cap is not None and pool.gpus_per_pod is not None and pool.gpus_per_pod > cap:
+            found.append((f"{path}.gpusPerPod", f"{pool.gpus_per_pod} GPUs per pod is above the policy's {cap}"))
+    if warmup.discover is not None:
+        discover = warmup.discover
+        found += _placement(discover.node_selector, discover.tolerations, "spec.warmup.discover", policy)
+        # Each discovered pool selects its value of groupBy: a key refused with any value is refused here.
+        if not policy.node_selectors.permits(f"{discover.group_by}=*"):
+            found.append(
+                (
+                    "spec.warmup.discover.groupBy",
+                    f"pools by {discover.group_by} are not allowed (nodeSelectors: {policy.node_selectors.describe()})",
+                )
+            )
+    if policy.max_pools is not None and len(warmup.pools) > policy.max_pools:
+        found.append(("spec.warmup.pools", f"{len(warmup.pools)} pools is above the policy's {policy.max_pools}"))
+    if policy.max_hosts is not None:
+        for index, topology in enumerate(warmup.topologies):
+            if topology.hosts > policy.max_hosts:
+                path = f"spec.warmup.topologies[{index}].hosts"
+                found.append((path, f"{topology.hosts} hosts is above the policy's {policy.max_hosts}"))
+    cap_seconds = policy.max_gate_timeout_seconds
+    if cap_seconds is not None and spec.consumers.gate_timeout_seconds > cap_seconds:
+        timeout = units.format_duration(spec.consumers.gate_timeout_seconds)
+        found.append(("spec.consumers.gateTimeout", f"{timeout} is above the policy's {policy.max_gate_timeout}"))
+    return found
+
+
+def pool_violations(spec: CacheSpec, pools: Sequence[Pool], policy: Policy) -> list[Violation]:
+    """What the resolved ``pools`` (``pools.resolve_pools``) add: discovered pools and each pool's real GPUs."""
+    found: list[Violation] = []
+    declared = {pool.name: index for index, pool in enumerate(spec.warmup.pools)}
+    resolved = [pool for pool in pools if pool.nodes]  # a pool without nodes runs nothing
+    for pool in resolved:
+        path = f"spec.warmup.pools[{declared[pool.name]}]" if pool.name in declared else "spec.warmup.discover"
+        for key, value in sorted(pool.node_selector.items()):
+            if not policy.node_selectors.permits(f"{key}={value}"):
+                message = f"pool {pool.name!r} selects {key}={value} ({policy.node_selectors.describe()})"
+                found.append((f"{path}.nodeSelector", message))
+        cap = policy.max_gpus_per_pod
+        if cap is not None and pool.gpus_per_pod > cap:
+            where = f"{path}.gpusPerPod" if pool.name in declared else path
+            message = f"pool {pool.name!r} would use {pool.gpus_per_pod} GPUs per pod, above the policy's {cap}"
+            found.append((where, message))
+    if policy.max_pools is not None and len(resolved) > policy.max_pools:
+        message = f"{len(resolved)} pools with nodes is above the policy's {policy.max_pools}"
+        found.append(("spec.warmup.discover" if spec.warmup.discover else "spec.warmup.pools", message))
+    return _unique(found)
+
+
+def claim_violation(
+    spec: CacheSpec, claim: Mapping[str, Any], cache_name: str, cache_uid: str | None, policy: Policy
+) -> Violation | None:
+    """Why the existing ``claim`` may not be mounted by this cache, or ``None`` when it may.
+
+    It may when the cache owns it (created with ``deleteWithCache``), when it is labelled with
+    this cache's name (``compilecache.dev/cache``, as on every claim the operator creates) or
+    ``compilecache.dev/cache-claim: "true"``, or when the policy's ``claims`` allow its name.
+    ``create`` does not make a foreign claim this cache's: the operator creates only what is missing.
+    """
+    meta = claim.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+    if cache_uid is not None and cache_uid in owners:
+        return None
+    if labels.get(jobs.LABEL_CACHE) == cache_name or labels.get(CLAIM_OPT_IN_LABEL) == "true":
+        return None
+    assert spec.pvc is not None
+    if policy.claims.permits(spec.pvc.claim_name):
+        return None
+    return (
+        "spec.storage.pvc.claimName",
+        f"PersistentVolumeClaim {spec.pvc.claim_name} exists and was not made for this cache: label it "
+        f'{CLAIM_OPT_IN_LABEL}="true" (any cache of the namespace) or {jobs.LABEL_CACHE}={cache_name} '
+        "to let this cache mount it, or allow it in the operator's policy (claims)",
+    )
+
+
+def admission_violations(
+    cache: Mapping[str, Any], policy: Policy, claim: Mapping[str, Any] | None = None
+) -> list[Violation]:
+    """What refuses a CompileCache at apply time: its first spec error (``api.parse_cache``), else the policy's.
+
+    The parser's checks include those the CRD's CEL cannot afford (a workload naming a pool not
+    in ``warmup.pools``), which a real API server would otherwise accept. ``claim``: the existing
+    claim ``storage.pvc.claimName`` names (``claim_name`` tells which), if any.
+    """
+    try:
+        spec = parse_cache(cache)
+    except SpecError as exc:
+        return [(exc.field, exc.message)]
+    found = violations(spec, policy)
+    if spec.pvc is not None and claim is not None:
+        meta = cache.get("metadata") or {}
+        refused = claim_violation(spec, claim, str(meta.get("name")), meta.get("uid"), policy)
+        found += [refused] if refused is not None else []
+    return found
+
+
+def claim_name(cache: Mapping[str, Any]) -> str | None:
+    """The claim a CompileCache names (``spec.storage.pvc.claimName``), read before any validation."""
+    pvc = ((cache.get("spec") or {}).get("storage") or {}).get("pvc")
+    name = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def bounded(consumers: Consumers, policy: Policy) -> Consumers:
+    """``consumers`` with ``gateTimeout`` cut to the policy's cap: a refused cache must not hold pods longer."""
+    cap = policy.max_gate_timeout_seconds
+    if cap is None or consumers.gate_timeout_seconds <= cap:
+        return consumers
+    return replace(consumers, gate_timeout_seconds=cap)
+
+
+def describe(found: Sequence[Violation]) -> str:
+    """Violations in one message, each naming its field (a refusal, a condition)."""
+    return "; ".join(f"{path}: {message}" for path, message in found)
+
+
+def _accounts(spec: CacheSpec, policy: Policy) -> list[Violation]:
+    found: list[Violation] = []
+    gcs_account = spec.gcs.service_account_name if spec.gcs is not None else None
+    if gcs_account is not None and not policy.service_accounts.permits(gcs_account):
+        found.append(
+            (
+                "spec.storage.gcs.serviceAccountName",
+                f"ServiceAccount {gcs_account!r} is not allowed ({policy.service_accounts.describe()})",
+            )
+        )
+    # The reader is the identity the webhook gives the cache's training pods: the cache author chooses
+    # it for other people's pods, so it is held to the same list as the writers.
+    reader = spec.gcs.reader_service_account_name if spec.gcs is not None else None
+    if reader is not None and not policy.service_accounts.permits(reader):
+        found.append(
+            (
+                "spec.storage.gcs.readerServiceAccountName",
+                f"ServiceAccount {reader!r} is not allowed ({policy.service_accounts.describe()})",
+            )
+        )
+    account = spec.warmup.service_account_name
+    if account == gcs_account and account is not None:
+        return found  # the warm-up runs as the GCS account (checked above)
+    account = account or DEFAULT_SERVICE_ACCOUNT
+    if not policy.service_accounts.permits(account):
+        found.append(
+            (
+                "spec.warmup.serviceAccountName",
+                f"ServiceAccount {account!r} is not allowed ({policy.service_accounts.describe()})"
+                + (" (unset runs as default)" if spec.warmup.service_account_name is None else ""),
+            )
+        )
+    return found
+
+
+def _placement(
+    node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]], path: str, policy: Policy
+) -> list[Violation]:
+    found: list[Violation] = []
+    for key, value in sorted(node_selector.items()):
+        if not policy.node_selectors.permits(f"{key}={value}"):
+            found.append(
+                (f"{path}.nodeSelector.{key}", f"{key}={value} is not allowed ({policy.node_selectors.describe()})")
+            )
+    for index, toleration in enumerate(tolerations):
+        key = str(toleration.get("key") or "")
+        if not policy.tolerations.permits(key):
+            what = f"key {key!r}" if key else "no key (it tolerates every taint)"
+            found.append(
+                (
+                    f"{path}.tolerations[{index}]",
+                    f"a toleration with {what} is not allowed ({policy.tolerations.describe()})",
+                )
+            )
+    return found
+
+
+def _unique(found: list[Violation]) -> list[Violation]:
+    return list(dict.fromkeys(found))
