@@ -647,8 +647,8 @@ def test_an_existing_secret_serves_the_webhook_and_nothing_is_generated(rendered
     """GitOps (Argo CD renders with `helm template`): the same Secret and caBundle on every render."""
     objects = rendered["existing-secret"]
     assert not only(objects, "Secret") and not only(objects, "Certificate") and not only(objects, "Issuer")
-    for webhook in webhooks_of(objects).values():
-        assert webhook["clientConfig"]["caBundle"] == CA_BUNDLE
+    for config in webhooks_of(objects).values():
+        assert config["clientConfig"]["caBundle"] == CA_BUNDLE
     volume = next(v for v in deployment_of(objects)["spec"]["template"]["spec"]["volumes"] if v["name"] == "certs")
     assert volume == {"name": "certs", "secret": {"secretName": "my-webhook-tls"}}
     assert render(VALUE_SETS["existing-secret"], tmp_path, crds=True) == objects
