@@ -45,8 +45,8 @@ GCS = {
     }
 }
 GATE = {"name": "compilecache.dev/warm"}
-# The default policy, and the GCS writer account the llama-gcs cache runs as (examples/cache-gcs.yaml's values).
-POLICY = {"serviceAccounts": {"allow": ["default", "cache-writer"]}}
+# The default policy, and the GCS accounts the llama-gcs cache names (examples/cache-gcs.yaml's values).
+POLICY = {"serviceAccounts": {"allow": ["default", "cache-writer", "cache-reader"]}}
 
 
 # --- environment contract (pure) ------------------------------------------------------------------------
@@ -406,7 +406,7 @@ def refused(response: dict[str, Any], field: str) -> str:
 
 def test_validating_webhook_admits_a_cache_the_policy_allows(hook: Webhook) -> None:
     assert validate(hook, compilecache())["allowed"] is True
-    assert validate(hook, compilecache(storage=GCS))["allowed"] is True  # cache-writer is in this policy
+    assert validate(hook, compilecache(storage=GCS))["allowed"] is True  # its writer and reader are in this policy
     shared = {"pvc": {"claimName": "shared"}}  # an existing claim that opted in
     assert validate(hook, compilecache(storage=shared))["allowed"] is True
 
