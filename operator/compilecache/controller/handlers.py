@@ -340,8 +340,9 @@ def pod_held(
 
     Covers a pod admitted just before its cache turned Ready (the cache's pass may have listed
     the pods before this one existed); a pod past its gateTimeout (e.g. after an operator outage)
-    goes too. Timeouts of waiting pods are found by the cache's periodic passes. No per-cache
-    lock: a release tests the gates it read, so a concurrent pass makes it fail, not repeat.
+    goes too. Timeouts of waiting pods are found by the cache's periodic passes and by the gate
+    watchdog. No per-cache lock: a release tests the gates it read, so a concurrent pass makes it
+    fail, not repeat.
     """
     assert namespace is not None  # Pods are namespaced
     if type == "DELETED":

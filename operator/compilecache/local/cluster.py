@@ -39,6 +39,9 @@ from compilecache.local.pods import Image, claim_dir, log_path
 from compilecache.local.server import EmulatorThread
 
 WEBHOOK_PATH = "/mutate-pods"  # the operator's kopf handler id (compilecache.controller.webhook.PATH)
+# The ClusterKopfPeering the cluster starts with: operators run with peering=True share it (as the chart's replicas).
+PEERING = "compilecache-operator"
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
 
 
 def chart_webhooks() -> list[dict[str, Any]]:
@@ -148,6 +151,7 @@ class LocalCluster:
             self.client.create("v1/namespaces", {"metadata": meta})
         for node in nodes(self.pools):
             self.client.create("v1/nodes", node)
+        self.client.create(PEERINGS, {"metadata": {"name": PEERING}})
         self._controllers = Controllers(self.client, self.root, self.image)
         self._controllers.start()
         return self
@@ -176,15 +180,23 @@ class LocalCluster:
 
 @dataclass
 class Operator:
-    """The running ``compilecache operator``: its process, its webhook's URL, its log file."""
+    """The running ``compilecache operator``: its process, its webhook's URL, its log file, its peering identity."""
 
     process: subprocess.Popen[bytes]
     url: str
     log: Path
+    name: str = "operator"
+    killed: bool = False
 
     def output(self) -> str:
         """What the operator printed so far."""
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL it, as a node failure or the OOM killer would: no cleanup, no goodbye to its peers."""
+        self.killed = True
+        self.process.kill()
+        self.process.wait()
 
 
 def free_port() -> int:
@@ -202,13 +214,19 @@ def run_operator(
     webhooks: Sequence[Mapping[str, Any]] | None = None,
     extra_args: Sequence[str] = (),
     timeout: float = 60.0,
+    name: str = "operator",
+    peering: bool = False,
+    register_webhook: bool = True,
 ) -> Iterator[Operator]:
     """Run the real ``compilecache operator`` on the cluster, serving its webhook over TLS on 127.0.0.1.
 
-    Registers a MutatingWebhookConfiguration with ``webhooks`` (the chart's by default) that calls it.
-    Stops it with SIGTERM at the end of the block, and raises if it did not exit cleanly.
+    Registers a MutatingWebhookConfiguration with ``webhooks`` (the chart's by default) that calls it,
+    unless ``register_webhook`` is false (a second replica: one configuration, as the chart has).
+    ``peering``: run with ``--peering`` in the cluster's ClusterKopfPeering (``PEERING``) instead of
+    ``--standalone``, with ``name`` as the peering identity (the chart gives the pod name). Stops it
+    with SIGTERM at the end of the block, and raises if it did not exit cleanly (unless it was killed).
     """
-    folder = cluster.root / "operator"
+    folder = cluster.root / name
     pem = certs.make(folder / "certs")
     port = free_port()
     env = {
@@ -221,16 +239,19 @@ def run_operator(
         "COMPILECACHE_WEBHOOK_CERT_FILE": str(pem.cert),
         "COMPILECACHE_WEBHOOK_KEY_FILE": str(pem.key),
         "PYTHONFAULTHANDLER": "1",  # SIGABRT dumps every thread's stack: why a stop hung
+        "POD_ID": name,  # kopf's peering identity (the chart sets the pod's name)
     }
-    command = [sys.executable, "-m", "compilecache.cli", "operator", "--standalone", "-A", *extra_args]
+    mode = f"--peering={PEERING}" if peering else "--standalone"
+    command = [sys.executable, "-m", "compilecache.cli", "operator", mode, "-A", *extra_args]
     log = folder / "operator.log"
     out: IO[bytes] = log.open("wb")
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    operator = Operator(process, f"https://127.0.0.1:{port}{WEBHOOK_PATH}", log)
+    operator = Operator(process, f"https://127.0.0.1:{port}{WEBHOOK_PATH}", log, name)
     try:
         _wait_tls(port, pem.ca, process, timeout)
-        body = webhook_configuration(operator.url, pem.ca.read_bytes(), webhooks)
-        cluster.client.create(admission.CONFIGURATIONS, body)
+        if register_webhook:
+            body = webhook_configuration(operator.url, pem.ca.read_bytes(), webhooks)
+            cluster.client.create(admission.CONFIGURATIONS, body)
         yield operator
     finally:
         if process.poll() is None:
@@ -245,7 +266,7 @@ def run_operator(
                     process.kill()
                     process.wait()
         out.close()
-    if process.returncode != 0:
+    if process.returncode != 0 and not operator.killed:
         raise RuntimeError(f"compilecache operator exited with {process.returncode}:\n{operator.output()[-3000:]}")
 
 
