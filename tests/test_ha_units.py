@@ -1,4 +1,4 @@
-"""The pieces of high availability that need no server: kopf's command line, the daemon's delays, the watchdog's grouping.
+"""High availability without a server: kopf's command line, the daemon's delays, the watchdog's grouping.
 
 The behaviour with two real operators is in ``test_ha.py`` (slow).
 """
@@ -39,7 +39,7 @@ def test_the_older_replica_outranks_the_newer_and_a_dev_operator_outranks_both()
     older = peering_priority(now, 999)
     newer = peering_priority(now + 1_000_000, 0)  # one millisecond later, the worst tie-break
     assert older > newer
-    assert 666 > older  # kopf run --dev
+    assert older < 666  # kopf run --dev
     assert peering_priority(now, 1) != peering_priority(now, 2)  # same millisecond: still distinct
     assert abs(older) < 2**53  # exact in JSON (the peering object's status)
     with pytest.raises(ValueError):

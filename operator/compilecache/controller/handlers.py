@@ -164,7 +164,7 @@ def retry_delay(failures: int) -> float:
     id="passes",
     registry=registry,
     # Stopped for a pause, a daemon finishes its pass in flight (never two controllers' passes
-    # at once); past this grace it is cancelled. At exit it does not wait (see _passes).
+    # at once); past this grace it is cancelled. At exit it does not wait (see _pass_until_exit).
     cancellation_backoff=PAUSE_GRACE_SECONDS,
     cancellation_timeout=5.0,
 )
