@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,11 +96,11 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 @contextlib.contextmanager
-def two_replicas(cluster: LocalCluster) -> Iterator[tuple[Operator, Operator]]:
-    """Two operators in one peering, started one after the other (``a`` is the older); ``a`` registers the webhook."""
+def two_replicas(cluster: LocalCluster, names: tuple[str, str] = ("a", "b")) -> Iterator[tuple[Operator, Operator]]:
+    """Two operators in one peering, started one after the other (the first is the older and registers the webhook)."""
     with (
-        run_operator(cluster, name="a", peering=True, resync_seconds=2.0) as a,
-        run_operator(cluster, name="b", peering=True, resync_seconds=2.0, register_webhook=False) as b,
+        run_operator(cluster, name=names[0], peering=True, resync_seconds=2.0) as a,
+        run_operator(cluster, name=names[1], peering=True, resync_seconds=2.0, register_webhook=False) as b,
     ):
         yield a, b
     for operator in (a, b):
@@ -214,3 +215,25 @@ def test_with_no_replica_active_a_gated_pod_still_goes_at_its_gate_timeout(
         assert not resumed(a) and not resumed(b)
         timeouts = [e for e in client.list(EVENTS, NS) if e["reason"] == gates.GATE_TIMEOUT]
         assert len([e for e in timeouts if e["involvedObject"]["name"] == "waiting"]) == 1
+
+
+def test_a_rollout_hands_over_only_when_the_old_replica_exits(cluster: LocalCluster, tmp_path: Path) -> None:
+    """A rolling update: the new pod stays paused while the old one runs, and resumes as soon as it exits."""
+    client = cluster.client
+    with two_replicas(cluster, ("old", "new")) as (old, new):
+        client.wait_for(lambda: resumed(old), timeout=30)
+        client.create(CC, cache_body("rolled", "never"), NS)
+        [job] = client.wait_for(lambda: warmup_jobs(cluster, "rolled"), timeout=60)
+        assert not resumed(new), new.output()[-3000:]
+        old.process.send_signal(signal.SIGTERM)  # what the Deployment does to the old pod
+        exited = time.monotonic()
+        old.process.wait(30)
+        client.wait_for(lambda: resumed(new), timeout=15, interval=0.1)
+        handover = time.monotonic() - exited
+        print(f"\nhandover after a graceful exit of the active replica: {handover:.1f}s")
+        assert set(peers(cluster)) == {"new"}  # the old one said goodbye (kopf removes its entry on exit)
+        # The new one carries on with the same Job (a pass after the resume found it: no second one).
+        client.wait_for(lambda: "Handler 'job_changed' succeeded" in new.output(), timeout=30)
+        [same] = warmup_jobs(cluster, "rolled")
+        assert same["metadata"]["uid"] == job["metadata"]["uid"]
+    assert old.process.returncode == 0
