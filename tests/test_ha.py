@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from compilecache.controller import gates
-from compilecache.local.cluster import PEERING, PEERINGS, LocalCluster, Operator, run_operator
+from compilecache.local.cluster import PEERING, PEERINGS, LocalCluster, Operator, free_port, run_operator
 from compilecache.local.jobrunner import is_finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.jax]
@@ -31,6 +32,7 @@ CC, JOBS, PODS, EVENTS = "compilecache.dev/v1alpha1/compilecaches", "batch/v1/jo
 # The promise (issue 18): another replica takes over within 30 s of a SIGKILL; slack for this
 # shared, busy machine (process start-up and the first pass are not part of kopf's takeover).
 TAKEOVER_PROMISE_S, SLACK_S = 30.0, 10.0
+NO_METRICS = ["--metrics-port=0"]  # two replicas on one machine cannot share the default port
 
 # The workload's module in the image: the real example transformer, once the test lets it go.
 HELD_WORKLOAD = f"""
@@ -99,8 +101,10 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 def two_replicas(cluster: LocalCluster, names: tuple[str, str] = ("a", "b")) -> Iterator[tuple[Operator, Operator]]:
     """Two operators in one peering, started one after the other (the first is the older and registers the webhook)."""
     with (
-        run_operator(cluster, name=names[0], peering=True, resync_seconds=2.0) as a,
-        run_operator(cluster, name=names[1], peering=True, resync_seconds=2.0, register_webhook=False) as b,
+        run_operator(cluster, name=names[0], peering=True, resync_seconds=2.0, extra_args=NO_METRICS) as a,
+        run_operator(
+            cluster, name=names[1], peering=True, resync_seconds=2.0, register_webhook=False, extra_args=NO_METRICS
+        ) as b,
     ):
         yield a, b
     for operator in (a, b):
@@ -237,3 +241,29 @@ def test_a_rollout_hands_over_only_when_the_old_replica_exits(cluster: LocalClus
         [same] = warmup_jobs(cluster, "rolled")
         assert same["metadata"]["uid"] == job["metadata"]["uid"]
     assert old.process.returncode == 0
+
+
+def test_a_paused_replica_stops_its_passes_and_metrics_and_resumes_them(cluster: LocalCluster) -> None:
+    """A peer of higher priority appears (kopf run --dev) and goes: the daemons stop and start again."""
+    client = cluster.client
+    port = free_port()
+    metrics_args = [f"--metrics-port={port}", "--metrics-addr=127.0.0.1"]
+
+    def phase_series() -> list[str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        return [line for line in text.splitlines() if line.startswith("compilecache_cache_phase{")]
+
+    with run_operator(cluster, name="solo", peering=True, resync_seconds=1.0, extra_args=metrics_args) as solo:
+        client.wait_for(lambda: resumed(solo), timeout=30)
+        client.create(CC, cache_body("watched", "never"), NS)
+        client.wait_for(phase_series, timeout=60)
+        lastseen = datetime.datetime.now(datetime.UTC).isoformat()
+        client.patch(PEERINGS, PEERING, {"status": {"dev": {"priority": 666, "lifetime": 3600, "lastseen": lastseen}}})
+        client.wait_for(lambda: "Pausing operations in favour of" in solo.output(), timeout=30)
+        # kopf stopped the cache's daemon (no more passes here), which dropped the cache's series:
+        # the active replica (none now) reports it.
+        client.wait_for(lambda: "Daemon 'passes' succeeded" in solo.output(), timeout=30)
+        assert not phase_series()
+        client.patch(PEERINGS, PEERING, {"status": {"dev": None}})  # the developer's operator exits
+        client.wait_for(phase_series, timeout=30)

@@ -181,11 +181,13 @@ async def passes(
     while True:
         await _until(trigger, stopped, delay)
         if stopped and not _deleted(stopped):  # paused or exiting: the next active replica passes
+            _leave(stopped, namespace, name)
             return
         trigger.clear()
         async with lock:
             outcome = await _pass_until_exit(memo, namespace, name, uid, stopped)
         if outcome is None or stopped:  # exiting, or this was the deleted cache's last pass
+            _leave(stopped, namespace, name)
             return
         if outcome.status is None or outcome.uid != uid:  # gone, or deleted and created again
             return
@@ -206,6 +208,12 @@ async def passes(
             describe_error(outcome.error),
             exc_info=None if isinstance(outcome.error, ApiError) else outcome.error,
         )
+
+
+def _leave(stopped: kopf.DaemonStopped, namespace: str, name: str) -> None:
+    """Paused: drop the cache's metrics, which the active replica reports now (a standby's would go stale)."""
+    if kopf.DaemonStoppingReason.OPERATOR_PAUSING in (stopped.reason or kopf.DaemonStoppingReason(0)):
+        metrics.METRICS.forget(namespace, name)
 
 
 def _deleted(stopped: kopf.DaemonStopped) -> bool:
