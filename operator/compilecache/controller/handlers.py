@@ -397,7 +397,7 @@ def _without_finalizers(operator: kopf.OperatorRegistry) -> None:
     make an uninstalled or paused operator block the deletion of every CompileCache. Here the
     daemon stops itself instead: the deleted cache's event wakes it, its pass finds the cache
     gone (releasing the pods that waited for it) and it returns. Replacing the handlers' flag in
-    the registry is the only way in; ``tests/test_handlers.py`` fails if kopf changes it.
+    the registry is the only way in; ``tests/test_ha_units.py`` fails if kopf changes it.
     """
     spawning = operator._spawning
     spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in spawning._handlers]

@@ -72,7 +72,11 @@ def peering_priority(started_ns: int, tiebreak: int) -> int:
 
 
 def served_namespaces(passthrough: Sequence[str]) -> list[str] | None:
-    """The namespaces given to kopf (``-n NS``/``--namespace[=]NS``, repeatable); ``None``: all (``-A``)."""
+    """The namespaces given to kopf (``-n NS``/``--namespace[=]NS``, repeatable); ``None``: all (``-A``).
+
+    Names as given: kopf's glob patterns (``-n 'team-*'``) are not expanded here, so the gate
+    watchdog needs literal names (the chart writes them).
+    """
     names: list[str] = []
     args = list(passthrough)
     for i, arg in enumerate(args):
