@@ -284,3 +284,13 @@ def test_a_paused_replica_stops_its_passes_and_metrics_and_resumes_them(cluster:
         assert not phase_series()
         client.patch(PEERINGS, PEERING, {"status": {"dev": None}})  # the developer's operator exits
         client.wait_for(phase_series, timeout=30)
+
+        # Deleted, the cache gets its last pass from its daemon (no finalizer): the pod waiting for it goes.
+        assert not client.get(CC, "watched", NS)["metadata"].get("finalizers")
+        client.create(PODS, training_pod("late", "watched"), NS)
+        assert gate_of(cluster, "late")[0]
+        client.delete(CC, "watched", NS)
+        held, why = client.wait_for(lambda: (s := gate_of(cluster, "late"))[1] and s, timeout=30)
+        assert not held and why.startswith(gates.CACHE_DELETED), why
+        ended = "[default/watched] Daemon 'passes' succeeded"
+        client.wait_for(lambda: solo.output().count(ended) == 2, timeout=30)  # at the pause, and now
