@@ -43,9 +43,10 @@ test-fast: $(STAMP)
 test-long: $(STAMP) tools
 	$(BIN)/python -m pytest --long
 
-## Only the end-to-end tests: the real operator and Job commands on the local cluster (~2 min).
+## Only the end-to-end tests: the real operator and Job commands on the local cluster, and two
+## replicas under peering (~3 min).
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/test_e2e.py
+	$(BIN)/python -m pytest tests/test_e2e.py tests/test_ha.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench examples

@@ -425,7 +425,7 @@ def test_deployment_image_env_and_kopf_options(rendered):
     chart_version = (CHART / "Chart.yaml").read_text()
     assert 'appVersion: "0.1.0"' in chart_version
     assert container["image"] == "compilecache/compilecache-operator:0.1.0"  # the tag defaults to appVersion
-    assert container["args"][:2] == ["--standalone", "--all-namespaces"]
+    assert container["args"][:2] == ["--peering=cc-compilecache-operator", "--all-namespaces"]
     assert not {"--debug", "--verbose", "--quiet"} & set(container["args"])
     env = env_of(defaults)
     assert env["COMPILECACHE_RESYNC_SECONDS"] == "60"
@@ -444,9 +444,21 @@ def test_deployment_image_env_and_kopf_options(rendered):
 
 
 @pytest.mark.slow
-def test_peering_with_more_than_one_replica(rendered):
-    assert not only(rendered["defaults"], "ClusterKopfPeering") and not only(rendered["defaults"], "KopfPeering")
+def test_peering_with_any_replicas_and_a_pdb_with_more_than_one(rendered):
+    # One replica runs --peering too: a rolling update's surge pod starts paused behind it.
+    one_replica = rendered["defaults"]
+    name = one(one_replica, "ClusterKopfPeering")["metadata"]["name"]
+    assert f"--peering={name}" in container_of(one_replica)["args"]
+    assert not only(one_replica, "PodDisruptionBudget")
+    for objects in (one_replica, rendered["replicas-2"]):
+        strategy = deployment_of(objects)["spec"]["strategy"]
+        assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     two = rendered["replicas-2"]
+    pdb = one(two, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    labels = deployment_of(two)["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["metadata"]["namespace"] == NAMESPACE
     assert deployment_of(two)["spec"]["replicas"] == 2
     args = container_of(two)["args"]
     assert "--standalone" not in args
@@ -802,11 +814,9 @@ def test_rbac_has_no_wildcards_and_binds_the_deployments_service_account(rendere
 
 
 def _add_resources(emulator: KubeEmulator) -> KubeEmulator:
-    """What a real cluster with the chart installed also serves: kopf's peering CRDs and CRDs themselves."""
+    """What a real cluster with the chart installed also serves: CRDs (kopf's peerings are in RESOURCES)."""
     verbs = {"create", "delete", "get", "list", "patch", "update", "watch"}
     extra = {
-        "kopf.dev/v1/clusterkopfpeerings": kmock.ResourceInfo(kind="ClusterKopfPeering", namespaced=False),
-        "kopf.dev/v1/kopfpeerings": kmock.ResourceInfo(kind="KopfPeering", namespaced=True),
         "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
             kind="CustomResourceDefinition", namespaced=False
         ),
@@ -840,11 +850,14 @@ def _operator_session(tmp: Path, argv: list[str], namespace: str, prepare: Any, 
     from kopf.testing import KopfRunner
 
     from compilecache.controller import handlers
+    from compilecache.controller.runner import served_namespaces
 
     with running_emulator(tmp, _add_resources(KubeEmulator())) as runner, pytest.MonkeyPatch.context() as patch:
         write_kubeconfig(SESSION_KUBECONFIG, runner.url)  # kopf's login and our client read it
         patch.setenv("KUBECONFIG", str(SESSION_KUBECONFIG))
         patch.setenv(handlers.RESYNC_SECONDS_ENV, "0.3")
+        # What `compilecache operator` tells the gate watchdog (it is not in the way under KopfRunner).
+        patch.setenv(handlers.WATCHDOG_NAMESPACES_ENV, json.dumps(served_namespaces(argv)))
         kube = KubeClient(runner)
         try:
             for node in cluster():
@@ -921,7 +934,7 @@ def _multihost_scenario(kube: KubeClient, namespace: str) -> None:
 
 @pytest.fixture(scope="module")
 def peering_name(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The name of the peering object the chart creates for more than one replica."""
+    """The name of the peering object the chart creates."""
     objects = render(VALUE_SETS["replicas-2"], tmp_path_factory.mktemp("peering"))
     name: str = one(objects, "ClusterKopfPeering")["metadata"]["name"]
     return name
@@ -953,16 +966,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, peering_name: str) -> dic
     return {"replicas-2": clusterwide, "replicas-2-namespaces": namespaced}
 
 
-def _standalone(calls: set[ApiCall]) -> set[ApiCall]:
-    return {call for call in calls if call.group != "kopf.dev"}
-
-
-# (recorded session, value set rendered, whether kopf peering calls count)
+# (recorded session, value set rendered): the chart always runs kopf with --peering.
 RBAC_CASES = [
-    ("replicas-2", "replicas-2", True),
-    ("replicas-2-namespaces", "replicas-2-namespaces", True),
-    ("replicas-2", "defaults", False),
-    ("replicas-2-namespaces", "namespaces", False),
+    ("replicas-2", "replicas-2"),
+    ("replicas-2-namespaces", "replicas-2-namespaces"),
+    ("replicas-2", "defaults"),
+    ("replicas-2-namespaces", "namespaces"),
 ]
 
 
@@ -998,9 +1007,9 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
 
 @pytest.mark.slow
 @pytest.mark.emulator
-@pytest.mark.parametrize(("session", "values", "peering"), RBAC_CASES, ids=[f"{s}->{v}" for s, v, _ in RBAC_CASES])
-def test_rbac_allows_every_recorded_call(recorded, rendered, session: str, values: str, peering: bool):
-    calls = recorded[session] if peering else _standalone(recorded[session])
+@pytest.mark.parametrize(("session", "values"), RBAC_CASES, ids=[f"{s}->{v}" for s, v in RBAC_CASES])
+def test_rbac_allows_every_recorded_call(recorded, rendered, session: str, values: str):
+    calls = recorded[session]
     grants = grants_of(rendered[values], "cc-compilecache-operator", NAMESPACE)
     denied = sorted(str(call) for call in calls if not grants.allows(call))
     assert denied == []
@@ -1008,10 +1017,9 @@ def test_rbac_allows_every_recorded_call(recorded, rendered, session: str, value
 
 @pytest.mark.slow
 @pytest.mark.emulator
-@pytest.mark.parametrize(("session", "values", "peering"), RBAC_CASES, ids=[f"{s}->{v}" for s, v, _ in RBAC_CASES])
-def test_rbac_grants_nothing_unused(recorded, rendered, session: str, values: str, peering: bool):
-    used = {call.rule for call in (recorded[session] if peering else _standalone(recorded[session]))}
+@pytest.mark.parametrize(("session", "values"), RBAC_CASES, ids=[f"{s}->{v}" for s, v in RBAC_CASES])
+def test_rbac_grants_nothing_unused(recorded, rendered, session: str, values: str):
+    used = {call.rule for call in recorded[session]}
     grants = grants_of(rendered[values], "cc-compilecache-operator", NAMESPACE)
     unused = sorted({rule for _, rule in grants.rules() if rule not in used and rule not in NOT_RECORDED})
     assert unused == []
-    assert not [rule for _, rule in grants.rules() if rule[1] == "kopf.dev"] or peering

@@ -570,7 +570,11 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     found = kube.request("GET", "/apis/compilecache.dev/v1alpha1")["resources"]
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
-    assert len(RESOURCES) == 11  # with Mutating- and ValidatingWebhookConfigurations and Services (multi-host DNS)
+    # With Mutating- and ValidatingWebhookConfigurations (admission), Services (multi-host DNS) and kopf's
+    # peerings (HA).
+    assert len(RESOURCES) == 13
+    peerings = kube.request("GET", "/apis/kopf.dev/v1")["resources"]
+    assert {(r["name"], r["namespaced"]) for r in peerings} == {("clusterkopfpeerings", False), ("kopfpeerings", True)}
 
 
 def test_served_requests_are_forgotten_unless_kept(tmp_path: Path) -> None:

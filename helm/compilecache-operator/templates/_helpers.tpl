@@ -48,9 +48,10 @@ app.kubernetes.io/part-of: compilecache-operator
 {{- end }}
 {{- end }}
 
-{{/* Peering (kopf --peering) is on with more than one replica; one replica runs --standalone. */}}
+{{/* Peering (kopf --peering) is always on, also with one replica: a rolling update's surge pod then
+starts paused behind the running one instead of being a second active controller (docs/high-availability.md). */}}
 {{- define "compilecache.peering" -}}
-{{- if gt (int .Values.replicas) 1 }}true{{ end }}
+true
 {{- end }}
 
 {{- define "compilecache.peeringName" -}}

@@ -1,15 +1,19 @@
-"""kopf handlers: every trigger funnels into one locked, idempotent reconciliation per cache.
+"""kopf handlers: one kopf daemon per CompileCache runs its idempotent reconciliation passes.
 
-Level-triggered on purpose: watch events of the cache and of its Jobs, and a
-periodic resync (for Nodes coming and going, and gate timeouts), all run the same
-pass. A pass that failed is retried after a growing, bounded delay (``coalesce.Backoff``):
-kopf does not retry event handlers, and the resync skips a cache while its retry waits.
+Level-triggered on purpose: watch events of the cache and of its Jobs wake the cache's
+daemon (``passes``), which runs one pass at a time (a burst of triggers folds into one more
+pass), one every ``COMPILECACHE_RESYNC_SECONDS`` without triggers (for Nodes coming and
+going, and gate timeouts), and after a failed pass one more after a growing, bounded delay
+(``retry_delay``). kopf's own daemons, not hand-written timers: kopf stops them when peering
+pauses the operator (another replica is active) and starts them again on resume, so nothing
+periodic runs in a standby replica, except the gate watchdog (``watchdog.py``), the safety
+valve every replica runs on purpose.
 CompileCaches are checked at apply time by the validating webhook (``validate_cache``: the
 spec's own checks and the operator's policy, read at start-up). Training pods come in through
-the mutating webhook (``mutate_pods``) and, while gated,
-through ``pod_held``, which releases one pod whose cache is Ready or gone. No kopf
-progress annotations and no finalizer are needed, so an uninstalled operator never
-blocks the deletion of a CompileCache; owned Jobs go with it by ownerReference.
+the mutating webhook (``mutate_pods``), which every replica serves, and, while gated, through
+``pod_held``, which releases one pod whose cache is Ready or gone. No kopf progress annotations
+and no finalizer (see ``_without_finalizers``), so an uninstalled operator never blocks the
+deletion of a CompileCache; owned Jobs go with it by ownerReference.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -25,11 +30,10 @@ from typing import Any, cast
 
 import kopf
 
-from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, webhook
-from compilecache.controller.coalesce import Backoff, Coalescer
+from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, watchdog, webhook
 from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
-from compilecache.controller.reconcile import reconcile, release_gates
+from compilecache.controller.reconcile import Outcome, reconcile, release_gates
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +44,16 @@ CACHES = (api.GROUP, api.VERSION, api.PLURAL)
 registry = kopf.OperatorRegistry()
 RESYNC_SECONDS_ENV = "COMPILECACHE_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
-PASS_WORKERS = 4  # passes of different caches at once (one cache never runs two: the coalescer)
+# Set by `compilecache operator` from kopf's -A/-n options (runner.py): JSON null (all) or names.
+WATCHDOG_NAMESPACES_ENV = "COMPILECACHE_WATCHDOG_NAMESPACES"
+PASS_WORKERS = 4  # passes of different caches at once (one cache never runs two: its daemon)
+# A peer's entry in the peering object expires this long after its last keep-alive; kopf renews
+# it every lifetime − (5..10) s. A replica that was SIGKILLed stops renewing, and a standby
+# replica takes over at that expiry: within 20 s (kopf's default, 60 s, is past the 30 s promised).
+PEERING_LIFETIME_SECONDS = 20
+# How long a daemon that kopf stops for a pause may finish the pass in flight (then it is cancelled).
+PAUSE_GRACE_SECONDS = 60.0
+RETRY_FIRST_SECONDS, RETRY_LIMIT_SECONDS = 1.0, 300.0
 
 
 @kopf.on.login(registry=registry)
@@ -51,13 +64,17 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup(registry=registry)
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Build the API client once (its first build is slow), then start the periodic resync."""
+    """Build the API client once (its first build is slow), then start the gate watchdog."""
     # Our own Events tell what happened to a cache; kopf's per-handler messages would be noise there.
     settings.posting.level = logging.WARNING
+    # Read by kopf's peering tasks, which start after the startup handlers (kopf's running.py
+    # starts every root task, peering included, only once these returned).
+    settings.peering.lifetime = PEERING_LIFETIME_SECONDS
     # The chart owns the MutatingWebhookConfiguration; the operator only serves it.
     try:
         config = webhook.config_from_env(os.environ)
-    except webhook.ConfigError as exc:
+        served = watchdog.parse_namespaces(os.environ.get(WATCHDOG_NAMESPACES_ENV))
+    except (webhook.ConfigError, ValueError) as exc:
         raise kopf.PermanentError(str(exc)) from None
     settings.admission.managed = None
     try:
@@ -73,24 +90,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         raise kopf.PermanentError(str(exc)) from None
     memo.metrics_server = metrics.serve(addr, port)
     memo.client = await asyncio.to_thread(Client.from_environment)
-    memo.known = set()
-    memo.passes = Coalescer()
-    memo.backoff = Backoff()
-    memo.loop = asyncio.get_running_loop()
-    memo.retries = {}  # (namespace, name) → the asyncio.TimerHandle of its pending retry
+    memo.triggers = {}  # (namespace, name) → the asyncio.Event that wakes the cache's daemon
+    memo.locks = {}  # (namespace, name) → an asyncio.Lock: one pass at a time, even across daemons
+    memo.resync_seconds = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.workers = concurrent.futures.ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="compilecache-pass")
-    interval = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
-    memo.resync = asyncio.create_task(_resync_forever(memo, interval))
+    # Not a kopf daemon or timer, by design: it runs while kopf's peering pauses the operator.
+    memo.watchdog = None
+    if served is not None:
+        memo.watchdog = asyncio.create_task(watchdog.run_forever(memo.client, served, memo.workers, policy=memo.policy))
 
 
 @kopf.on.cleanup(registry=registry)
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the periodic resync and the retries; make passes still running end at their next API call."""
+    """Stop the watchdog; make passes still running end at their next API call."""
     client = memo.get("client")
     if client is not None:
         client.close()
-    for handle in (memo.get("retries") or {}).values():
-        handle.cancel()
     server = memo.get("metrics_server")
     if server is not None:
         server.shutdown()
@@ -98,7 +113,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     workers = memo.get("workers")
     if workers is not None:
         workers.shutdown(wait=False, cancel_futures=True)  # the pass in flight ends at its next call
-    task = memo.get("resync")
+    task = memo.get("watchdog")
     if task is not None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -106,29 +121,165 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(*CACHES, registry=registry)
-def cache_changed(type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """The cache was created, changed (spec, annotations or our own status) or listed at start-up."""
+async def cache_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """The cache was created, changed (spec, annotations or our own status), listed, or deleted.
+
+    A deleted cache's daemon keeps running (no finalizer: see ``_without_finalizers``); this
+    wakes it for its last pass, which releases the pods still waiting and ends the daemon.
+    """
     assert namespace is not None  # CompileCaches are namespaced
-    if type == "DELETED":
-        memo.known.discard((namespace, name))
-        _reconcile(memo, namespace, name)  # releases the pods still waiting for it
-        return
-    memo.known.add((namespace, name))
-    _reconcile(memo, namespace, name)
+    _wake(memo, namespace, name)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={jobs.LABEL_CACHE: kopf.PRESENT}, registry=registry)
-def job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+async def job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     """A warm-up Job started, progressed, finished or went away: refresh its cache."""
     assert namespace is not None  # Jobs are namespaced
-    _reconcile(memo, namespace, labels[jobs.LABEL_CACHE])
+    _wake(memo, namespace, labels[jobs.LABEL_CACHE])
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={expiryjob.LABEL_EXPIRY_OF: kopf.PRESENT}, registry=registry)
-def expiry_job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+async def expiry_job_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     """An expiry Job progressed or finished: refresh its cache (the next phase depends on it)."""
     assert namespace is not None  # Jobs are namespaced
-    _reconcile(memo, namespace, labels[expiryjob.LABEL_EXPIRY_OF])
+    _wake(memo, namespace, labels[expiryjob.LABEL_EXPIRY_OF])
+
+
+def _wake(memo: kopf.Memo, namespace: str, name: str) -> None:
+    """(In the loop.) Ask the cache's daemon for a pass; a daemon not started yet finds it set."""
+    _trigger(memo, (namespace, name)).set()
+
+
+def _trigger(memo: kopf.Memo, key: tuple[str, str]) -> asyncio.Event:
+    triggers: dict[tuple[str, str], asyncio.Event] = memo.triggers
+    return triggers.setdefault(key, asyncio.Event())
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before retrying a pass after ``failures`` failed ones in a row: 1, 2, 4, ... at most 300.
+
+    kopf does not retry event handlers, and the resync period either hammers a broken API or
+    leaves a transient failure standing for a whole period.
+    """
+    return float(min(RETRY_LIMIT_SECONDS, RETRY_FIRST_SECONDS * 2 ** min(max(failures - 1, 0), 64)))
+
+
+@kopf.daemon(
+    *CACHES,
+    id="passes",
+    registry=registry,
+    # Stopped for a pause, a daemon finishes its pass in flight (never two controllers' passes
+    # at once); past this grace it is cancelled. At exit it does not wait (see _pass_until_exit).
+    cancellation_backoff=PAUSE_GRACE_SECONDS,
+    cancellation_timeout=5.0,
+)
+async def passes(
+    namespace: str | None, name: str | None, uid: str | None, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+) -> None:
+    """Run the cache's passes until it is gone or kopf stops the daemon (pause, exit, deletion)."""
+    assert namespace is not None and name is not None  # CompileCaches are namespaced and named
+    key = (namespace, name)
+    trigger = _trigger(memo, key)
+    lock = cast(dict[tuple[str, str], asyncio.Lock], memo.locks).setdefault(key, asyncio.Lock())
+    failures = 0
+    delay = 0.0  # the first pass at once: a cache seen at start-up, after a resume, or new
+    while True:
+        await _until(trigger, stopped, delay)
+        if stopped and not _deleted(stopped):  # paused or exiting: the next active replica passes
+            _leave(stopped, namespace, name)
+            return
+        trigger.clear()
+        async with lock:
+            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped)
+        if outcome is None or stopped:  # exiting, or this was the deleted cache's last pass
+            _leave(stopped, namespace, name)
+            return
+        if outcome.status is None or outcome.uid != uid:  # gone, or deleted and created again
+            return
+        if outcome.error is None:
+            failures, delay = 0, memo.resync_seconds
+            continue
+        if memo.client.closed:  # stopping: no retry, and no noise
+            return
+        failures += 1
+        delay = retry_delay(failures)
+        # A traceback only for what is not an API answer: that is a bug to report.
+        logger.error(
+            "Reconciling %s/%s failed (%d in a row), retrying in %gs: %s",
+            namespace,
+            name,
+            failures,
+            delay,
+            describe_error(outcome.error),
+            exc_info=None if isinstance(outcome.error, ApiError) else outcome.error,
+        )
+
+
+def _leave(stopped: kopf.DaemonStopped, namespace: str, name: str) -> None:
+    """Paused: drop the cache's metrics, which the active replica reports now (a standby's would go stale)."""
+    if kopf.DaemonStoppingReason.OPERATOR_PAUSING in (stopped.reason or kopf.DaemonStoppingReason(0)):
+        metrics.METRICS.forget(namespace, name)
+
+
+def _deleted(stopped: kopf.DaemonStopped) -> bool:
+    """Whether kopf stops the daemon because the cache is being deleted (it then gets a last pass)."""
+    return kopf.DaemonStoppingReason.RESOURCE_DELETED in (stopped.reason or kopf.DaemonStoppingReason(0))
+
+
+def _exiting(stopped: kopf.DaemonStopped) -> bool:
+    return kopf.DaemonStoppingReason.OPERATOR_EXITING in (stopped.reason or kopf.DaemonStoppingReason(0))
+
+
+async def _until(trigger: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    """Wait until the trigger is set, kopf stops the daemon, or ``delay`` seconds passed."""
+
+    async def stopping() -> None:
+        await stopped.wait()
+
+    waits = {asyncio.ensure_future(trigger.wait()), asyncio.ensure_future(stopping())}
+    try:
+        await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+async def _pass_until_exit(
+    memo: kopf.Memo, namespace: str, name: str, uid: str | None, stopped: kopf.DaemonStopped
+) -> Outcome | None:
+    """Run one pass on the operator's workers; ``None`` if the operator exits meanwhile.
+
+    A pause waits for the pass (the next active replica must not overlap it). An exit does not:
+    kopf runs the cleanup (``stop``) only once every daemon returned, and a pass blocked on an
+    unreachable API would hold the shutdown for the timeouts of its calls; at cleanup the
+    client is closed, and the pass ends at its next call.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        future = loop.run_in_executor(memo.workers, _pass, memo.client, memo.policy, namespace, name, uid)
+    except RuntimeError:  # the workers were shut down: the operator is stopping
+        return None
+
+    async def exiting() -> None:
+        await stopped.wait()
+        while not _exiting(stopped):  # paused: keep waiting for the pass, unless an exit follows
+            await asyncio.sleep(0.2)
+
+    watch: asyncio.Future[Any] = asyncio.ensure_future(exiting())
+    waits: set[asyncio.Future[Any]] = {future, watch}
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    return future.result() if future in done else None
+
+
+def _pass(client: Client, rules: policy.Policy, namespace: str, name: str, uid: str | None) -> Outcome:
+    """(On a worker.) One pass; a cache that could not even be read is a failed pass with no status known."""
+    try:
+        return reconcile(client, namespace, name, policy=rules)
+    except Exception as exc:  # reconcile records everything else in the status
+        return Outcome({}, exc, uid)
 
 
 @kopf.on.mutate(
@@ -239,8 +390,9 @@ def pod_held(
 
     Covers a pod admitted just before its cache turned Ready (the cache's pass may have listed
     the pods before this one existed); a pod past its gateTimeout (e.g. after an operator outage)
-    goes too. Timeouts of waiting pods are found by the cache's periodic passes. No per-cache
-    lock: a release tests the gates it read, so a concurrent pass makes it fail, not repeat.
+    goes too. Timeouts of waiting pods are found by the cache's periodic passes and by the gate
+    watchdog. No per-cache lock: a release tests the gates it read, so a concurrent pass makes it
+    fail, not repeat.
     """
     assert namespace is not None  # Pods are namespaced
     if type == "DELETED":
@@ -256,12 +408,6 @@ def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]
         return
     phase = (cache.get("status") or {}).get("phase") if cache is not None else None
     release_gates(memo.client, namespace, name, cache, phase=phase, pods=[pod], policy=memo.policy)
-
-
-def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
-    # Job events and cache events arrive on different kopf workers; the coalescer runs one
-    # pass at a time per cache and folds a burst of triggers into one more pass.
-    _submit(memo, memo.passes.trigger, (namespace, name), lambda key: _pass(memo, namespace, name))
 
 
 def _submit(memo: kopf.Memo, fn: Any, *args: Any) -> None:
@@ -285,58 +431,18 @@ def _logged(fn: Any, *args: Any) -> None:
         logger.exception("A pass failed unexpectedly.")
 
 
-def _pass(memo: kopf.Memo, namespace: str, name: str) -> None:
-    key = (namespace, name)
-    error: BaseException | None
-    try:
-        error = reconcile(memo.client, namespace, name, policy=memo.policy).error
-    except Exception as exc:  # the cache could not even be read (reconcile records everything else)
-        error = exc
-    if error is None:
-        memo.backoff.succeeded(key)
-        return
-    if memo.client.closed:  # stopping: no retry, and no noise
-        return
-    delay = memo.backoff.failed(key)
-    if delay is None:  # a retry is armed already; this pass was another trigger's
-        logger.warning("Reconciling %s/%s failed again: %s", namespace, name, describe_error(error))
-        return
-    # A traceback only for what is not an API answer: that is a bug to report.
-    logger.error(
-        "Reconciling %s/%s failed (%d in a row), retrying in %gs: %s",
-        namespace,
-        name,
-        memo.backoff.failures(key),
-        delay,
-        describe_error(error),
-        exc_info=None if isinstance(error, ApiError) else error,
-    )
-    try:
-        memo.loop.call_soon_threadsafe(_arm_retry, memo, key, delay)
-    except RuntimeError:  # the loop closed meanwhile: the operator stopped
-        memo.backoff.succeeded(key)
+def _without_finalizers(operator: kopf.OperatorRegistry) -> None:
+    """Register the daemons without kopf's finalizer.
+
+    kopf (1.45) gives every daemon a finalizer, so that it can stop the daemon when the object
+    is deleted; its maintainer declined an option to drop it (nolar/kopf#896). A finalizer would
+    make an uninstalled or paused operator block the deletion of every CompileCache. Here the
+    daemon stops itself instead: the deleted cache's event wakes it, its pass finds the cache
+    gone (releasing the pods that waited for it) and it returns. Replacing the handlers' flag in
+    the registry is the only way in; ``tests/test_ha_units.py`` fails if kopf changes it.
+    """
+    spawning = operator._spawning
+    spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in spawning._handlers]
 
 
-def _arm_retry(memo: kopf.Memo, key: tuple[str, str], delay: float) -> None:
-    """(In the loop.) Retry ``key`` in ``delay`` seconds."""
-    if memo.client.closed:
-        return
-    previous = memo.retries.pop(key, None)
-    if previous is not None:
-        previous.cancel()
-    memo.retries[key] = memo.loop.call_later(delay, _retry, memo, key)
-
-
-def _retry(memo: kopf.Memo, key: tuple[str, str]) -> None:
-    memo.retries.pop(key, None)
-    memo.backoff.due(key)
-    _reconcile(memo, *key)
-
-
-async def _resync_forever(memo: kopf.Memo, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        for namespace, name in sorted(memo.known):
-            if memo.backoff.pending((namespace, name)):  # failing: its own retry comes, with backoff
-                continue
-            _reconcile(memo, namespace, name)
+_without_finalizers(registry)

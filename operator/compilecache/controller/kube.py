@@ -172,10 +172,11 @@ class Client:
         return obj
 
     def list(
-        self, resource: Resource, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+        self, resource: Resource, namespace: str | None = None, *, labels: Mapping[str, str | None] | None = None
     ) -> list[dict[str, Any]]:
-        """List objects, optionally only those carrying all of ``labels``."""
-        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
+        """List objects, optionally only those carrying all of ``labels`` (a value ``None``: any value)."""
+        terms = [k if v is None else f"{k}={v}" for k, v in (labels or {}).items()]
+        query = [("labelSelector", ",".join(terms))] if terms else []
         answer = self.request("GET", resource.path(namespace), query=query)
         items: list[dict[str, Any]] = answer.get("items") or []
         return items

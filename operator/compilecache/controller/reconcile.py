@@ -30,10 +30,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a pass ended: the status it recorded (``None``: the cache is gone) and what failed, if anything."""
+    """How a pass ended: the status it recorded (``None``: the cache is gone), what failed, if anything,
+    and the uid of the cache it found (a cache deleted and created again under its name has another)."""
 
     status: Mapping[str, Any] | None
     error: BaseException | None = None
+    uid: str | None = None
 
 
 def reconcile(
@@ -78,7 +80,7 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
     metrics.METRICS.observe_cache(namespace, name, new, pods)
-    return Outcome(new, error)
+    return Outcome(new, error, cache.uid)
 
 
 def _observe_plan_create(client: Client, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy) -> Plan:

@@ -1,13 +1,20 @@
 """``compilecache operator``: kopf's own runner with the operator's handlers loaded.
 
 Every ``kopf run`` option keeps working (``--standalone``, ``-n NS``, ``-A``,
-``--liveness``, ``--peering``, ``--verbose``, ...): they are handed to kopf as given.
+``--liveness``, ``--peering``, ``--verbose``, ...): they are handed to kopf as given, with
+one addition: under ``--peering`` without ``--priority``, a priority from the process's start
+time (``peering_priority``), so that the oldest replica is the active one. The served
+namespaces are read from the same options for the gate watchdog (``served_namespaces``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
+import time
+from collections.abc import Sequence
 
 PASSES_UNKNOWN_ARGS = True
 
@@ -32,9 +39,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def kopf_argv(passthrough: list[str]) -> list[str]:
-    """The ``kopf`` command line: ``run`` and the user's options (the handlers come as a registry)."""
+def kopf_argv(passthrough: list[str], *, priority: int | None = None) -> list[str]:
+    """The ``kopf`` command line: ``run`` and the user's options (the handlers come as a registry).
+
+    Under ``--peering`` with no ``--priority`` (nor ``--dev``, which is kopf's priority 666),
+    ``--priority=PRIORITY`` is added: kopf pauses every operator of a peering when two share
+    the highest priority, which is what equal defaults did to ``replicas: 2``.
+    """
+    peering = any(arg == "--peering" or arg.startswith("--peering=") for arg in passthrough)
+    chosen = any(arg in ("--priority", "--dev") or arg.startswith("--priority=") for arg in passthrough)
+    if peering and not chosen and priority is not None:
+        return ["run", *passthrough, f"--priority={priority}"]
     return ["run", *passthrough]
+
+
+def peering_priority(started_ns: int, tiebreak: int) -> int:
+    """ "Oldest replica wins": a priority that is higher the earlier the process started.
+
+    ``-(start in ms × 1000 + tiebreak)`` with ``0 <= tiebreak < 1000``: two replicas started in
+    the same millisecond still differ. Negative, so that a developer's ``kopf run --dev``
+    (priority 666) still outranks every deployed replica, as kopf intends. It stays below
+    2^53, so it survives JSON in the peering object's status.
+
+    Why the oldest: a rollout's new pod starts paused (kopf pauses a ``--peering`` operator until
+    it has read the peering object) and, being younger, stays paused while the old pod runs;
+    the old pod's graceful exit removes its entry at once and the new one takes over. So two
+    controllers never act at once, and no handover happens while both are alive.
+    """
+    if not 0 <= tiebreak < 1000:
+        raise ValueError(f"tiebreak {tiebreak} is not in [0, 1000)")
+    return -((started_ns // 1_000_000) * 1000 + tiebreak)
+
+
+def served_namespaces(passthrough: Sequence[str]) -> list[str] | None:
+    """The namespaces given to kopf (``-n NS``/``--namespace[=]NS``, repeatable); ``None``: all (``-A``).
+
+    Names as given: kopf's glob patterns (``-n 'team-*'``) are not expanded here, so the gate
+    watchdog needs literal names (the chart writes them).
+    """
+    names: list[str] = []
+    args = list(passthrough)
+    for i, arg in enumerate(args):
+        if arg in ("-n", "--namespace") and i + 1 < len(args):
+            names.append(args[i + 1])
+        elif arg.startswith("--namespace="):
+            names.append(arg.split("=", 1)[1])
+        elif arg.startswith("-n") and len(arg) > 2 and not arg.startswith("--"):
+            names.append(arg[2:])
+    return names or None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,10 +101,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "metrics_addr", None):
         os.environ[metrics.ADDR_ENV] = args.metrics_addr
 
+    # The gate watchdog runs outside kopf (paused or not) and needs the namespaces kopf serves.
+    os.environ[handlers.WATCHDOG_NAMESPACES_ENV] = json.dumps(served_namespaces(args.passthrough))
+    priority = peering_priority(time.time_ns(), random.randrange(1000))
     controls = kopf.cli.CLIControls(registry=handlers.registry)
     try:
         kopf.cli.main.main(
-            args=kopf_argv(args.passthrough),
+            args=kopf_argv(args.passthrough, priority=priority),
             obj=controls,
             prog_name="compilecache operator",
             standalone_mode=True,

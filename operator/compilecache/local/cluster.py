@@ -41,6 +41,9 @@ from compilecache.local.server import EmulatorThread
 
 WEBHOOK_PATH = "/mutate-pods"  # the operator's kopf handler id (compilecache.controller.webhook.PATH)
 VALIDATE_PATH = "/validate-compilecaches"  # compilecache.controller.webhook.VALIDATE_PATH
+# The ClusterKopfPeering the cluster starts with: operators run with peering=True share it (as the chart's replicas).
+PEERING = "compilecache-operator"
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
 
 
 def chart_webhooks() -> list[dict[str, Any]]:
@@ -184,6 +187,7 @@ class LocalCluster:
             self.client.create("v1/namespaces", {"metadata": meta})
         for node in nodes(self.pools):
             self.client.create("v1/nodes", node)
+        self.client.create(PEERINGS, {"metadata": {"name": PEERING}})
         self._controllers = Controllers(self.client, self.root, self.image)
         self._controllers.start()
         return self
@@ -212,15 +216,23 @@ class LocalCluster:
 
 @dataclass
 class Operator:
-    """The running ``compilecache operator``: its process, its webhook's URL, its log file."""
+    """The running ``compilecache operator``: its process, its webhook's URL, its log file, its peering identity."""
 
     process: subprocess.Popen[bytes]
     url: str
     log: Path
+    name: str = "operator"
+    killed: bool = False
 
     def output(self) -> str:
         """What the operator printed so far."""
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL it, as a node failure or the OOM killer would: no cleanup, no goodbye to its peers."""
+        self.killed = True
+        self.process.kill()
+        self.process.wait()
 
 
 def free_port() -> int:
@@ -239,15 +251,21 @@ def run_operator(
     extra_args: Sequence[str] = (),
     timeout: float = 60.0,
     policy: Mapping[str, Any] | None = None,
+    name: str = "operator",
+    peering: bool = False,
+    register_webhook: bool = True,
 ) -> Iterator[Operator]:
     """Run the real ``compilecache operator`` on the cluster, serving its webhook over TLS on 127.0.0.1.
 
     Registers a MutatingWebhookConfiguration with ``webhooks`` (the chart's by default) that calls it,
-    and the chart's ValidatingWebhookConfiguration of CompileCaches.
+    and the chart's ValidatingWebhookConfiguration of CompileCaches, unless ``register_webhook`` is
+    false (a second replica: one configuration each, as the chart has).
     ``policy``: the operator's policy (the chart's ``policy:`` values; default: the operator's default).
-    Stops it with SIGTERM at the end of the block, and raises if it did not exit cleanly.
+    ``peering``: run with ``--peering`` in the cluster's ClusterKopfPeering (``PEERING``) instead of
+    ``--standalone``, with ``name`` as the peering identity (the chart gives the pod name). Stops it
+    with SIGTERM at the end of the block, and raises if it did not exit cleanly (unless it was killed).
     """
-    folder = cluster.root / "operator"
+    folder = cluster.root / name
     pem = certs.make(folder / "certs")
     port = free_port()
     env = {
@@ -260,25 +278,28 @@ def run_operator(
         "COMPILECACHE_WEBHOOK_CERT_FILE": str(pem.cert),
         "COMPILECACHE_WEBHOOK_KEY_FILE": str(pem.key),
         "PYTHONFAULTHANDLER": "1",  # SIGABRT dumps every thread's stack: why a stop hung
+        "POD_ID": name,  # kopf's peering identity (the chart sets the pod's name)
     }
     if policy is not None:
         env["COMPILECACHE_POLICY"] = json.dumps(policy)  # as the chart's Deployment sets it
-    command = [sys.executable, "-m", "compilecache.cli", "operator", "--standalone", "-A", *extra_args]
+    mode = f"--peering={PEERING}" if peering else "--standalone"
+    command = [sys.executable, "-m", "compilecache.cli", "operator", mode, "-A", *extra_args]
     log = folder / "operator.log"
     out: IO[bytes] = log.open("wb")
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    operator = Operator(process, f"https://127.0.0.1:{port}{WEBHOOK_PATH}", log)
+    operator = Operator(process, f"https://127.0.0.1:{port}{WEBHOOK_PATH}", log, name)
     try:
         _wait_tls(port, pem.ca, process, timeout)
-        body = webhook_configuration(operator.url, pem.ca.read_bytes(), webhooks)
-        cluster.client.create(admission.CONFIGURATIONS, body)
-        # The chart's validating webhook of CompileCaches, the same server at its own path.
-        validating = webhook_configuration(
-            operator.url.replace(WEBHOOK_PATH, VALIDATE_PATH), pem.ca.read_bytes(), chart_validating_webhooks()
-        )
-        cluster.client.create(
-            admission.VALIDATING_CONFIGURATIONS, validating | {"kind": "ValidatingWebhookConfiguration"}
-        )
+        if register_webhook:
+            body = webhook_configuration(operator.url, pem.ca.read_bytes(), webhooks)
+            cluster.client.create(admission.CONFIGURATIONS, body)
+            # The chart's validating webhook of CompileCaches, the same server at its own path.
+            validating = webhook_configuration(
+                operator.url.replace(WEBHOOK_PATH, VALIDATE_PATH), pem.ca.read_bytes(), chart_validating_webhooks()
+            )
+            cluster.client.create(
+                admission.VALIDATING_CONFIGURATIONS, validating | {"kind": "ValidatingWebhookConfiguration"}
+            )
         yield operator
     finally:
         if process.poll() is None:
@@ -293,7 +314,7 @@ def run_operator(
                     process.kill()
                     process.wait()
         out.close()
-    if process.returncode != 0:
+    if process.returncode != 0 and not operator.killed:
         raise RuntimeError(f"compilecache operator exited with {process.returncode}:\n{operator.output()[-3000:]}")
 
 

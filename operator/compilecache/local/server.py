@@ -38,6 +38,10 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
         "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
         kmock.ResourceInfo(kind="MutatingWebhookConfiguration", namespaced=False),
     ),
+    # kopf's peering objects (the chart ships their CRDs): replicas under --peering announce
+    # themselves in their status. No status subresource, as in kopf's own CRDs.
+    ("kopf.dev/v1/clusterkopfpeerings", kmock.ResourceInfo(kind="ClusterKopfPeering", namespaced=False)),
+    ("kopf.dev/v1/kopfpeerings", kmock.ResourceInfo(kind="KopfPeering", namespaced=True)),
     (
         "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
         kmock.ResourceInfo(kind="ValidatingWebhookConfiguration", namespaced=False),
