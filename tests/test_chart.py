@@ -387,6 +387,10 @@ def test_platform_values_reach_the_pod(rendered):
     names = [item["name"] for item in container["env"]]
     assert names[-2:] == ["HTTPS_PROXY", "NODE"] and len(names) == len(set(names))
     assert container["env"][-2:] == values["extraEnv"]
+    # extraEnv may not set what the chart sets: the schema's list is the chart's variables, all of them.
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    refused = schema["properties"]["extraEnv"]["items"]["properties"]["name"]["not"]["enum"]
+    assert sorted(refused) == sorted(names[:-2])
     assert pod["volumes"][-1] == values["extraVolumes"][0]
     assert container["volumeMounts"][-1] == values["extraVolumeMounts"][0]
     assert {"tmp", "certs"} <= {volume["name"] for volume in pod["volumes"]}
