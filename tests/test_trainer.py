@@ -415,3 +415,20 @@ def test_the_line_comes_once_compiling_settles_and_again_at_exit_only_if_counts_
         assert len(lines) == 3 and lines[2].startswith(f"compilecache: {counts['hits']}/{counts['requests'] + 1} ")
     else:
         assert len(lines) == 2, lines  # the exit adds nothing new: no second line
+
+
+def test_unreadable_manifests_are_said_not_blamed_on_the_warm_up(tmp_path: Path) -> None:
+    # An image without gcsfs/etils, or a cache that is not a folder: nothing can be told about a miss.
+    reason = trainer.miss_reason("jit_train_step", HERE, [], "ModuleNotFoundError: No module named 'gcsfs'")
+    assert reason.startswith("reason unknown: the cache's manifests could not be read (ModuleNotFoundError")
+    assert reason != trainer.NOT_WARMED
+    manifests, problem = trainer._read_manifests("s3://bucket/cache")  # a store this package has not
+    assert manifests == [] and problem is not None and "only local paths and gs://" in problem, problem
+    linked = tmp_path / "cache"
+    (linked / ".compilecache").mkdir(parents=True)
+    (linked / ".compilecache" / "manifests").symlink_to(tmp_path)  # never followed out of the cache
+    manifests, problem = trainer._read_manifests(str(linked))
+    assert manifests == [] and problem is not None and "manifests not read" in problem, problem
+    tally = trainer.Tally(requests=2, hits=1, missed=["jit_train_step"])
+    line = trainer.verdict(tally, HERE, manifests, problem)["summary"]
+    assert "train_step (reason unknown: the cache's manifests could not be read" in line, line

@@ -195,13 +195,21 @@ def current_verdict(tally: Tally | None = None) -> dict[str, Any]:
     import jax
 
     cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
-    manifests = _read_manifests(str(cache_dir)) if cache_dir and tally.missed else []
-    return verdict(tally, keysettings.current(), manifests)
+    manifests, unreadable = _read_manifests(str(cache_dir)) if cache_dir and tally.missed else ([], None)
+    return verdict(tally, keysettings.current(), manifests, unreadable)
 
 
-def verdict(tally: Tally, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The JSON result (pure): counts, up to 10 missed programs with a reason, and the one line."""
-    reasons = [(_one_line(display_name(name)), _one_line(miss_reason(name, here, manifests))) for name in tally.missed]
+def verdict(
+    tally: Tally, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]], unreadable: str | None = None
+) -> dict[str, Any]:
+    """The JSON result (pure): counts, up to 10 missed programs with a reason, and the one line.
+
+    ``unreadable``: why the cache's manifests could not be read, if they could not.
+    """
+    reasons = [
+        (_one_line(display_name(name)), _one_line(miss_reason(name, here, manifests, unreadable)))
+        for name in tally.missed
+    ]
     misses = tally.requests - tally.hits
     unnamed = max(0, misses - len(reasons))
     result: dict[str, Any] = {
@@ -215,8 +223,16 @@ def verdict(tally: Tally, here: Mapping[str, Any], manifests: Sequence[Mapping[s
     return fit(result)
 
 
-def miss_reason(module: str, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]]) -> str:
-    """Why ``module`` missed: a differing setting, another key, or not warmed at all."""
+def miss_reason(
+    module: str, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]], unreadable: str | None = None
+) -> str:
+    """Why ``module`` missed: a differing setting, another key, or not warmed at all.
+
+    With ``unreadable`` (the manifests could not be read) it cannot tell, and says why, instead of
+    blaming the warm-up: e.g. a ``gs://`` cache read from an image without gcsfs.
+    """
+    if unreadable is not None:
+        return f"reason unknown: the cache's manifests could not be read ({unreadable})"
     prefix = f"{module}-"
     warmed = [m for m in manifests if any(name.startswith(prefix) for name in _entry_names(m))]
     if not warmed:
@@ -275,14 +291,18 @@ def write_termination_message(result: Mapping[str, Any], path: str) -> bool:
         return False
 
 
-def _read_manifests(cache_dir: str) -> list[dict[str, Any]]:
-    from compilecache.cache.store import open_store
-
+def _read_manifests(cache_dir: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The cache's run manifests, and why they could not be read (``None`` when they could)."""
     try:
-        documents, _ = open_store(cache_dir).read_manifests()
-    except Exception:  # no gcsfs, no permission, a broken link: the counts stand without reasons
-        return []
-    return documents
+        from compilecache.cache.store import open_store
+
+        documents, problems = open_store(cache_dir).read_manifests()
+    except Exception as exc:  # no gcsfs or etils, no permission, a broken link: the counts stand
+        hint = " (gs:// caches need the [gcs] extra: gcsfs and etils)" if isinstance(exc, ImportError) else ""
+        return [], f"{type(exc).__name__}: {_cut(str(exc), 200)}{hint}"
+    if not documents and problems:  # none could be read: no reason can be told
+        return [], _cut(problems[0], 200)
+    return documents, None
 
 
 def _entry_names(manifest: Mapping[str, Any]) -> Iterable[str]:
