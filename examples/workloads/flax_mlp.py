@@ -111,6 +111,17 @@ def make_train_step(donate: bool = True) -> Any:
     return jax.jit(train_step, donate_argnums=(0,) if donate else ())
 
 
+def eval_step(state: TrainState, x: jax.Array, y: jax.Array) -> jax.Array:
+    """The loss on a held-out batch, without a gradient: a program of its own, run at epoch end."""
+    logits = state.apply_fn({"params": state.params}, x)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def make_eval_step() -> Any:
+    """``eval_step`` jitted as training jits it (nothing donated: training goes on with the state)."""
+    return jax.jit(eval_step)
+
+
 def make_batch(config: Config, mesh: Mesh, step: int) -> tuple[jax.Array, jax.Array]:
     """A random batch built on the host and placed split over the batch axis (no compile)."""
     rng = np.random.default_rng(step)
