@@ -567,21 +567,21 @@ def _run_script(
     stepped = result.get("stepped")
     args.script_stepped = stepped  # verify's rerun of an auto-mode run stops where this one did
     if stepped:  # scriptrun fails a run that ended before its N-th step: here it reached them
-        print(f"  {script}: {stepped_line(stepped)}")
+        print(f"  {stepped_line(script, stepped)}")
     return runs, result.get("facts") or {}
 
 
-def stepped_line(stepped: Mapping[str, Any]) -> str:
+def stepped_line(script: str, stepped: Mapping[str, Any]) -> str:
     """How the entrypoint's run ended, for the log: after how many step calls, and why."""
     calls = f"{stepped['ran']} calls of {stepped['step_fn']}"
     why = {
-        "steps": f"stopped after {calls} (--steps)",
-        "budget": f"stopped after {calls}: the budget ran out {stepped.get('seconds')}s after the first step "
-        "(--steps auto --budget); a longer budget caches what training compiles later",
-        "requests": f"stopped after {calls}: it had asked for every compile the warm-up made",
-        "calls": f"stopped after {calls}, as many as the warm-up made",
+        "steps": f"stopped {script} after {calls} (--steps)",
+        "budget": f"stopped {script} after {calls}: its budget ran out {stepped.get('seconds')}s after the first "
+        "step (--steps auto --budget); a longer budget caches what training compiles later",
+        "requests": f"stopped {script} after {calls}: it had asked for every compile the warm-up made",
+        "calls": f"stopped {script} after {calls}, as many as the warm-up made",
     }
-    return why.get(str(stepped.get("stopped")), f"the entrypoint ended by itself after {calls} (--steps auto)")
+    return why.get(str(stepped.get("stopped")), f"{script} ended by itself after {calls} (--steps auto)")
 
 
 def _verify(
