@@ -3,8 +3,9 @@
 The real-style example of the warmer (README "The warmer"): ``examples/train_flax.py``
 is its training entrypoint, and it is warmed two ways:
 
-- exact mode (recommended): ``compilecache warm --script examples/train_flax.py --steps 2``
-  runs the real entrypoint and stops it after two calls of ``train_step``;
+- exact mode (recommended): ``compilecache warm --script examples/train_flax.py --steps auto``
+  runs the real entrypoint through its epochs (its first evaluation included) for a time
+  budget after the first step, then stops it at a step boundary;
 - AOT mode (fast): ``compilecache warm --workload examples.workloads.flax_mlp:targets``
   compiles :func:`targets` — the same functions, built by the same code, from
   abstract arguments made with :func:`compilecache.abstract` (which keeps the
