@@ -20,16 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.cache.errors import WarmError
 from compilecache.cli import build_parser
-from compilecache.controller import jobs
+from compilecache.controller import jobs, status
 from compilecache.controller.api import parse_spec
 from compilecache.jobtools.scriptrun import DEFAULT_BUDGET, StopRule, stop_reason
-from compilecache.jobtools.warm import _check_args, _exact_mode_from_env, _script_request
+from compilecache.jobtools.warm import _check_args, _exact_mode_from_env, _script_request, termination_summary
 from jaxhelpers import FOUR_CPUS, REPO, clean_env, run_cli, write_module
 from specs import cache_spec
+
+CRD_SCHEMA = yaml.safe_load((REPO / "crds" / "compilecache.yaml").read_text())["spec"]["versions"][0]["schema"][
+    "openAPIV3Schema"
+]
 
 # ---- fast: the decision ----------------------------------------------------------------------------
 
@@ -109,6 +114,34 @@ def test_steps_that_are_neither_a_count_nor_auto_are_refused_by_the_parser() -> 
         _parsed("--steps", "epoch")
 
 
+def test_the_pool_status_says_how_far_each_script_ran_and_what_that_leaves_out() -> None:
+    def summary(script: str, ran: int, stopped: str | None) -> str:
+        stepped = {"script": script, "step_fn": "train_step", "ran": ran, "stopped": stopped or "end"}
+        return termination_summary({"ok": True, "entries": 1, "bytes": 10, "targets": [], "stepped": stepped})
+
+    def pod(container: str, message: str, init: bool) -> dict[str, Any]:
+        state = {"name": container, "state": {"terminated": {"exitCode": 0, "message": message}}}
+        key = "initContainerStatuses" if init else "containerStatuses"
+        return {"metadata": {"name": "p", "labels": {"job-name": "j"}}, "status": {key: [state]}}
+
+    pods = [
+        pod("warm-0", summary("/app/a.py", 2, "steps"), True),
+        pod("warm", summary("/app/b.py", 800, "budget"), False),
+    ]
+    pods.append(pod("warm-1", summary("/app/c.py", 10, None), True))
+    report = status.warm_report(pods)
+    assert report is not None
+    by_script = {item["script"]: item for item in report["steps"]}
+    ran = {script: (item["calls"], item["stoppedBy"]) for script, item in by_script.items()}
+    assert ran == {"/app/a.py": (2, "steps"), "/app/b.py": (800, "budget"), "/app/c.py": (10, "end")}
+    assert "what training compiles later is not cached" in by_script["/app/a.py"]["message"]
+    assert "raise budget" in by_script["/app/b.py"]["message"]
+    assert "everything it compiles is cached" in by_script["/app/c.py"]["message"]
+    # The CRD declares what the status carries (a real API server prunes undeclared fields).
+    pools = CRD_SCHEMA["properties"]["status"]["properties"]["pools"]["items"]["properties"]
+    assert set(report["steps"][0]) == set(pools["steps"]["items"]["properties"])
+
+
 # ---- slow: real JAX --------------------------------------------------------------------------------
 
 
@@ -160,6 +193,9 @@ def test_default_settings_cache_the_epoch_end_evaluation_and_training_hits_every
     assert "examples/train_flax.py ended by itself after 10 calls of train_step" in done.stdout, done.stdout
     report = json.loads(report_path.read_text())
     assert report["verify"]["ok"] and report["verify"]["hits"] == report["verify"]["requests"], report["verify"]
+    # What the operator reads into status.pools[].steps.
+    told = json.loads(Path(f"{report_path}.term").read_text())["steps"]
+    assert (told["calls"], told["stoppedBy"]) == (10, "end"), told
 
     result, verdict = _train(cache, "--steps", "10")
     assert result["evaluations"] == 2, result

@@ -379,6 +379,14 @@ def _warm(
         except WarmError as failed:
             error = str(failed)
     report = build_report(manifest, manifest_path, error)
+    stepped = getattr(args, "script_stepped", None)
+    if stepped:  # how far the entrypoint ran: the pool's status tells the user (status.pools[].steps)
+        report["stepped"] = {
+            "script": args.script,
+            "step_fn": stepped["step_fn"],
+            "ran": stepped["ran"],
+            "stopped": stepped.get("stopped") or "end",
+        }
     _print_summary(report)
     if error:
         failure = VerifyError(error)
@@ -815,6 +823,14 @@ def termination_summary(report: Mapping[str, Any]) -> str:
         "verify": None if verify is None else {"hits": verify.get("hits"), "requests": verify.get("requests")},
         "targets": targets,
     }
+    stepped = report.get("stepped")
+    if isinstance(stepped, Mapping):  # an entrypoint's run: how many step calls, and what stopped it
+        summary["steps"] = {
+            "script": str(stepped.get("script"))[: _ERROR_CHARS // 4],
+            "stepFn": str(stepped.get("step_fn")),
+            "calls": int(stepped.get("ran") or 0),
+            "stoppedBy": str(stepped.get("stopped") or "end"),
+        }
     for field in ("process", "processes"):  # a member of a multi-host group says which one it is
         if report.get(field) is not None:
             summary[field] = int(report[field])
