@@ -140,6 +140,11 @@ BAD = [
      "spec.warmup.workloads[0].budget"),
     ("budget under a second", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "budget": "500ms"}]),
      "spec.warmup.workloads[0].budget"),
+    ("steps auto on several hosts", _with("warmup", {"image": "i", "pools": [{"name": "p"}],
+     "topologies": [{"hosts": 2}], "workloads": [{"name": "w", "script": "/t.py", "steps": "auto"}]}),
+     "spec.warmup.workloads[0].steps"),
+    ("budget past the deadline", _with("warmup", {"image": "i", "pools": [{"name": "p"}], "activeDeadlineSeconds": 600,
+     "workloads": [{"name": "w", "script": "/t.py", "budget": "5m"}]}), "spec.warmup.workloads[0].budget"),
     ("stepFn not a name", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "steps": 1, "stepFn": "a.b"}]),
      "spec.warmup.workloads[0].stepFn"),
     *[(f"cron {text}", _with("schedule", text), "spec.schedule")

@@ -417,6 +417,9 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
     service_account = _optional_subdomain(warmup.get("serviceAccountName"), "spec.warmup.serviceAccountName")
     if service_account is None and gcs is not None:
         service_account = gcs.service_account_name
+    topologies = _topologies(warmup.get("topologies"))
+    deadline = _int(warmup.get("activeDeadlineSeconds", 7200), "spec.warmup.activeDeadlineSeconds", minimum=1)
+    _check_budgets(workloads, topologies, deadline)
     return Warmup(
         image=image.strip(),
         image_pull_policy=pull_policy,
@@ -427,17 +430,32 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
         discover=discover,
         resources=resources,
         backoff_limit=_int(warmup.get("backoffLimit", 2), "spec.warmup.backoffLimit", minimum=0),
-        active_deadline_seconds=_int(
-            warmup.get("activeDeadlineSeconds", 7200), "spec.warmup.activeDeadlineSeconds", minimum=1
-        ),
+        active_deadline_seconds=deadline,
         ttl_seconds_after_finished=_int(
             warmup.get("ttlSecondsAfterFinished", 86400), "spec.warmup.ttlSecondsAfterFinished", minimum=0
         ),
         jobs=_int(warmup.get("jobs", 1), "spec.warmup.jobs", minimum=1),
         verify=_bool(warmup.get("verify", True), "spec.warmup.verify"),
         jax=jax,
-        topologies=_topologies(warmup.get("topologies")),
+        topologies=topologies,
     )
+
+
+def _check_budgets(workloads: Sequence[Workload], topologies: Sequence[Topology], deadline: int) -> None:
+    """``steps: auto`` only where it can work: on one host, within the Job's deadline."""
+    for index, workload in enumerate(workloads):
+        if workload.steps == STEPS_AUTO and any(topology.hosts > 1 for topology in topologies):
+            # Each process would stop on its own clock, at its own step, and the others would wait for it.
+            raise SpecError(
+                f"spec.warmup.workloads[{index}].steps",
+                "auto stops by time, which the processes of a multi-host warm-up cannot agree on: give a count",
+            )
+        # The warm run's budget plus verify's rerun, at least, must fit the Job's activeDeadlineSeconds.
+        if workload.budget_seconds is not None and 2 * workload.budget_seconds >= deadline:
+            raise SpecError(
+                f"spec.warmup.workloads[{index}].budget",
+                f"the warm-up and its verify need twice the budget; warmup.activeDeadlineSeconds is {deadline}",
+            )
 
 
 def _topologies(raw: Any) -> tuple[Topology, ...]:
