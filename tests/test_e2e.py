@@ -384,6 +384,37 @@ def small_cache(name: str, **spec: Any) -> dict[str, Any]:
     return cache
 
 
+def test_an_example_with_an_epoch_end_evaluation_hits_everything_with_the_default_settings(local: Setup) -> None:
+    """Issue 20 item 5: a script workload with no ``steps`` runs whole epochs (``--steps auto``).
+
+    ``examples/train_flax.py`` evaluates at the end of every 5-step epoch with a program of its own
+    (``eval_step``), which ``steps: 2`` never reached. Trained for two epochs, it hits every compile.
+    """
+    client = local.cluster.client
+    cache = small_cache("epochs")
+    workload = {"name": "train", "script": "examples/train_flax.py", "args": ["--steps", "10"]}
+    cache["spec"]["warmup"]["workloads"] = [workload]
+    cache["spec"]["warmup"]["jax"] = {"xlaFlags": "--xla_force_host_platform_device_count=4"}  # 4 CPU devices
+    client.create(CC, cache, NS)
+    status = wait_phase(local, "epochs", ("Ready", "Failed", "Degraded"), timeout=180)
+    assert status["phase"] == "Ready", status
+    [pool] = status["pools"]
+    assert [(item["calls"], item["stoppedBy"]) for item in pool["steps"]] == [(10, "end")], pool
+
+    training = example("training-job.yaml")
+    training["metadata"]["name"] = "epochs-train"
+    training["spec"]["template"]["metadata"]["labels"] = {"compilecache.dev/cache": "epochs", "app": "epochs"}
+    container = training["spec"]["template"]["spec"]["containers"][0]
+    container["command"] = ["python", "examples/train_flax.py", "--steps", "10", "--json"]
+    client.create(JOBS, training, NS)
+    done = wait_pod(local, "epochs-train", lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+    log = local.cluster.logs(NS, done["metadata"]["name"], "train")
+    assert done["status"]["phase"] == "Succeeded", log[-3000:]
+    result = training_result(log)
+    assert result["evaluations"] == 2 and result["devices"] == 4, result
+    assert result["requests"] >= 3 and result["hits"] == result["requests"], result  # eval_step included
+
+
 def test_a_failing_warm_up_command_fails_the_cache(local: Setup) -> None:
     cache = small_cache("broken-warm")
     cache["spec"]["warmup"]["workloads"][0]["entrypoint"] = "examples.workloads.transformer:no_such_targets"
@@ -521,6 +552,8 @@ def test_multihost_example_warms_every_process_and_each_training_process_hits(lo
     [pool] = status["pools"]
     assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 2, "Succeeded"), pool
     assert pool["verifyHits"] == pool["verifyRequests"] > 0, pool
+    # How far the script ran, from the pods' own reports (its `steps: 2`).
+    assert [(item["calls"], item["stoppedBy"]) for item in pool["steps"]] == [(2, "steps")], pool
 
     [job] = finished_jobs(local, f"compilecache.dev/cache={name}")
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2

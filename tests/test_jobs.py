@@ -90,7 +90,8 @@ def test_scripts_run_in_order_before_entrypoints():
     ]
     pod = _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]
     init = pod["initContainers"][0]["command"]
-    assert init[-5:] == ["--script", "/app/train_compile.py", "--", "--steps", "1"]
+    # Without steps a script runs whole epochs within the default budget (--steps auto).
+    assert init[-7:] == ["--script", "/app/train_compile.py", "--steps", "auto", "--", "--steps", "1"]
     assert pod["containers"][0]["command"][-2:] == ["--workload", "m:f"]
     assert {"name": "MODEL_LAYERS", "value": "24"} in pod["containers"][0]["env"]
 
@@ -110,6 +111,22 @@ def test_exact_mode_runs_the_script_with_its_step_count_and_keeps_other_job_name
     assert set(material) == {"name", "entrypoint", "script", "args", "env"}
     stepped = [j["metadata"]["name"] for j in _jobs(cache(warmup=warmup))]
     assert stepped != [j["metadata"]["name"] for j in _jobs(cache(warmup=warmup | {"workloads": [plain]}))]
+
+
+def test_steps_auto_passes_its_step_fn_and_budget_and_a_group_runs_to_the_end():
+    warmup = cache_spec()["warmup"]
+    workload = {"name": "train", "script": "/app/train.py", "stepFn": "_train_step", "budget": "1m30s"}
+    warmup["workloads"] = [workload]
+    [command] = [c["command"] for c in _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]["containers"]]
+    flags = ["--steps", "auto", "--step-fn", "_train_step", "--budget", "90"]
+    assert command[-9:] == ["--script", "/app/train.py", *flags, "--"]
+    # The budget is part of what the Job compiles: a new budget is a new Job.
+    shorter = warmup | {"workloads": [workload | {"budget": "1m"}]}
+    assert _jobs(cache(warmup=warmup))[0]["metadata"]["name"] != _jobs(cache(warmup=shorter))[0]["metadata"]["name"]
+    spec = parse_spec({**cache_spec(), "warmup": warmup})
+    # Processes of a group cannot agree on a clock: without steps, a group's script runs to its end.
+    assert "--steps" not in jobs._warm_command(spec, list(spec.warmup.workloads), hosts=2)
+    assert jobs._warm_command(spec, list(spec.warmup.workloads))[-7:-1] == flags
 
 
 def test_gcs_job_has_no_volume_but_the_url_and_service_account():

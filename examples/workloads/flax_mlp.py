@@ -3,8 +3,9 @@
 The real-style example of the warmer (README "The warmer"): ``examples/train_flax.py``
 is its training entrypoint, and it is warmed two ways:
 
-- exact mode (recommended): ``compilecache warm --script examples/train_flax.py --steps 2``
-  runs the real entrypoint and stops it after two calls of ``train_step``;
+- exact mode (recommended): ``compilecache warm --script examples/train_flax.py --steps auto``
+  runs the real entrypoint through its epochs (its first evaluation included) for a time
+  budget after the first step, then stops it at a step boundary;
 - AOT mode (fast): ``compilecache warm --workload examples.workloads.flax_mlp:targets``
   compiles :func:`targets` — the same functions, built by the same code, from
   abstract arguments made with :func:`compilecache.abstract` (which keeps the
@@ -109,6 +110,17 @@ def train_step(state: TrainState, x: jax.Array, y: jax.Array) -> tuple[TrainStat
 def make_train_step(donate: bool = True) -> Any:
     """``train_step`` jitted as training jits it: the state donated (updated in place)."""
     return jax.jit(train_step, donate_argnums=(0,) if donate else ())
+
+
+def eval_step(state: TrainState, x: jax.Array, y: jax.Array) -> jax.Array:
+    """The loss on a held-out batch, without a gradient: a program of its own, run at epoch end."""
+    logits = state.apply_fn({"params": state.params}, x)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def make_eval_step() -> Any:
+    """``eval_step`` jitted as training jits it (nothing donated: training goes on with the state)."""
+    return jax.jit(eval_step)
 
 
 def make_batch(config: Config, mesh: Mesh, step: int) -> tuple[jax.Array, jax.Array]:

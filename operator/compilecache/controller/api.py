@@ -41,6 +41,8 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _PYTHON_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _ENTRYPOINT = re.compile(rf"^{_PYTHON_PATH}:{_PYTHON_PATH}$")  # the CRD's pattern: module:attr.path
+# `steps: auto`: whole epochs within a time budget (`compilecache warm --steps auto`).
+STEPS_AUTO = "auto"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MOUNT_PATH = re.compile(r"^(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+$")  # the CRD's pattern
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
@@ -111,8 +113,9 @@ class Workload:
     args: tuple[str, ...]
     env: tuple[Mapping[str, Any], ...]
     pools: tuple[str, ...]  # empty: every pool
-    steps: int | None = None  # exact mode: stop the script after this many step calls
+    steps: int | str | None = None  # exact mode: stop the script after this many step calls, or "auto"
     step_fn: str | None = None  # the jitted function steps counts (None: the warmer's default)
+    budget_seconds: float | None = None  # steps "auto": seconds after the first step (None: the warmer's)
 
 
 @dataclass(frozen=True)
@@ -414,6 +417,9 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
     service_account = _optional_subdomain(warmup.get("serviceAccountName"), "spec.warmup.serviceAccountName")
     if service_account is None and gcs is not None:
         service_account = gcs.service_account_name
+    topologies = _topologies(warmup.get("topologies"))
+    deadline = _int(warmup.get("activeDeadlineSeconds", 7200), "spec.warmup.activeDeadlineSeconds", minimum=1)
+    _check_budgets(workloads, topologies, deadline)
     return Warmup(
         image=image.strip(),
         image_pull_policy=pull_policy,
@@ -424,17 +430,32 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
         discover=discover,
         resources=resources,
         backoff_limit=_int(warmup.get("backoffLimit", 2), "spec.warmup.backoffLimit", minimum=0),
-        active_deadline_seconds=_int(
-            warmup.get("activeDeadlineSeconds", 7200), "spec.warmup.activeDeadlineSeconds", minimum=1
-        ),
+        active_deadline_seconds=deadline,
         ttl_seconds_after_finished=_int(
             warmup.get("ttlSecondsAfterFinished", 86400), "spec.warmup.ttlSecondsAfterFinished", minimum=0
         ),
         jobs=_int(warmup.get("jobs", 1), "spec.warmup.jobs", minimum=1),
         verify=_bool(warmup.get("verify", True), "spec.warmup.verify"),
         jax=jax,
-        topologies=_topologies(warmup.get("topologies")),
+        topologies=topologies,
     )
+
+
+def _check_budgets(workloads: Sequence[Workload], topologies: Sequence[Topology], deadline: int) -> None:
+    """``steps: auto`` only where it can work: on one host, within the Job's deadline."""
+    for index, workload in enumerate(workloads):
+        if workload.steps == STEPS_AUTO and any(topology.hosts > 1 for topology in topologies):
+            # Each process would stop on its own clock, at its own step, and the others would wait for it.
+            raise SpecError(
+                f"spec.warmup.workloads[{index}].steps",
+                "auto stops by time, which the processes of a multi-host warm-up cannot agree on: give a count",
+            )
+        # The warm run's budget plus verify's rerun, at least, must fit the Job's activeDeadlineSeconds.
+        if workload.budget_seconds is not None and 2 * workload.budget_seconds >= deadline:
+            raise SpecError(
+                f"spec.warmup.workloads[{index}].budget",
+                f"the warm-up and its verify need twice the budget; warmup.activeDeadlineSeconds is {deadline}",
+            )
 
 
 def _topologies(raw: Any) -> tuple[Topology, ...]:
@@ -498,16 +519,35 @@ def _workload(raw: Any, path: str) -> Workload:
             )
     pools = tuple(_strings(workload.get("pools", []), f"{path}.pools"))
     steps = workload.get("steps")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000):
-        raise SpecError(f"{path}.steps", f"must be a whole number from 1 to 100000, got {steps!r}")
+    if steps is not None and steps != STEPS_AUTO and not _whole(steps, 1, 100_000):
+        raise SpecError(f"{path}.steps", f"must be a whole number from 1 to 100000 or {STEPS_AUTO}, got {steps!r}")
     if steps is not None and script is None:
         raise SpecError(f"{path}.steps", "the exact mode runs a script; an entrypoint's targets are compiled ahead")
     step_fn = _optional_str(workload.get("stepFn"), f"{path}.stepFn")
-    if step_fn is not None and (steps is None or not _IDENTIFIER.match(step_fn)):
-        raise SpecError(f"{path}.stepFn", f"names a Python function (with steps), got {step_fn!r}")
+    if step_fn is not None and (script is None or not _IDENTIFIER.match(step_fn)):
+        raise SpecError(f"{path}.stepFn", f"names a Python function (with script), got {step_fn!r}")
+    budget = workload.get("budget")
+    if budget is not None and (script is None or steps not in (None, STEPS_AUTO)):
+        raise SpecError(f"{path}.budget", f"bounds steps: {STEPS_AUTO} (the default for a script), not a step count")
+    budget_seconds = None if budget is None else _convert(units.parse_duration, budget, f"{path}.budget")
+    if budget_seconds is not None and not budget_seconds >= 1:
+        raise SpecError(f"{path}.budget", f"must be at least 1s, got {budget!r}")
     return Workload(
-        name=name, entrypoint=entrypoint, script=script, args=args, env=env, pools=pools, steps=steps, step_fn=step_fn
+        name=name,
+        entrypoint=entrypoint,
+        script=script,
+        args=args,
+        env=env,
+        pools=pools,
+        steps=steps,
+        step_fn=step_fn,
+        budget_seconds=budget_seconds,
     )
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    """An int (not a bool) from ``low`` to ``high``."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _pool(raw: Any, path: str) -> PoolSpec:

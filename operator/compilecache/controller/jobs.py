@@ -16,7 +16,7 @@ from typing import Any
 
 from compilecache.cache.cacheenv import GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES, jax_cache_env
 from compilecache.controller import api
-from compilecache.controller.api import SINGLE_HOST, CacheSpec, Topology, Workload
+from compilecache.controller.api import SINGLE_HOST, STEPS_AUTO, CacheSpec, Topology, Workload
 from compilecache.controller.pools import Pool
 
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
@@ -221,7 +221,7 @@ def warmup_job(
     # the other (init containers run in order); entrypoints share one invocation.
     scripts = [w for w in pool.workloads if w.script is not None]
     entrypoints = [w for w in pool.workloads if w.entrypoint is not None]
-    commands = [_warm_command(spec, [w]) for w in scripts]
+    commands = [_warm_command(spec, [w], topology.hosts) for w in scripts]
     if entrypoints:
         commands.append(_warm_command(spec, entrypoints))
     *init_commands, main_command = commands
@@ -363,16 +363,30 @@ def claim(cache: Mapping[str, Any], spec: CacheSpec) -> dict[str, Any] | None:
     return body
 
 
-def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
+def _steps_flags(workload: Workload, hosts: int) -> list[str]:
+    """How far a script runs: its ``steps``, else whole epochs within a budget (``--steps auto``).
+
+    A multi-host group stops at a count only (its processes cannot agree on a clock), so there a
+    script without ``steps`` runs to its end, as before ``auto`` existed.
+    """
+    steps = workload.steps if workload.steps is not None else (STEPS_AUTO if hosts == 1 else None)
+    if steps is None:
+        return []
+    flags = ["--steps", str(steps)]
+    flags += ["--step-fn", workload.step_fn] if workload.step_fn else []
+    if steps == STEPS_AUTO and workload.budget_seconds is not None:
+        flags += ["--budget", f"{workload.budget_seconds:g}"]
+    return flags
+
+
+def _warm_command(spec: CacheSpec, workloads: list[Workload], hosts: int = 1) -> list[str]:
     command = ["compilecache", "warm", "--cache-dir", spec.cache_dir]
     command += ["--jobs", str(spec.warmup.jobs), "--verify" if spec.warmup.verify else "--no-verify"]
     command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
     for workload in workloads:
         if workload.script is not None:
             command += ["--script", workload.script]
-            if workload.steps is not None:  # the exact mode: stop the real script after its first steps
-                command += ["--steps", str(workload.steps)]
-                command += ["--step-fn", workload.step_fn] if workload.step_fn else []
+            command += _steps_flags(workload, hosts)
             command += ["--", *workload.args]
         else:
             command += ["--workload", str(workload.entrypoint)]
@@ -418,6 +432,7 @@ def _workload_material(workload: Workload) -> dict[str, Any]:
         # Only when set: a cache without them keeps its Job names across this upgrade.
         **({"steps": workload.steps} if workload.steps is not None else {}),
         **({"stepFn": workload.step_fn} if workload.step_fn is not None else {}),
+        **({"budget": workload.budget_seconds} if workload.budget_seconds is not None else {}),
     }
 
 

@@ -41,7 +41,16 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 # What a warm-up pod's `compilecache warm --termination-log` writes (jobtools/warm.py: termination_summary).
 WARM_SCHEMA = "compilecache.dev/warm/v1"
-REPORT_FIELDS = ("entries", "bytes", "compileSeconds", "verifyHits", "verifyRequests", "targets", "targetsOmitted")
+REPORT_FIELDS = (
+    "entries",
+    "bytes",
+    "compileSeconds",
+    "verifyHits",
+    "verifyRequests",
+    "targets",
+    "targetsOmitted",
+    "steps",
+)
 STATUS_TARGETS_MAX = 32  # per-target detail kept in status.pools[].targets (the CRD's maxItems)
 
 # Condition types.
@@ -276,12 +285,39 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             for target in targets[:STATUS_TARGETS_MAX]
         ],
     }
+    steps = [summary["steps"] for summary in first if isinstance(summary.get("steps"), dict)]
+    if steps:
+        report["steps"] = [script_steps(item) for item in steps[:STATUS_TARGETS_MAX]]
     if verified:
         report["verifyHits"] = sum(_int(verify.get("hits")) for verify in verified)
         report["verifyRequests"] = sum(_int(verify.get("requests")) for verify in verified)
     if omitted:
         report["targetsOmitted"] = omitted
     return report
+
+
+def script_steps(steps: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``status.pools[].steps`` item: how far a script's warm-up ran, and what that leaves out.
+
+    ``stoppedBy``: ``steps`` (its count), ``budget`` (``steps: auto`` ran out of time: what training
+    compiles later, a later evaluation, is not cached) or ``end`` (the script ended by itself:
+    everything it compiles is cached).
+    """
+    stopped = str(steps.get("stoppedBy") or "end")
+    calls, step_fn = _int(steps.get("calls")), str(steps.get("stepFn") or "train_step")[:128]
+    said = {
+        "steps": f"stopped after {calls} calls of {step_fn} (steps): what training compiles later is not cached "
+        "(steps: auto runs whole epochs on one host)",
+        "budget": f"stopped after {calls} calls of {step_fn}: the budget ran out; programs training compiles "
+        "later are not cached (raise budget)",
+        "end": f"the script ended by itself after {calls} calls of {step_fn}: everything it compiles is cached",
+    }
+    return {
+        "script": str(steps.get("script") or "")[:253],
+        "calls": calls,
+        "stoppedBy": stopped if stopped in said else "end",
+        "message": said.get(stopped, said["end"]),
+    }
 
 
 def needs_report(job: Mapping[str, Any], pools: Sequence[Mapping[str, Any]]) -> bool:

@@ -15,6 +15,16 @@ steps needed has then happened, and JAX writes each entry right after
 compiling it, before running it — so nothing is lost by stopping; the parent
 checks and publishes the staged entries only after this process has exited.
 
+Whole epochs without counting (``"steps": "auto"``, the operator's default for a script): once
+the step function's first call has returned (its own compile, minutes on a GPU, is never cut),
+the entrypoint runs on until it ends by itself or until ``"budget"`` seconds have passed since,
+then stops at the next step-call boundary as above. Whatever the script compiles in that window
+(an epoch-end evaluation, a metrics gather every k steps) is cached without anyone counting calls.
+Verify reruns it with ``"until_requests"`` (the warm-up's compile requests) and ``"max_calls"``
+(the warm-up's calls, when the budget stopped it): it stops at the first boundary at which it
+has asked for everything the warm-up compiled, not after a second full budget. The decision is
+the pure :func:`stop_reason`.
+
 No silent success: with ``"steps"`` the run fails (exit 2, one line in the result's
 ``"error"``) when the entrypoint ends before the N-th call (how many of N happened), or when
 the step function is not called within ``"step_deadline"`` seconds of the start (naming it and
@@ -45,6 +55,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,22 +67,88 @@ WARMUP_ENV = "COMPILECACHE_WARMUP"
 # enough for data loading, initialisation and a checkpoint restore before the first step (the
 # step's own compile runs inside its call and is not counted); a wrong --step-fn costs this much.
 DEFAULT_STEP_DEADLINE = 600.0
+# `--steps auto`: run whole epochs, bounded by a time budget instead of a step count.
+AUTO = "auto"
+# Seconds the auto mode runs after the first step returned. The shipped examples reach their first
+# evaluation within a few seconds on a CPU; a real epoch may need more (`--budget`, workload `budget`).
+DEFAULT_BUDGET = 120.0
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a warm-up's run of the entrypoint stops, at a step-call boundary.
+
+    ``steps``: after this many calls (the exact count, ``--steps N``); ``budget``: once this many
+    seconds have passed since the first call returned; ``max_calls``: never after more calls than
+    this; ``until_requests``: once the run has asked the cache for this many compiles. Unset
+    fields never stop it; with none set the entrypoint runs to its end.
+    """
+
+    steps: int | None = None
+    budget: float | None = None
+    max_calls: int | None = None
+    until_requests: int | None = None
+
+    @classmethod
+    def from_request(cls, request: Mapping[str, Any]) -> StopRule | None:
+        """The rule of a scriptrun request; ``None`` when it counts no steps at all."""
+        steps = request.get("steps")
+        if not steps:
+            return None
+        if steps == AUTO:
+
+            def number(key: str, kind: Callable[[Any], Any]) -> Any:
+                return None if request.get(key) is None else kind(request[key])
+
+            return cls(
+                budget=number("budget", float),
+                max_calls=number("max_calls", int),
+                until_requests=number("until_requests", int),
+            )
+        return cls(steps=int(steps))
+
+    @property
+    def auto(self) -> bool:
+        """Whole epochs: the entrypoint may end by itself after its first step."""
+        return self.steps is None
+
+
+def stop_reason(rule: StopRule, calls: int, since_first: float, requests: int) -> str | None:
+    """Why the run stops after its ``calls``-th step call, or ``None`` to go on.
+
+    ``since_first``: seconds since the first call returned; ``requests``: compiles asked so far.
+    """
+    if rule.steps is not None and calls >= rule.steps:
+        return "steps"
+    if rule.until_requests is not None and requests >= rule.until_requests:
+        return "requests"
+    if rule.max_calls is not None and calls >= rule.max_calls:
+        return "calls"
+    if rule.budget is not None and since_first >= rule.budget:
+        return "budget"
+    return None
 
 
 class StopWarm(SystemExit):
-    """Raised inside the training loop after its N-th step: the warm-up has what it needs."""
+    """Raised inside the training loop at a step boundary: the warm-up has what it needs."""
 
-    def __init__(self, steps: int, step_fn: str) -> None:
+    def __init__(self, reason: str, step_fn: str) -> None:
         super().__init__(0)
-        self.steps, self.step_fn = steps, step_fn
+        self.reason, self.step_fn = reason, step_fn
 
 
 class StepCounter:
-    """Counts calls of jitted functions named ``step_fn``; stops the process after ``steps``."""
+    """Counts calls of jitted functions named ``step_fn``; stops the process by its :class:`StopRule`."""
 
-    def __init__(self, steps: int, step_fn: str) -> None:
-        self.steps, self.step_fn, self.calls, self.wrapped = steps, step_fn, 0, 0
+    def __init__(
+        self, rule: StopRule, step_fn: str, requests: Callable[[], int] = lambda: 0, requested: Any = None
+    ) -> None:
+        self.rule, self.step_fn, self.calls, self.wrapped = rule, step_fn, 0, 0
+        self.requested = requested  # the `steps` the request spelled (N or "auto"), for messages
+        self.requests = requests  # compile requests so far (the run's cache events)
         self.started = 0  # calls entered: the deadline is for the first call to begin
+        self.first_done: float | None = None  # when the first call's result was ready
+        self.stopped: str | None = None  # stop_reason's answer, once it stopped the run
         self.seen: list[str] = []  # names of every function given to jax.jit, first seen first
 
     def install(self) -> None:
@@ -102,21 +179,29 @@ class StepCounter:
     def stepped(self) -> dict[str, Any]:
         """What the result reports of the step counting (read by :func:`step_failure`)."""
         return {
-            "steps": self.steps,
+            "steps": self.rule.steps if self.requested is None else self.requested,
             "step_fn": self.step_fn,
             "ran": self.calls,
             "jitted": self.wrapped,
             "seen": list(self.seen),
+            "stopped": self.stopped,  # None: the entrypoint ended by itself
+            "seconds": None if self.first_done is None else round(time.monotonic() - self.first_done, 3),
         }
 
     def after_call(self, result: Any) -> None:
-        """One step ran; at the N-th, wait for its result and stop the entrypoint."""
-        self.calls += 1
-        if self.calls >= self.steps:
-            import jax
+        """One step ran; when the rule says so, wait for its result and stop the entrypoint."""
+        import jax
 
+        self.calls += 1
+        if self.first_done is None:
+            # The budget counts from a finished first step: its compile and first run are never cut.
             jax.block_until_ready(result)
-            raise StopWarm(self.steps, self.step_fn)
+            self.first_done = time.monotonic()
+        reason = stop_reason(self.rule, self.calls, time.monotonic() - self.first_done, self.requests())
+        if reason is not None:
+            jax.block_until_ready(result)
+            self.stopped = reason
+            raise StopWarm(reason, self.step_fn)
 
 
 def _function_name(fun: Any) -> str | None:
@@ -156,9 +241,13 @@ def main(argv: Sequence[str]) -> int:
     request: dict[str, Any] = json.loads(Path(argv[0]).read_text())
     result_path, entry, entry_args = argv[1], argv[2], list(argv[3:])
     shown = str(request.get("shown") or entry)  # the entrypoint as the user spelled it
-    steps = request.get("steps")
-    counter = StepCounter(int(steps), str(request.get("step_fn") or "train_step")) if steps else None
     run = TargetRun(workload=f"script:{shown}", name=Path(shown).name if _is_path(shown) else shown)
+    rule = StopRule.from_request(request)
+    counter = (
+        StepCounter(rule, str(request.get("step_fn") or "train_step"), lambda: run.requests, request.get("steps"))
+        if rule is not None
+        else None
+    )
     code = 0
     error = None
     sys.argv = [entry, *entry_args]
@@ -209,8 +298,9 @@ def main(argv: Sequence[str]) -> int:
         watch.cancel()  # the entrypoint is over: its own outcome is the result
     run.compile_seconds = time.perf_counter() - start
     stepped = counter.stepped() if counter is not None else None
-    if code == 0 and not stopped and stepped is not None:
+    if code == 0 and not stopped and stepped is not None and (rule is None or not rule.auto or not stepped["ran"]):
         # The entrypoint ended (returned or exited 0) before its N-th step: not what training runs.
+        # Whole epochs (auto) may end by themselves, but only after the step ran at least once.
         error, code = step_failure(stepped), 2
     if code == 0 and run.requests == 0:
         error, code = f"script {shown} ended without compiling anything through the cache: nothing to publish", 2

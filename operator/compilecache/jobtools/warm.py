@@ -52,6 +52,7 @@ from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
 from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
+from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
 from compilecache.jobtools.workload import parse_spec
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ _ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 _ENV_STEPS = "COMPILECACHE_WARM_STEPS"
 _ENV_STEP_FN = "COMPILECACHE_STEP_FN"
 _ENV_STEP_DEADLINE = "COMPILECACHE_STEP_DEADLINE"
+_ENV_BUDGET = "COMPILECACHE_WARM_BUDGET"
 # A group compiles in every process (see _compile).
 _ENV_SHARE_BINARY = "JAX_SHARE_BINARY_BETWEEN_HOSTS"
 
@@ -90,10 +92,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--steps",
-        type=int,
+        type=_steps_value,
         default=None,
-        metavar="N",
-        help=f"exact mode: stop --script after N calls of its jitted step function (default: ${_ENV_STEPS})",
+        metavar="N|auto",
+        help=f"exact mode: stop --script after N calls of its jitted step function; auto: run whole epochs, "
+        f"stopping at a step boundary once --budget seconds passed after the first step (default: ${_ENV_STEPS})",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"--steps auto: seconds the script runs on after its first step returned "
+        f"(default: ${_ENV_BUDGET} or {DEFAULT_BUDGET:g})",
     )
     parser.add_argument(
         "--step-fn",
@@ -196,6 +207,10 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     _exact_mode_from_env(args, base_env)
     _check_args(args, script_args)
     group = args.group = group_from(args.num_processes, args.process_id, args.coordinator, base_env)
+    if group is not None and args.steps == AUTO:
+        # Each process would stop at its own step when its own clock runs out, and the others
+        # would wait in the step's collectives for it forever: a group stops at a count.
+        raise WarmError("--steps auto stops by time, which the processes of a group cannot agree on: give --steps N")
     if group is None:
         return _warm(args, script_args, base_env, None, None)
     from compilecache.jobtools.multihost import Coordination, GroupFailed
@@ -364,6 +379,14 @@ def _warm(
         except WarmError as failed:
             error = str(failed)
     report = build_report(manifest, manifest_path, error)
+    stepped = getattr(args, "script_stepped", None)
+    if stepped:  # how far the entrypoint ran: the pool's status tells the user (status.pools[].steps)
+        report["stepped"] = {
+            "script": args.script,
+            "step_fn": stepped["step_fn"],
+            "ran": stepped["ran"],
+            "stopped": stepped.get("stopped") or "end",
+        }
     _print_summary(report)
     if error:
         failure = VerifyError(error)
@@ -497,10 +520,26 @@ def _compile_workloads(
     return runs, environment_facts()
 
 
-def _script_request(args: argparse.Namespace, group: Group | None = None) -> dict[str, Any]:
-    """What scriptrun needs besides the entrypoint: the exact mode's step count, if any, and the
-    group size the entrypoint must join."""
+def _script_request(
+    args: argparse.Namespace, group: Group | None = None, warmed: tuple[Mapping[str, Any], int] | None = None
+) -> dict[str, Any]:
+    """What scriptrun needs besides the entrypoint: the exact mode's step count or budget, if any,
+    and the group size the entrypoint must join.
+
+    ``warmed``: verify's rerun of an auto-mode warm-up, with the warm run's ``stepped`` and its
+    compile requests. It stops once it asked for as many compiles (all hits, when sound), and never
+    after more step calls than the warm-up made when the budget stopped that one: a second full
+    budget would prove nothing more.
+    """
     request: dict[str, Any] = {"steps": args.steps, "step_fn": args.step_fn} if args.steps else {}
+    if args.steps == AUTO:
+        if warmed is None:
+            request["budget"] = args.budget if args.budget is not None else DEFAULT_BUDGET
+        else:
+            stepped, requests = warmed
+            request["until_requests"] = requests
+            if stepped.get("stopped"):
+                request["max_calls"] = int(stepped["ran"])
     if args.steps and args.step_deadline:
         request["step_deadline"] = args.step_deadline
     if group is not None:
@@ -534,9 +573,23 @@ def _run_script(
     if result.get("write_errors"):
         raise WriteFailed(env[CACHE_DIR], result["write_errors"], runs)
     stepped = result.get("stepped")
+    args.script_stepped = stepped  # verify's rerun of an auto-mode run stops where this one did
     if stepped:  # scriptrun fails a run that ended before its N-th step: here it reached them
-        print(f"  stopped {script} after {stepped['ran']} calls of {stepped['step_fn']} (--steps)")
+        print(f"  {stepped_line(script, stepped)}")
     return runs, result.get("facts") or {}
+
+
+def stepped_line(script: str, stepped: Mapping[str, Any]) -> str:
+    """How the entrypoint's run ended, for the log: after how many step calls, and why."""
+    calls = f"{stepped['ran']} calls of {stepped['step_fn']}"
+    why = {
+        "steps": f"stopped {script} after {calls} (--steps)",
+        "budget": f"stopped {script} after {calls}: its budget ran out {stepped.get('seconds')}s after the first "
+        "step (--steps auto --budget); a longer budget caches what training compiles later",
+        "requests": f"stopped {script} after {calls}: it had asked for every compile the warm-up made",
+        "calls": f"stopped {script} after {calls}, as many as the warm-up made",
+    }
+    return why.get(str(stepped.get("stopped")), f"{script} ended by itself after {calls} (--steps auto)")
 
 
 def _verify(
@@ -579,10 +632,18 @@ def _verify(
 
             script_env_ = {**env, **verify_script_env(group)}
         # The same entrypoint, the same arguments, stopped at the same step: it must hit every compile.
-        code, result, _ = run_entrypoint(_script_request(args, group), script_env_, args.script, script_args, timeout)
+        warmed = None
+        if args.steps == AUTO:
+            requests = sum(run.requests for run in runs if run.workload == f"script:{args.script}")
+            warmed = (getattr(args, "script_stepped", None) or {}, requests)
+        request = _script_request(args, group, warmed)
+        code, result, _ = run_entrypoint(request, script_env_, args.script, script_args, timeout)
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
         fresh += [run_from_dict(run) for run in result["runs"]]
+        script_stepped = result.get("stepped")
+    else:
+        script_stepped = None
     problems = miss_messages(list(runs), fresh)
     summary = {
         "ok": not problems,
@@ -593,6 +654,8 @@ def _verify(
         # Targets checked against nothing from training: their hit proves only self-consistency.
         "self_consistency_only": self_consistency_only(fresh),
     }
+    if script_stepped:
+        summary["script_steps"] = script_stepped["ran"]  # how far verify's rerun went
     return summary, problems
 
 
@@ -620,8 +683,10 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         if args.script.endswith(".py") or "/" in args.script:
             raise WarmError(f"script {args.script} does not exist")
         parse_spec(args.script)  # MODULE:FUNC, or a one-line error
-    if args.steps is not None and (args.steps < 1 or not args.script):
-        raise WarmError("--steps N needs --script and N of at least 1")
+    if args.steps is not None and (not args.script or (args.steps != AUTO and args.steps < 1)):
+        raise WarmError("--steps N needs --script and N of at least 1 (or auto)")
+    if args.budget is not None and (args.steps != AUTO or not args.budget > 0):
+        raise WarmError(f"--budget needs --steps auto and a positive number of seconds, got {args.budget}")
     if args.step_deadline is not None and not args.step_deadline > 0:
         raise WarmError(f"--step-deadline must be a positive number of seconds, got {args.step_deadline}")
 
@@ -631,9 +696,14 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
     args.step_fn = args.step_fn or env.get(_ENV_STEP_FN) or "train_step"
     if args.steps is None and args.script and env.get(_ENV_STEPS):
         try:
-            args.steps = int(env[_ENV_STEPS])
+            args.steps = _steps_value(env[_ENV_STEPS])
         except ValueError as error:
-            raise WarmError(f"{_ENV_STEPS} must be a whole number, got {env[_ENV_STEPS]!r}") from error
+            raise WarmError(f"{_ENV_STEPS} must be a whole number or auto, got {env[_ENV_STEPS]!r}") from error
+    if args.budget is None and args.steps == AUTO and env.get(_ENV_BUDGET):
+        try:
+            args.budget = float(env[_ENV_BUDGET])
+        except ValueError as error:
+            raise WarmError(f"{_ENV_BUDGET} must be a number of seconds, got {env[_ENV_BUDGET]!r}") from error
     if args.step_deadline is None and env.get(_ENV_STEP_DEADLINE):
         try:
             args.step_deadline = float(env[_ENV_STEP_DEADLINE])
@@ -641,6 +711,11 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
             raise WarmError(
                 f"{_ENV_STEP_DEADLINE} must be a number of seconds, got {env[_ENV_STEP_DEADLINE]!r}"
             ) from error
+
+
+def _steps_value(text: str) -> int | str:
+    """``--steps``: a whole number, or ``auto`` (whole epochs within a time budget)."""
+    return AUTO if text.strip().lower() == AUTO else int(text)
 
 
 def _script_args(args: argparse.Namespace) -> list[str]:
@@ -748,6 +823,14 @@ def termination_summary(report: Mapping[str, Any]) -> str:
         "verify": None if verify is None else {"hits": verify.get("hits"), "requests": verify.get("requests")},
         "targets": targets,
     }
+    stepped = report.get("stepped")
+    if isinstance(stepped, Mapping):  # an entrypoint's run: how many step calls, and what stopped it
+        summary["steps"] = {
+            "script": str(stepped.get("script"))[: _ERROR_CHARS // 4],
+            "stepFn": str(stepped.get("step_fn")),
+            "calls": int(stepped.get("ran") or 0),
+            "stoppedBy": str(stepped.get("stopped") or "end"),
+        }
     for field in ("process", "processes"):  # a member of a multi-host group says which one it is
         if report.get(field) is not None:
             summary[field] = int(report[field])
