@@ -24,7 +24,9 @@ fails too: it has nothing to publish.
 
 Side effects stay here: the parent (:func:`run_entrypoint`) starts each run in a fresh scratch
 working directory under ``$TMPDIR``, removed afterwards, with ``COMPILECACHE_WARMUP=1`` in its
-environment; the caller's working directory stays importable.
+environment; the caller's working directory stays importable. A resumed run (the default of
+``compilecache warm``) is the one exception: it runs in its first run's directory, on purpose
+(:mod:`compilecache.jobtools.resume`).
 
 One process of a multi-host warm-up (``"processes": N`` in the request): the entrypoint joins
 its group itself (``jax.distributed.initialize`` from the environment the warmer gives it:
@@ -48,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compilecache.jobtools.resume import RESUMED_SUFFIX
 from compilecache.jobtools.workload import parse_spec
 
 # What a script tests to skip checkpoint saves, uploads and other side effects during a warm-up.
@@ -159,6 +162,8 @@ def main(argv: Sequence[str]) -> int:
     steps = request.get("steps")
     counter = StepCounter(int(steps), str(request.get("step_fn") or "train_step")) if steps else None
     run = TargetRun(workload=f"script:{shown}", name=Path(shown).name if _is_path(shown) else shown)
+    if request.get("resumed"):  # the second run of a pair: its own target, matched by verify's second run
+        run.name += RESUMED_SUFFIX
     code = 0
     error = None
     sys.argv = [entry, *entry_args]
@@ -321,24 +326,36 @@ def run_entrypoint(
     entry: str,
     entry_args: Sequence[str],
     timeout: float | None = None,
+    resume_args: Sequence[str] | None = None,
 ) -> tuple[int, dict[str, Any], str]:
     """Run the entrypoint in a child (:func:`main`) in a fresh scratch working directory.
 
     The directory is made under ``$TMPDIR`` and removed afterwards, so what the script writes
     relative to its working directory (checkpoints, logs) is gone before the next run: verify's run
     never restores the warm run's checkpoint. ``COMPILECACHE_WARMUP=1`` lets the script skip its
-    uploads and saves. A path entry is made absolute first: it is found where the caller saw it.
+    uploads. A path entry is made absolute first: it is found where the caller saw it.
+
+    With ``resume_args`` (a list, possibly empty) a successful first run is followed by a resumed
+    one in the same directory (:mod:`compilecache.jobtools.resume`), with those arguments added.
     """
     from compilecache.jobtools.childproc import run_child
+    from compilecache.jobtools.resume import merge_results
 
     origin = os.getcwd()
     target = str(Path(entry).resolve()) if _is_path(entry) else entry
     with tempfile.TemporaryDirectory(prefix="compilecache-workdir-", ignore_cleanup_errors=True) as scratch:
         child_env = {**env, WARMUP_ENV: "1", "PWD": scratch}
         full = {**request, "shown": entry, "origin": origin}
-        return run_child(
+        first = run_child(
             "compilecache.jobtools.scriptrun", full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch
         )
+        if resume_args is None or first[0] != 0:
+            return first
+        # The same directory: the checkpoint the first run wrote at a relative path is restored.
+        again = {**full, "resumed": True}
+        argv = [target, *entry_args, *resume_args]
+        second = run_child("compilecache.jobtools.scriptrun", again, child_env, argv, timeout=timeout, cwd=scratch)
+        return merge_results(first, second)
 
 
 if __name__ == "__main__":

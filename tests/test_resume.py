@@ -1,0 +1,155 @@
+"""Issue 20 item 1: restarts hit. The exact mode also runs the entrypoint resumed from its own checkpoint.
+
+Fast tests drive the pure parts (:mod:`compilecache.jobtools.resume`, verify's pairing of runs).
+The slow ones warm ``examples/workloads/flax_resume.py`` (a Flax ``TrainState`` restored with
+``flax.serialization``: its ``step`` comes back strong-typed) through the CLI, then train in fresh
+processes with only the ``compilecache env`` settings and the trainer's own verdict: first a fresh
+start that writes its checkpoint, then a restart from it, as a requeued job does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache.cache.cacheenv import jax_cache_env, trainer_env
+from compilecache.cli import build_parser
+from compilecache.jobtools.compiler import TargetRun
+from compilecache.jobtools.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
+from compilecache.jobtools.verify import miss_messages
+from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli
+
+SCRIPT = REPO / "examples" / "workloads" / "flax_resume.py"
+
+# ---- fast: flags, environment, merging ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("enabled", "extra", "env", "expected"),
+    [
+        (None, [], {}, []),  # the default: a resumed run, no added arguments
+        (False, ["--restore"], {}, None),
+        (None, [], {"COMPILECACHE_WARM_RESUME": "false"}, None),
+        (True, [], {"COMPILECACHE_WARM_RESUME": "0"}, []),  # the flag wins
+        (None, [], {"COMPILECACHE_RESUME_ARGS": "--restore 'a b'"}, ["--restore", "a b"]),
+        (None, ["--x"], {"COMPILECACHE_RESUME_ARGS": "--restore"}, ["--x"]),
+    ],
+)
+def test_resume_args_from_flags_then_environment(
+    enabled: bool | None, extra: list[str], env: dict[str, str], expected: list[str] | None
+) -> None:
+    assert resume_args(enabled, extra, env) == expected
+
+
+def test_the_cli_parses_the_resume_flags() -> None:
+    args = build_parser().parse_args(
+        ["warm", "--cache-dir", "c", "--script", "t.py", "--steps", "2", "--resume-arg=--restore", "--no-resume"]
+    )
+    assert (args.resume, args.resume_arg) == (False, ["--restore"])
+    assert describe(None).startswith("no resumed run") and describe(["--restore"]) == "resumed run with --restore"
+
+
+def test_a_failed_resumed_run_is_named_and_a_good_one_adds_its_targets() -> None:
+    first = (0, {"runs": [{"name": "t.py"}], "facts": {"a": 1}, "stepped": {"ran": 2}}, "")
+    failed = merge_results(first, (1, {"error": "script t.py raised KeyError: 'step'"}, "tail"))
+    assert failed[0] == 1 and failed[1]["error"] == (
+        "the resumed run (again in the first run's working directory): script t.py raised KeyError: 'step'"
+    )
+    code, merged, _ = merge_results(first, (0, {"runs": [{"name": "t.py (resumed)"}], "stepped": {"ran": 2}}, ""))
+    assert code == 0 and [run["name"] for run in merged["runs"]] == ["t.py", "t.py (resumed)"]
+    assert merged["facts"] == {"a": 1} and merged["stepped"] == merged["resumed_stepped"] == {"ran": 2}
+
+
+def test_verify_checks_the_resumed_run_against_its_own_warm_counterpart() -> None:
+    name = "t.py" + RESUMED_SUFFIX
+    warm = [
+        TargetRun("script:t.py", "t.py", requests=2, keys_written=["a", "b"]),
+        TargetRun("script:t.py", name, requests=2, keys_written=["c"], keys_hit=["a"]),
+    ]
+    fresh_only = [TargetRun("script:t.py", "t.py", requests=2, hits=2, keys_hit=["a", "b"])]
+    [problem] = miss_messages(warm, fresh_only)
+    assert f"target {name!r}" in problem and "was not produced again" in problem
+    missed = [*fresh_only, TargetRun("script:t.py", name, requests=2, hits=1, keys_hit=["a"], keys_missed=["c"])]
+    [problem] = miss_messages(warm, missed)
+    assert f"target {name!r}" in problem and "MISSED" in problem
+
+
+# ---- slow: the Flax TrainState restored from a checkpoint -----------------------------------------
+
+
+def _warm(cache: Path, *extra: str, script_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    report = cache.parent / f"{cache.name}.json"
+    argv = ["warm", "--cache-dir", str(cache), "--report", str(report), "--script", str(SCRIPT), "--steps", "2"]
+    done = run_cli([*argv, *extra, "--", "--steps", "1000", *script_args], clean_env())
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(report.read_text())
+    return result
+
+
+def _train(cache: Path, workdir: Path, plugin: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """The script as training runs it, in ``workdir``, with only ``compilecache env``'s settings."""
+    env = clean_env(trainer_env(jax_cache_env(str(cache)), read_only=True), [plugin])
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", "--steps", "3", *args],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("compilecache: ")]
+    counts: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return counts, line
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_restart_misses_train_step_without_the_resumed_run_and_hits_everything_with_it(tmp_path: Path) -> None:
+    plugin = declare_trainer_plugin(tmp_path / "plugin")
+    fresh_only, paired = tmp_path / "fresh-only", tmp_path / "paired"
+    report = _warm(fresh_only, "--no-resume")
+    assert [target["name"] for target in report["targets"]] == ["flax_resume.py"]
+    report = _warm(paired)
+    assert [target["name"] for target in report["targets"]] == ["flax_resume.py", "flax_resume.py (resumed)"]
+    [resumed] = [target for target in report["targets"] if target["name"].endswith(RESUMED_SUFFIX)]
+    # The restart compiled exactly one program the fresh start never did: train_step, strong-typed.
+    assert [name.split("-")[0] for name in resumed["entries_written"]] == ["jit_train_step"], resumed
+    assert report["verify"]["ok"] and report["verify"]["hits"] == report["verify"]["requests"], report["verify"]
+
+    for cache, restart_hits_all in ((fresh_only, False), (paired, True)):
+        workdir = tmp_path / f"train-{cache.name}"
+        workdir.mkdir()
+        first, line = _train(cache, workdir, plugin)
+        assert not first["resumed"] and first["hits"] == first["requests"], (first, line)
+        assert (workdir / "checkpoint.msgpack").is_file()
+        again, line = _train(cache, workdir, plugin)
+        assert again["resumed"] and again["step"] == 6, again
+        if restart_hits_all:
+            assert again["hits"] == again["requests"] > 0, (again, line)
+            assert line.startswith(f"compilecache: {again['hits']}/{again['requests']} compiles hit"), line
+            assert "missed" not in line, line
+        else:
+            assert again["hits"] == again["requests"] - 1, (again, line)
+            assert "missed: train_step (" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_script_that_restores_only_when_asked_gets_the_resume_args(tmp_path: Path) -> None:
+    plugin = declare_trainer_plugin(tmp_path / "plugin")
+    cache = tmp_path / "cache"
+    # The first run never restores; the second must (required: it fails without the first run's checkpoint).
+    report = _warm(cache, "--resume-arg=--restore=required", script_args=("--restore", "never"))
+    assert report["verify"]["ok"], report["verify"]
+    workdir = tmp_path / "train"
+    workdir.mkdir()
+    _train(cache, workdir, plugin, "--restore", "never")
+    again, line = _train(cache, workdir, plugin, "--restore", "required")
+    assert again["resumed"] and again["hits"] == again["requests"], (again, line)
