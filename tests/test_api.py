@@ -134,6 +134,11 @@ BAD = [
      "spec.warmup.workloads[0].stepFn"),
     ("stepFn not a name", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "steps": 1, "stepFn": "a.b"}]),
      "spec.warmup.workloads[0].stepFn"),
+    ("resume without steps", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "resume": False}]),
+     "spec.warmup.workloads[0].resume"),
+    ("resumeArgs with resume false", _with("warmup.workloads", [
+        {"name": "w", "script": "/t.py", "steps": 1, "resume": False, "resumeArgs": ["--restore"]}]),
+     "spec.warmup.workloads[0].resumeArgs"),
     *[(f"cron {text}", _with("schedule", text), "spec.schedule")
       for text in ["60 * * * *", "0 3 * * 8", "*/0 * * * *", "5-1 * * * *"]],
 ]  # fmt: skip

@@ -113,6 +113,8 @@ class Workload:
     pools: tuple[str, ...]  # empty: every pool
     steps: int | None = None  # exact mode: stop the script after this many step calls
     step_fn: str | None = None  # the jitted function steps counts (None: the warmer's default)
+    resume: bool | None = None  # exact mode: also warm a run resumed from its checkpoint (None: on)
+    resume_args: tuple[str, ...] = ()  # arguments added to that resumed run only
 
 
 @dataclass(frozen=True)
@@ -505,9 +507,30 @@ def _workload(raw: Any, path: str) -> Workload:
     step_fn = _optional_str(workload.get("stepFn"), f"{path}.stepFn")
     if step_fn is not None and (steps is None or not _IDENTIFIER.match(step_fn)):
         raise SpecError(f"{path}.stepFn", f"names a Python function (with steps), got {step_fn!r}")
+    resume, resume_args = _resume_fields(workload, path, steps)
     return Workload(
-        name=name, entrypoint=entrypoint, script=script, args=args, env=env, pools=pools, steps=steps, step_fn=step_fn
+        name=name,
+        entrypoint=entrypoint,
+        script=script,
+        args=args,
+        env=env,
+        pools=pools,
+        steps=steps,
+        step_fn=step_fn,
+        resume=resume,
+        resume_args=resume_args,
     )
+
+
+def _resume_fields(workload: Mapping[str, Any], path: str, steps: int | None) -> tuple[bool | None, tuple[str, ...]]:
+    """``resume`` and ``resumeArgs``: the exact mode's resumed run (compilecache warm --resume, --resume-arg)."""
+    resume = workload.get("resume")
+    if resume is not None and (not isinstance(resume, bool) or steps is None):
+        raise SpecError(f"{path}.resume", f"is true or false, with steps (the exact mode), got {resume!r}")
+    resume_args = tuple(_strings(workload.get("resumeArgs", []), f"{path}.resumeArgs"))
+    if resume_args and (steps is None or resume is False):
+        raise SpecError(f"{path}.resumeArgs", "are added to the resumed run: they need steps, and resume not false")
+    return resume, resume_args
 
 
 def _pool(raw: Any, path: str) -> PoolSpec:

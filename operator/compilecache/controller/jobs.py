@@ -373,6 +373,9 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
             if workload.steps is not None:  # the exact mode: stop the real script after its first steps
                 command += ["--steps", str(workload.steps)]
                 command += ["--step-fn", workload.step_fn] if workload.step_fn else []
+                command += ["--no-resume"] if workload.resume is False else []
+                # With '=': an argument such as --restore must not read as a flag of the warmer.
+                command += [f"--resume-arg={arg}" for arg in workload.resume_args]
             command += ["--", *workload.args]
         else:
             command += ["--workload", str(workload.entrypoint)]
@@ -418,6 +421,8 @@ def _workload_material(workload: Workload) -> dict[str, Any]:
         # Only when set: a cache without them keeps its Job names across this upgrade.
         **({"steps": workload.steps} if workload.steps is not None else {}),
         **({"stepFn": workload.step_fn} if workload.step_fn is not None else {}),
+        **({"resume": workload.resume} if workload.resume is not None else {}),
+        **({"resumeArgs": list(workload.resume_args)} if workload.resume_args else {}),
     }
 
 
