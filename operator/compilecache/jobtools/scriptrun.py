@@ -53,7 +53,8 @@ from typing import Any
 from compilecache.jobtools.resume import RESUMED_SUFFIX
 from compilecache.jobtools.workload import parse_spec
 
-# What a script tests to skip checkpoint saves, uploads and other side effects during a warm-up.
+# What a script tests to skip uploads and other side effects outside its working directory during a
+# warm-up (not its local checkpoint saves: the resumed run restores them, see jobtools/resume.py).
 WARMUP_ENV = "COMPILECACHE_WARMUP"
 # Seconds from the entrypoint's start within which the step function must first be called. Long
 # enough for data loading, initialisation and a checkpoint restore before the first step (the
