@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
+from compilecache import trainer
+from compilecache.cache import compilehook
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
+from compilecache.cache.keydiff import closest_difference, first_difference, signature_of_computation
 from compilecache.cli import build_parser
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
@@ -79,6 +82,84 @@ def test_verify_checks_the_resumed_run_against_its_own_warm_counterpart() -> Non
     assert f"target {name!r}" in problem and "MISSED" in problem
 
 
+def _sig(*args: dict[str, Any]) -> dict[str, Any]:
+    return {"args": list(args), "static": {}, "mesh_axes": [], "settings": {}}
+
+
+def _arg(path: str, **fields: Any) -> dict[str, Any]:
+    return {"path": path, "type": "int32[]", "weak_type": False, "sharding": "unspecified", "donated": False, **fields}
+
+
+FRESH = _sig(_arg("[0][0].step", weak_type=True), _arg("[0][1]", type="float32[8,8]"))
+RESTORED = _sig(_arg("[0][0].step"), _arg("[0][1]", type="float32[8,8]"))
+WARMED = {
+    "finished_at": "2026-11-25T10:00:00Z",
+    "settings": {},
+    "entries": [{"file": "jit_train_step-abc-cache"}],
+    "targets": [{"name": "t.py", "signatures": {"jit_train_step": [FRESH]}}],
+}
+
+
+def test_the_trainer_names_the_resumed_state_difference_against_the_recorded_signature() -> None:
+    here: dict[str, Any] = {}
+    reason = trainer.miss_reason("jit_train_step", here, [WARMED], RESTORED)
+    assert reason == "arg 0 (.step): int32[] weak_type=True vs False"
+    tally = trainer.Tally(requests=3, hits=2, missed=["jit_train_step"], signatures=[RESTORED])
+    line = trainer.verdict(tally, here, [WARMED])["summary"]
+    assert line == "compilecache: 2/3 compiles hit; missed: train_step (arg 0 (.step): int32[] weak_type=True vs False)"
+    # Without a signature (JAX internals moved), or a manifest without one: the general reason.
+    assert trainer.miss_reason("jit_train_step", here, [WARMED], None) == trainer.KEY_DIFFERS
+    bare = {**WARMED, "targets": [{"name": "t.py"}]}
+    assert trainer.miss_reason("jit_train_step", here, [bare], RESTORED) == trainer.KEY_DIFFERS
+
+
+def test_the_nearest_recorded_variant_is_compared() -> None:
+    other_batch = _sig(_arg("[0][0].step"), _arg("[0][1]", type="float32[4,8]"))
+    both = [FRESH, other_batch]
+    donated = _sig(_arg("[0][0].step"), _arg("[0][1]", type="float32[4,8]", donated=True))
+    # One argument from the second variant, two from the first: the second is named.
+    assert closest_difference("f", both, donated) == "f arg 1: float32[4,8] donated=False vs True"
+    assert closest_difference("f", [FRESH, RESTORED], RESTORED) is None
+    assert closest_difference("f", [], RESTORED) is None
+
+
+def test_verify_names_what_a_missed_program_of_the_entrypoint_differs_in() -> None:
+    a, b, c = ("a" * 64, "b" * 64, "c" * 64)
+    warm = TargetRun("script:t.py", "t.py", requests=2, keys_written=[f"jit_train_step-{a}", f"jit_init-{b}"])
+    warm.signatures = {"jit_train_step": [FRESH]}
+    fresh = TargetRun("script:t.py", "t.py", requests=2, hits=1, keys_hit=[f"jit_init-{b}"])
+    fresh.keys_missed, fresh.signatures = [f"jit_train_step-{c}"], {"jit_train_step": [RESTORED]}
+    [problem] = miss_messages([warm], [fresh])
+    assert "differs from what the warmer compiled: train_step arg 0 (.step): int32[] weak_type=True vs False" in problem
+
+
+@pytest.mark.jax
+def test_the_compile_hook_reads_the_program_being_compiled_with_jax_argument_names() -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    assert compilehook.install(lambda computation: seen.append(signature_of_computation(computation)))
+
+    def ramp_step(state: dict[str, Any], x: jax.Array) -> jax.Array:
+        return x.astype(jnp.bfloat16) * jnp.minimum(1.0, (state["step"] + 1) / 10)
+
+    step = jax.jit(ramp_step, donate_argnums=1)
+    step({"step": 0}, jnp.ones((2,)))
+    step({"step": np.int32(4)}, jnp.ones((2,)))
+    assert compilehook.current() is None  # only inside a compile
+    modules = [(module, sig) for module, sig in seen if module == "jit_ramp_step"]
+    assert len(modules) == 2, [module for module, _ in seen]
+    (_, fresh), (_, restored) = modules
+    assert [(a["path"], a["type"], a["weak_type"], a["donated"]) for a in fresh["args"]] == [
+        ("[0][0]['step']", "int32[]", True, False),
+        ("[0][1]", "float32[2]", False, True),
+    ]
+    named = first_difference("ramp_step", fresh, restored)
+    assert named == "ramp_step arg 0 (['step']): int32[] weak_type=True vs False"
+
+
 # ---- slow: the Flax TrainState restored from a checkpoint -----------------------------------------
 
 
@@ -137,7 +218,8 @@ def test_a_restart_misses_train_step_without_the_resumed_run_and_hits_everything
             assert "missed" not in line, line
         else:
             assert again["hits"] == again["requests"] - 1, (again, line)
-            assert "missed: train_step (" in line, line
+            # Named by what differs from the program the warm-up recorded for train_step (its manifest).
+            assert line.endswith("missed: train_step (arg 0 (.step): int32[] weak_type=True vs False)"), line
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ own entries, and fails the run if the entrypoint never joined a group of N.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
@@ -154,6 +155,8 @@ class _CountingJitted:
 
 def main(argv: Sequence[str]) -> int:
     """Child entry point."""
+    from compilecache.cache import compilehook
+    from compilecache.cache.keydiff import signature_of_computation
     from compilecache.jobtools.childproc import run_to_dict, write_result
     from compilecache.jobtools.compiler import CacheEvents, TargetRun, one_line
 
@@ -199,6 +202,13 @@ def main(argv: Sequence[str]) -> int:
 
         watch = _watch_first_call(counter, deadline, expired)
     stopped = False
+
+    def record(computation: Any) -> None:
+        # Every program the entrypoint compiles, by module name: the trainer names a miss against it.
+        with contextlib.suppress(Exception):  # private JAX fields may move: explaining never fails a warm-up
+            run.add_signature(*signature_of_computation(computation))
+
+    compilehook.install(record)
     with CacheEvents() as events, events.attribute_to(run):
         try:
             _run_entry(entry)
