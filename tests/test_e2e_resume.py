@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from test_e2e import CC, JOBS, NS, Setup, example, local, small_cache, wait_phase, wait_pod
+from test_e2e import CC, JOBS, NS, Setup, example, local, small_cache, status_of, wait_phase, wait_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.jax]
 __all__ = ["local"]  # the module fixture this module runs on
@@ -82,3 +82,8 @@ def test_a_training_pod_resumed_from_its_checkpoint_hits_every_program(local: Se
     else:  # warmed from a fresh start only: the restored step's train_step misses, and is named so
         assert resumed["hits"] == resumed["requests"] - 1, (resumed, line)
         assert line.endswith("missed: train_step (arg 0 (.step): int32[] weak_type=True vs False)"), line
+        # The pod's termination message carries it to the cache's status, for the user who never reads logs.
+        reason = client.wait_for(
+            lambda: (status_of(local, name).get("consumers") or {}).get("lastMissReason"), timeout=30
+        )
+        assert reason == "train_step: arg 0 (.step): int32[] weak_type=True vs False", reason

@@ -360,7 +360,7 @@ def run_entrypoint(
         first = run_child(
             "compilecache.jobtools.scriptrun", full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch
         )
-        if resume_args is None or first[0] != 0:
+        if resume_args is None or first[0] != 0 or first[1].get("write_errors"):  # nothing to add to a failure
             return first
         # The same directory: the checkpoint the first run wrote at a relative path is restored.
         again = {**full, "resumed": True}
