@@ -25,7 +25,8 @@ from compilecache.cli import build_parser
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
 from compilecache.jobtools.verify import miss_messages
-from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli
+from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli, write_module
+from test_warm_exact import FLAX_ENV, TRAPS
 
 SCRIPT = REPO / "examples" / "workloads" / "flax_resume.py"
 
@@ -111,6 +112,18 @@ def test_the_trainer_names_the_resumed_state_difference_against_the_recorded_sig
     assert trainer.miss_reason("jit_train_step", here, [WARMED], None) == trainer.KEY_DIFFERS
     bare = {**WARMED, "targets": [{"name": "t.py"}]}
     assert trainer.miss_reason("jit_train_step", here, [bare], RESTORED) == trainer.KEY_DIFFERS
+
+
+def test_an_aot_target_s_signature_is_compared_when_its_key_is_the_module_s() -> None:
+    key = "jit_train_step-" + "d" * 64
+    settings = {"xla_flags": "--a"}
+    recorded = {**FRESH, "settings": settings, "static": {"1": "2"}}
+    target = {"name": "train_step", "cache_keys": [key], "signature": recorded}
+    aot = {**WARMED, "targets": [target]}
+    # Settings and static args are the manifest's and the key's business: the argument is what is named.
+    named = trainer.miss_reason("jit_train_step", {}, [aot], RESTORED)
+    assert named == "arg 0 (.step): int32[] weak_type=True vs False"
+    assert trainer.miss_reason("jit_eval_step", {}, [aot], RESTORED) == trainer.NOT_WARMED
 
 
 def test_the_nearest_recorded_variant_is_compared() -> None:
@@ -235,3 +248,39 @@ def test_a_script_that_restores_only_when_asked_gets_the_resume_args(tmp_path: P
     _train(cache, workdir, plugin, "--restore", "never")
     again, line = _train(cache, workdir, plugin, "--restore", "required")
     assert again["resumed"] and again["hits"] == again["requests"], (again, line)
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.parametrize(
+    ("trap", "named"),
+    [
+        ("unsharded", "train_step (arg 0 (.step): int32[] sharding=unspecified vs P())"),
+        ("no_donation", "train_step (arg 0 (.step): int32[] donated=False vs True)"),
+    ],
+)
+def test_the_trainer_names_an_aot_trap_against_the_target_s_recorded_signature(
+    tmp_path: Path, trap: str, named: str
+) -> None:
+    # Issue 21's traps, warmed without verify: the training process itself says what differs.
+    folder = write_module(tmp_path / "mods", "traps", TRAPS)
+    cache = tmp_path / "cache"
+    done = run_cli(
+        ["warm", "--cache-dir", str(cache), "--workload", f"traps:{trap}", "--no-verify"],
+        clean_env(FLAX_ENV, pythonpath=[folder]),
+    )
+    assert done.returncode == 0, done.stderr
+    env = clean_env({**FLAX_ENV, **trainer_env(jax_cache_env(str(cache)), read_only=True)})
+    env["PYTHONPATH"] += f":{declare_trainer_plugin(tmp_path / 'plugin')}"
+    trained = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "train_flax.py"), "--steps", "2", "--json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert trained.returncode == 0, trained.stderr
+    [line] = [line for line in trained.stderr.splitlines() if line.startswith("compilecache: ")]
+    assert f"missed: {named}" in line, line

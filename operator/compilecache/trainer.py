@@ -12,8 +12,10 @@ names of the missed programs come from the DEBUG record JAX logs for each miss; 
 captured by a logger filter that lets through only what the logger would have passed anyway, so
 no DEBUG line reaches the console whatever logging the workload configures. Why a program missed
 comes from the run manifests in the cache (read only): a key-relevant setting that differs from
-the warm-up's (:mod:`compilecache.cache.keysettings`), a program warmed under another key, or a
-program not warmed at all.
+the warm-up's (:mod:`compilecache.cache.keysettings`), what differs from the program the warm-up
+recorded under the same name (:func:`compilecache.cache.keydiff.closest_difference`; this process's
+side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
+program warmed under another key, or a program not warmed at all.
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
 60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
@@ -39,6 +41,7 @@ from typing import Any
 
 from compilecache.cache import compilehook, keysettings
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
+from compilecache.cache.entries import entry_module, entry_name
 from compilecache.cache.keydiff import closest_difference, display_name, signature_of_computation
 
 SCHEMA = "compilecache.dev/trainer/v1"
@@ -322,11 +325,20 @@ def _entry_names(manifest: Mapping[str, Any]) -> Iterable[str]:
 
 
 def _recorded_signatures(manifest: Mapping[str, Any], module: str) -> Iterable[Mapping[str, Any]]:
+    """What a warm-up recorded it lowered as ``module``: the exact mode's per-program signatures, and an
+    AOT target's own signature when one of its keys is the module's."""
     for target in manifest.get("targets") or []:
-        if isinstance(target, Mapping) and isinstance(target.get("signatures"), Mapping):
+        if not isinstance(target, Mapping):
+            continue
+        if isinstance(target.get("signatures"), Mapping):
             for signature in target["signatures"].get(module) or []:
                 if isinstance(signature, Mapping):
                     yield signature
+        single = target.get("signature")
+        keys = [str(key) for key in target.get("cache_keys") or []]
+        if isinstance(single, Mapping) and single and any(entry_module(entry_name(key)) == module for key in keys):
+            # Settings were compared first (keysettings); static args are not seen at the compile request.
+            yield {**single, "settings": {}, "static": {}}
 
 
 def _missed_signature() -> dict[str, Any] | None:
