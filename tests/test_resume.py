@@ -284,3 +284,46 @@ def test_the_trainer_names_an_aot_trap_against_the_target_s_recorded_signature(
     assert trained.returncode == 0, trained.stderr
     [line] = [line for line in trained.stderr.splitlines() if line.startswith("compilecache: ")]
     assert f"missed: {named}" in line, line
+
+
+SHORT = """
+import json, os, sys
+import jax, jax.numpy as jnp
+
+TOTAL = 3  # the whole training: a restart after step 2 has one step left
+path = "step.json"
+start = json.load(open(path))["step"] if os.path.exists(path) else 0
+step_size = jnp.int32(start) if start else 0  # a restored counter is strong-typed, a fresh one weak
+
+@jax.jit
+def train_step(x, k):
+    return (x * k).astype(jnp.int8)
+
+x = jnp.ones(4, jnp.int8)
+for step in range(start, TOTAL):
+    try:
+        x = train_step(x, step_size)
+    finally:
+        json.dump({"step": step + 1}, open(path, "w"))
+print(json.dumps({"started": start, "cwd": os.getcwd()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_resumed_run_that_reaches_the_end_of_training_is_no_failure(tmp_path: Path) -> None:
+    script = tmp_path / "short.py"
+    script.write_text(SHORT)
+    report_path = tmp_path / "r.json"
+    argv = ["warm", "--cache-dir", str(tmp_path / "cache"), "--report", str(report_path), "--script", str(script)]
+    done = run_cli([*argv, "--steps", "2"], clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "ran to its end: its resumed run after 1 calls (--resume)" in done.stdout, done.stdout
+    # The restart's strong-typed counter widens the product: a program only the resumed run compiled.
+    report = json.loads(report_path.read_text())
+    [resumed] = [target for target in report["targets"] if target["name"].endswith(RESUMED_SUFFIX)]
+    assert "jit_train_step" in [name.split("-")[0] for name in resumed["entries_written"]], resumed
+    assert report["verify"]["ok"], report["verify"]
+    # The first run is still held to its N steps.
+    done = run_cli([*argv, "--steps", "4"], clean_env())
+    assert done.returncode == 2 and "ended after 3 of 4 calls of 'train_step'" in done.stderr, done.stderr

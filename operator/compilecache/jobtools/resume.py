@@ -12,7 +12,9 @@ path as training does, the second finds and restores it, again for N step calls 
 default; ``--no-resume`` for a script that never restores). A script that restores only when asked
 gets its restart arguments added to the second run (``--resume-arg``). Both runs' compiles are
 staged and published together, and verify repeats the pair in its own fresh directory, so a missed
-restart fails the warm-up instead of reaching training.
+restart fails the warm-up instead of reaching training. The resumed run may end before its N-th
+step (a script whose total is near N restores close to its end and trains what remains): that is
+what its restart does, so it is no failure; the first run is held to N steps.
 
 Pure helpers here (tested without JAX); the runs themselves are :mod:`scriptrun`'s.
 """

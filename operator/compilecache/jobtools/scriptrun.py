@@ -225,10 +225,13 @@ def main(argv: Sequence[str]) -> int:
         watch.cancel()  # the entrypoint is over: its own outcome is the result
     run.compile_seconds = time.perf_counter() - start
     stepped = counter.stepped() if counter is not None else None
-    if code == 0 and not stopped and stepped is not None:
+    # A resumed run that ends early is what a restart near the end of training does: it ran what
+    # remained (maybe nothing). Only a first run must reach its N-th step and compile something.
+    first_run = not request.get("resumed")
+    if code == 0 and not stopped and stepped is not None and first_run:
         # The entrypoint ended (returned or exited 0) before its N-th step: not what training runs.
         error, code = step_failure(stepped), 2
-    if code == 0 and run.requests == 0:
+    if code == 0 and run.requests == 0 and first_run:
         error, code = f"script {shown} ended without compiling anything through the cache: nothing to publish", 2
     if processes > 1 and code == 0:
         from compilecache.jobtools.multihost import joined_processes, single_process_message

@@ -568,7 +568,8 @@ def _run_script(
     if resumed:
         from compilecache.jobtools.resume import describe
 
-        print(f"  stopped its {describe(_resume_args(args, group))} after {resumed['ran']} calls (--resume)")
+        how = "stopped" if resumed["ran"] >= resumed["steps"] else "ran to its end:"  # a restart near the end
+        print(f"  {how} its {describe(_resume_args(args, group))} after {resumed['ran']} calls (--resume)")
     return runs, result.get("facts") or {}
 
 
