@@ -551,6 +551,8 @@ def _run_script(
         from compilecache.jobtools.multihost import script_env
 
         env = {**env, **script_env(group)}
+        if getattr(args, "resume_args", None) is not None:
+            print("  note: a multi-host group runs no resumed run of the script (--resume: docs/multihost.md)")
     code, result, stderr = run_entrypoint(
         request, env, script, script_args, timeout=_child_timeout(group), resume_args=_resume_args(args, group)
     )
