@@ -46,7 +46,7 @@ test-long: $(STAMP) tools
 ## Only the end-to-end tests: the real operator and Job commands on the local cluster, and two
 ## replicas under peering (~3 min).
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/test_e2e.py tests/test_ha.py
+	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench examples

@@ -68,6 +68,22 @@ def run_cli(args: Sequence[str], env: Mapping[str, str], cwd: Path = REPO) -> su
     )
 
 
+def declare_trainer_plugin(folder: Path) -> Path:
+    """A throwaway ``*.dist-info`` in ``folder`` declaring the package's ``jax_plugins`` entry point
+    (as pyproject.toml does): with ``folder`` on ``PYTHONPATH`` JAX loads the trainer's report even
+    where this tree is not installed. Returns ``folder``."""
+    import tomllib
+
+    info = folder / "compilecache_report_test-0.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: compilecache-report-test\nVersion: 0.0\n")
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["jax_plugins"]
+    (info / "entry_points.txt").write_text(
+        "[jax_plugins]\n" + "".join(f"{name} = {value}\n" for name, value in declared.items())
+    )
+    return folder
+
+
 def run_train(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
     """``examples/train.py --json --steps 1`` in a fresh process; its JSON result."""
     return run_json_script("train.py", env, "--steps", "1", *extra)

@@ -147,6 +147,11 @@ BAD = [
      "workloads": [{"name": "w", "script": "/t.py", "budget": "5m"}]}), "spec.warmup.workloads[0].budget"),
     ("stepFn not a name", _with("warmup.workloads", [{"name": "w", "script": "/t.py", "steps": 1, "stepFn": "a.b"}]),
      "spec.warmup.workloads[0].stepFn"),
+    ("resume without a script", _with("warmup.workloads", [{"name": "w", "entrypoint": "m:f", "resume": False}]),
+     "spec.warmup.workloads[0].resume"),
+    ("resumeArgs with resume false", _with("warmup.workloads", [
+        {"name": "w", "script": "/t.py", "steps": 1, "resume": False, "resumeArgs": ["--restore"]}]),
+     "spec.warmup.workloads[0].resumeArgs"),
     *[(f"cron {text}", _with("schedule", text), "spec.schedule")
       for text in ["60 * * * *", "0 3 * * 8", "*/0 * * * *", "5-1 * * * *"]],
 ]  # fmt: skip

@@ -415,6 +415,20 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "",
     ),
     (
+        "resume-without-steps",
+        _set("warmup.workloads.0.resume", False),
+        "spec.warmup.workloads[0]",
+        "cel",
+        "resume is a setting of the exact mode",
+    ),
+    (
+        "resume-args-without-steps",
+        _set("warmup.workloads.0.resumeArgs", ["--restore"]),
+        "spec.warmup.workloads[0]",
+        "cel",
+        "resumeArgs are added to the resumed run",
+    ),
+    (
         "empty-pools-no-discover",
         _set("warmup.pools", []),
         "spec.warmup",

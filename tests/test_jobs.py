@@ -129,6 +129,22 @@ def test_steps_auto_passes_its_step_fn_and_budget_and_a_group_runs_to_the_end():
     assert jobs._warm_command(spec, list(spec.warmup.workloads))[-7:-1] == flags
 
 
+def test_exact_mode_passes_the_resumed_run_settings_to_the_warmer():
+    warmup = cache_spec()["warmup"]
+    base = {"name": "train", "script": "/app/train.py", "steps": 2}
+    commands = []
+    for extra in ({}, {"resume": False}, {"resumeArgs": ["--restore", "--ckpt=/tmp/c"]}):
+        pod = _jobs(cache(warmup=warmup | {"workloads": [base | extra]}))[0]["spec"]["template"]["spec"]
+        [command] = [c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
+        commands.append(command[command.index("--steps") : command.index("--")])
+    # The default (a resumed run) is the warmer's own: nothing on the command line, Job names unchanged.
+    assert commands == [
+        ["--steps", "2"],
+        ["--steps", "2", "--no-resume"],
+        ["--steps", "2", "--resume-arg=--restore", "--resume-arg=--ckpt=/tmp/c"],
+    ]
+
+
 def test_gcs_job_has_no_volume_but_the_url_and_service_account():
     obj = cache(storage={"gcs": {"bucket": "my-caches", "prefix": "llama", "serviceAccountName": "writer"}})
     pod = _jobs(obj)[0]["spec"]["template"]["spec"]

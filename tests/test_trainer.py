@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from compilecache import trainer
 from compilecache.cache import keysettings
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
-from jaxhelpers import REPO, clean_env, entry_files, run_cli
+from jaxhelpers import REPO, clean_env, declare_trainer_plugin, entry_files, run_cli
 
 HERE = {
     "jax": "0.10.2",
@@ -237,14 +237,7 @@ def warmed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     code.mkdir()
     (code / "trainwl.py").write_text(textwrap.dedent(WORKLOAD))
     (code / "train.py").write_text(textwrap.dedent(TRAIN))
-    plugin = root / "plugin"
-    info = plugin / "compilecache_report_test-0.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: compilecache-report-test\nVersion: 0.0\n")
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["jax_plugins"]
-    (info / "entry_points.txt").write_text(
-        "[jax_plugins]\n" + "".join(f"{name} = {value}\n" for name, value in declared.items())
-    )
+    plugin = declare_trainer_plugin(root / "plugin")
     cache = root / "cache"
     done = run_cli(["warm", "--cache-dir", str(cache), "--workload", "trainwl:targets"], clean_env({}, [code]))
     assert done.returncode == 0, done.stderr
@@ -419,7 +412,7 @@ def test_the_line_comes_once_compiling_settles_and_again_at_exit_only_if_counts_
 
 def test_unreadable_manifests_are_said_not_blamed_on_the_warm_up(tmp_path: Path) -> None:
     # An image without gcsfs/etils, or a cache that is not a folder: nothing can be told about a miss.
-    reason = trainer.miss_reason("jit_train_step", HERE, [], "ModuleNotFoundError: No module named 'gcsfs'")
+    reason = trainer.miss_reason("jit_train_step", HERE, [], None, "ModuleNotFoundError: No module named 'gcsfs'")
     assert reason.startswith("reason unknown: the cache's manifests could not be read (ModuleNotFoundError")
     assert reason != trainer.NOT_WARMED
     manifests, problem = trainer._read_manifests("s3://bucket/cache")  # a store this package has not

@@ -209,12 +209,12 @@ def test_a_checkpoint_written_by_the_warm_up_stays_in_its_scratch_dir(tmp_path: 
     code, output, told = _warm(tmp_path, CHECKPOINT, "--steps", "2")
     assert code == 0 and told["ok"], output
     runs = [json.loads(line) for line in output.splitlines() if line.startswith('{"cwd"')]
-    assert len(runs) == 2, output  # the warm run and verify's run
-    # Neither run saw a checkpoint: verify's run did not restore the warm run's.
-    assert [run["restored"] for run in runs] == [False, False], runs
-    assert [run["warmup"] for run in runs] == ["1", "1"], runs
+    assert len(runs) == 4, output  # the warm's pair (a fresh start, then resumed) and verify's pair
+    # Each resumed run restored its own pair's checkpoint; verify's first run did not see the warm's.
+    assert [run["restored"] for run in runs] == [False, True, False, True], runs
+    assert [run["warmup"] for run in runs] == ["1"] * 4, runs
     assert not (tmp_path / "checkpoint_0").exists()  # the caller's working directory
-    for run in runs:  # each in its own scratch dir, removed afterwards
+    for run in runs:  # each pair in its own scratch dir, removed afterwards
         assert Path(run["cwd"]) != tmp_path and not Path(run["cwd"]).exists(), run
-    assert runs[0]["cwd"] != runs[1]["cwd"]
+    assert runs[0]["cwd"] == runs[1]["cwd"] != runs[2]["cwd"] == runs[3]["cwd"]
     assert told["verify"]["hits"] == told["verify"]["requests"] >= 2, told

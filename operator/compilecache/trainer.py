@@ -12,8 +12,10 @@ names of the missed programs come from the DEBUG record JAX logs for each miss; 
 captured by a logger filter that lets through only what the logger would have passed anyway, so
 no DEBUG line reaches the console whatever logging the workload configures. Why a program missed
 comes from the run manifests in the cache (read only): a key-relevant setting that differs from
-the warm-up's (:mod:`compilecache.cache.keysettings`), a program warmed under another key, or a
-program not warmed at all.
+the warm-up's (:mod:`compilecache.cache.keysettings`), what differs from the program the warm-up
+recorded under the same name (:func:`compilecache.cache.keydiff.closest_difference`; this process's
+side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
+program warmed under another key, or a program not warmed at all.
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
 60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
@@ -37,8 +39,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.cache import keysettings
+from compilecache.cache import compilehook, keysettings
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
+from compilecache.cache.entries import entry_module, entry_name
+from compilecache.cache.keydiff import closest_difference, display_name, signature_of_computation
 
 SCHEMA = "compilecache.dev/trainer/v1"
 # The same events jobtools/compiler.py counts for the warmer.
@@ -63,6 +67,8 @@ class Tally:
     requests: int = 0
     hits: int = 0
     missed: list[str] = field(default_factory=list)  # the module name of each miss JAX logged, in order
+    # What each missed program was lowered with (compilecache.cache.keydiff), where it could be read.
+    signatures: list[dict[str, Any] | None] = field(default_factory=list)
 
 
 class Recorder(logging.Filter):
@@ -99,8 +105,10 @@ class Recorder(logging.Filter):
         if isinstance(record.msg, str) and "CACHE MISS" in record.msg:
             match = _MISS.search(record.getMessage())
             if match:
+                signature = _missed_signature()  # on a miss only: the hot path of a hit pays nothing
                 with self._lock:
                     self.tally.missed.append(match[1])
+                    self.tally.signatures.append(signature)
         if not self.lowered_level:
             return True
         # Our DEBUG level stands in for the level the logger inherited (from "jax" or the root):
@@ -117,7 +125,7 @@ class Recorder(logging.Filter):
     def snapshot(self) -> Tally:
         """A copy of the counts (events may still arrive from other threads)."""
         with self._lock:
-            return Tally(self.tally.requests, self.tally.hits, list(self.tally.missed))
+            return Tally(self.tally.requests, self.tally.hits, list(self.tally.missed), list(self.tally.signatures))
 
 
 _recorder: Recorder | None = None
@@ -151,6 +159,8 @@ def install() -> Recorder:
             logger.setLevel(logging.DEBUG)
             recorder.lowered_level = True
         logger.addFilter(recorder)
+        # Which program each compile request is for: read only when it misses (see _missed_signature).
+        compilehook.install()
         atexit.register(report_at_exit)
         _recorder = recorder
         return recorder
@@ -206,9 +216,10 @@ def verdict(
 
     ``unreadable``: why the cache's manifests could not be read, if they could not.
     """
+    signatures = tally.signatures + [None] * (len(tally.missed) - len(tally.signatures))
     reasons = [
-        (_one_line(display_name(name)), _one_line(miss_reason(name, here, manifests, unreadable)))
-        for name in tally.missed
+        (_one_line(display_name(name)), _one_line(miss_reason(name, here, manifests, signature, unreadable)))
+        for name, signature in zip(tally.missed, signatures, strict=True)
     ]
     misses = tally.requests - tally.hits
     unnamed = max(0, misses - len(reasons))
@@ -224,12 +235,19 @@ def verdict(
 
 
 def miss_reason(
-    module: str, here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]], unreadable: str | None = None
+    module: str,
+    here: Mapping[str, Any],
+    manifests: Sequence[Mapping[str, Any]],
+    signature: Mapping[str, Any] | None = None,
+    unreadable: str | None = None,
 ) -> str:
-    """Why ``module`` missed: a differing setting, another key, or not warmed at all.
+    """Why ``module`` missed: a differing setting, what differs from the program the warm-up compiled
+    under that name (``arg 0 (.step): int32[] weak_type=True vs False``), another key, or not warmed.
 
-    With ``unreadable`` (the manifests could not be read) it cannot tell, and says why, instead of
-    blaming the warm-up: e.g. a ``gs://`` cache read from an image without gcsfs.
+    ``signature``: what this process lowered (:func:`compilecache.cache.keydiff.signature_of_computation`);
+    the warm-up's are the manifests' exact-mode ``signatures``. With ``unreadable`` (the manifests
+    could not be read) it cannot tell, and says why, instead of blaming the warm-up: e.g. a ``gs://``
+    cache read from an image without gcsfs.
     """
     if unreadable is not None:
         return f"reason unknown: the cache's manifests could not be read ({unreadable})"
@@ -239,7 +257,15 @@ def miss_reason(
         return NOT_WARMED
     newest = max(warmed, key=lambda m: str(m.get("finished_at") or m.get("run_id") or ""))
     differing = keysettings.differences(here, keysettings.from_manifest(newest))
-    return differing[0] if differing else KEY_DIFFERS
+    if differing:
+        return differing[0]
+    recorded = [sig for m in warmed for sig in _recorded_signatures(m, module)]
+    if signature and recorded:
+        name = display_name(module)
+        found = closest_difference(name, recorded, signature)
+        if found is not None:  # the summary names the function already: the reason starts at the argument
+            return found.removeprefix(f"{name} ").removeprefix(f"{name}: ")
+    return KEY_DIFFERS
 
 
 def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], unnamed: int = 0) -> str:
@@ -261,11 +287,6 @@ def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], u
     if parts:
         line += "; missed: " + ", ".join(parts)
     return _cut(line, 1500)
-
-
-def display_name(module: str) -> str:
-    """``jit_train_step`` → ``train_step`` (JAX names a jitted function's module ``jit_<name>``)."""
-    return module.removeprefix("jit_") or module
 
 
 def fit(result: dict[str, Any]) -> dict[str, Any]:
@@ -315,6 +336,34 @@ def _entry_names(manifest: Mapping[str, Any]) -> Iterable[str]:
     for target in manifest.get("targets") or []:
         if isinstance(target, Mapping):
             yield from (str(key) for key in target.get("cache_keys") or [])
+
+
+def _recorded_signatures(manifest: Mapping[str, Any], module: str) -> Iterable[Mapping[str, Any]]:
+    """What a warm-up recorded it lowered as ``module``: the exact mode's per-program signatures, and an
+    AOT target's own signature when one of its keys is the module's."""
+    for target in manifest.get("targets") or []:
+        if not isinstance(target, Mapping):
+            continue
+        if isinstance(target.get("signatures"), Mapping):
+            for signature in target["signatures"].get(module) or []:
+                if isinstance(signature, Mapping):
+                    yield signature
+        single = target.get("signature")
+        keys = [str(key) for key in target.get("cache_keys") or []]
+        if isinstance(single, Mapping) and single and any(entry_module(entry_name(key)) == module for key in keys):
+            # Settings were compared first (keysettings); static args are not seen at the compile request.
+            yield {**single, "settings": {}, "static": {}}
+
+
+def _missed_signature() -> dict[str, Any] | None:
+    """The signature of the program this thread's cache request missed, or None (never raises)."""
+    computation = compilehook.current()
+    if computation is None:
+        return None
+    try:
+        return signature_of_computation(computation)[1]
+    except Exception:  # private JAX fields may move: the miss is still counted and named
+        return None
 
 
 def _first(reasons: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

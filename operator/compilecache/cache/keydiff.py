@@ -9,6 +9,8 @@ explained by comparing two signatures: :func:`first_difference`, a pure function
 over JSON-able dicts (tested without JAX).
 
 :func:`signature_of` is the small JAX-side extractor, run on ``jitted.lower(...)``.
+:func:`signature_of_computation` reads the same from a program JAX is compiling
+(the exact mode's warm-up and the trainer, :mod:`compilecache.cache.compilehook`).
 It imports JAX only inside the function: this module belongs to the cache
 format, which the operator imports too. Users: the warmer and verify
 (:mod:`compilecache.jobtools`) and the trainer's own verdict (:mod:`compilecache.runtime`).
@@ -99,6 +101,93 @@ def signature_of(lowered: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
         "mesh_axes": axes,
         "settings": keysettings.current(),
     }
+
+
+def display_name(module: str) -> str:
+    """``jit_train_step`` → ``train_step`` (JAX names a jitted function's module ``jit_<name>``)."""
+    return module.removeprefix("jit_") or module
+
+
+def signature_of_computation(computation: Any) -> tuple[str, Signature]:
+    """``(module name, signature)`` of a program JAX is compiling (:mod:`compilecache.cache.compilehook`).
+
+    For the exact mode and the trainer, which see the compile request, not the user's call: the
+    module name is the one in the cache key (``jit_train_step``), an argument's path comes from
+    JAX's own argument names (``state.step`` → ``[0][0].step``: the first parameter, as
+    :func:`signature_of` writes it), and settings are left out (a run records them once).
+    Reads private jax 0.10 fields defensively: whatever is missing reads as unknown.
+    """
+    hlo = computation._hlo
+    with hlo.context:
+        module = str(hlo.operation.attributes["sym_name"].value)
+    compile_args = getattr(computation, "compile_args", {}) or {}
+    info = compile_args.get("all_args_info")
+    avals = list(getattr(info, "in_avals", ()) or ())
+    debug = getattr(info, "debug_info", None)
+    names = list(debug.safe_arg_names(len(avals))) if debug is not None else [""] * len(avals)
+    kept = sorted(compile_args.get("kept_var_idx") or range(len(avals)))
+    shardings = list(compile_args.get("in_shardings") or ())
+    donated = list(getattr(computation, "_donated_invars", ()) or ())
+    by_position = {position: index for index, position in enumerate(kept)}
+    tops: list[str] = []
+    entries = []
+    axes: list[str] = []
+    for position, aval in enumerate(avals):
+        index = by_position.get(position)
+        sharding = shardings[index] if index is not None and index < len(shardings) else None
+        for axis in getattr(getattr(sharding, "mesh", None), "axis_names", ()) or ():
+            if str(axis) not in axes:
+                axes.append(str(axis))
+        entries.append(
+            {
+                "path": _path_of_name(names[position] if position < len(names) else "", position, tops),
+                "type": str(aval.str_short()) if hasattr(aval, "str_short") else str(aval),
+                "weak_type": bool(getattr(aval, "weak_type", False)),
+                "sharding": "unused" if index is None else _describe_sharding(sharding),
+                "donated": bool(donated[index]) if index is not None and index < len(donated) else False,
+            }
+        )
+    return module, {"args": entries, "static": {}, "mesh_axes": axes, "settings": {}}
+
+
+def _path_of_name(name: str, position: int, tops: list[str]) -> str:
+    """JAX's argument name (``state.params['w']``) as a path ``[0][k]<rest>``, k the parameter's index."""
+    match = re.match(r"^([A-Za-z_]\w*)(.*)$", name)
+    if match is None:  # no name recorded: the flat position is all there is
+        return f"[{position}]"
+    top, rest = match[1], match[2]
+    if top not in tops:
+        tops.append(top)
+    return f"[0][{tops.index(top)}]{rest}"
+
+
+def closest_difference(name: str, recorded: Sequence[Mapping[str, Any]], other: Mapping[str, Any]) -> str | None:
+    """:func:`first_difference` from the recorded variant of a function nearest to ``other``.
+
+    A function can be warmed in several variants (a fresh and a resumed ``train_step``): the one
+    with the fewest differing arguments is what the user meant to hit.
+    """
+    best: tuple[int, str] | None = None
+    for warmer in recorded:
+        found = first_difference(name, warmer, other)
+        if found is None:
+            return None
+        score = _differing_args(warmer, other)
+        if best is None or score < best[0]:
+            best = (score, found)
+    return best[1] if best else None
+
+
+def _differing_args(warmer: Mapping[str, Any], other: Mapping[str, Any]) -> int:
+    mine = {arg["path"]: arg for arg in warmer.get("args", [])}
+    theirs = {arg["path"]: arg for arg in other.get("args", [])}
+    fields = ("type", "weak_type", "sharding", "donated")
+    differing = sum(
+        1
+        for path in set(mine) | set(theirs)
+        if path not in mine or path not in theirs or any(mine[path].get(f) != theirs[path].get(f) for f in fields)
+    )
+    return differing + (warmer.get("mesh_axes") != other.get("mesh_axes"))
 
 
 def _in_shardings(lowered: Any, count: int) -> list[Any] | None:

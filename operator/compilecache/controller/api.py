@@ -116,6 +116,8 @@ class Workload:
     steps: int | str | None = None  # exact mode: stop the script after this many step calls, or "auto"
     step_fn: str | None = None  # the jitted function steps counts (None: the warmer's default)
     budget_seconds: float | None = None  # steps "auto": seconds after the first step (None: the warmer's)
+    resume: bool | None = None  # exact mode: also warm a run resumed from its checkpoint (None: on)
+    resume_args: tuple[str, ...] = ()  # arguments added to that resumed run only
 
 
 @dataclass(frozen=True)
@@ -532,6 +534,7 @@ def _workload(raw: Any, path: str) -> Workload:
     budget_seconds = None if budget is None else _convert(units.parse_duration, budget, f"{path}.budget")
     if budget_seconds is not None and not budget_seconds >= 1:
         raise SpecError(f"{path}.budget", f"must be at least 1s, got {budget!r}")
+    resume, resume_args = _resume_fields(workload, path, script)
     return Workload(
         name=name,
         entrypoint=entrypoint,
@@ -542,7 +545,20 @@ def _workload(raw: Any, path: str) -> Workload:
         steps=steps,
         step_fn=step_fn,
         budget_seconds=budget_seconds,
+        resume=resume,
+        resume_args=resume_args,
     )
+
+
+def _resume_fields(workload: Mapping[str, Any], path: str, script: str | None) -> tuple[bool | None, tuple[str, ...]]:
+    """``resume`` and ``resumeArgs``: the exact mode's resumed run (compilecache warm --resume, --resume-arg)."""
+    resume = workload.get("resume")
+    if resume is not None and (not isinstance(resume, bool) or script is None):
+        raise SpecError(f"{path}.resume", f"is true or false, with a script (the exact mode), got {resume!r}")
+    resume_args = tuple(_strings(workload.get("resumeArgs", []), f"{path}.resumeArgs"))
+    if resume_args and (script is None or resume is False):
+        raise SpecError(f"{path}.resumeArgs", "are added to the resumed run: they need a script, and resume not false")
+    return resume, resume_args
 
 
 def _whole(value: Any, low: int, high: int) -> bool:

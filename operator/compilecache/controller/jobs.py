@@ -386,7 +386,12 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload], hosts: int = 1) ->
     for workload in workloads:
         if workload.script is not None:
             command += ["--script", workload.script]
-            command += _steps_flags(workload, hosts)
+            steps = _steps_flags(workload, hosts)
+            command += steps
+            if steps:  # the exact mode stops the script: it may also warm a run resumed from its checkpoint
+                command += ["--no-resume"] if workload.resume is False else []
+                # With '=': an argument such as --restore must not read as a flag of the warmer.
+                command += [f"--resume-arg={arg}" for arg in workload.resume_args]
             command += ["--", *workload.args]
         else:
             command += ["--workload", str(workload.entrypoint)]
@@ -433,6 +438,8 @@ def _workload_material(workload: Workload) -> dict[str, Any]:
         **({"steps": workload.steps} if workload.steps is not None else {}),
         **({"stepFn": workload.step_fn} if workload.step_fn is not None else {}),
         **({"budget": workload.budget_seconds} if workload.budget_seconds is not None else {}),
+        **({"resume": workload.resume} if workload.resume is not None else {}),
+        **({"resumeArgs": list(workload.resume_args)} if workload.resume_args else {}),
     }
 
 

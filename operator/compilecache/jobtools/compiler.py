@@ -55,6 +55,14 @@ class TargetRun:
     signature: dict[str, Any] = field(default_factory=dict)
     # Whether this compile used training's side (Target.training_args/training_fn).
     checks_training: bool = False
+    # Exact mode: every program the entrypoint compiled, module name → its distinct signatures.
+    signatures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add_signature(self, module: str, signature: dict[str, Any]) -> None:
+        """Record one compiled program's signature (each distinct one once)."""
+        known = self.signatures.setdefault(module, [])
+        if signature not in known:
+            known.append(signature)
 
     @property
     def misses(self) -> int:

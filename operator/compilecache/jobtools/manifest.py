@@ -61,6 +61,8 @@ def target_record(run: TargetRun, sizes: Mapping[str, int]) -> dict[str, Any]:
         "key_components": dict(run.key_components),
         # What was lowered: verify and trainers name the first difference from it on a miss.
         "signature": dict(run.signature),
+        # Exact mode: each program the entrypoint compiled (by module name), for the trainer's miss reasons.
+        **({"signatures": dict(run.signatures)} if run.signatures else {}),
     }
 
 

@@ -34,7 +34,9 @@ fails too: it has nothing to publish.
 
 Side effects stay here: the parent (:func:`run_entrypoint`) starts each run in a fresh scratch
 working directory under ``$TMPDIR``, removed afterwards, with ``COMPILECACHE_WARMUP=1`` in its
-environment; the caller's working directory stays importable.
+environment; the caller's working directory stays importable. A resumed run (the default of
+``compilecache warm``) is the one exception: it runs in its first run's directory, on purpose
+(:mod:`compilecache.jobtools.resume`).
 
 One process of a multi-host warm-up (``"processes": N`` in the request): the entrypoint joins
 its group itself (``jax.distributed.initialize`` from the environment the warmer gives it:
@@ -44,6 +46,7 @@ own entries, and fails the run if the entrypoint never joined a group of N.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
@@ -59,9 +62,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compilecache.jobtools.resume import RESUMED_SUFFIX
 from compilecache.jobtools.workload import parse_spec
 
-# What a script tests to skip checkpoint saves, uploads and other side effects during a warm-up.
+# What a script tests to skip uploads and other side effects outside its working directory during a
+# warm-up (not its local checkpoint saves: the resumed run restores them, see jobtools/resume.py).
 WARMUP_ENV = "COMPILECACHE_WARMUP"
 # Seconds from the entrypoint's start within which the step function must first be called. Long
 # enough for data loading, initialisation and a checkpoint restore before the first step (the
@@ -72,6 +77,10 @@ AUTO = "auto"
 # Seconds the auto mode runs after the first step returned. The shipped examples reach their first
 # evaluation within a few seconds on a CPU; a real epoch may need more (`--budget`, workload `budget`).
 DEFAULT_BUDGET = 120.0
+
+
+# A request's keys that bound an auto-mode run (StopRule.from_request).
+AUTO_LIMITS = ("budget", "max_calls", "until_requests")
 
 
 @dataclass(frozen=True)
@@ -235,6 +244,8 @@ class _CountingJitted:
 
 def main(argv: Sequence[str]) -> int:
     """Child entry point."""
+    from compilecache.cache import compilehook
+    from compilecache.cache.keydiff import signature_of_computation
     from compilecache.jobtools.childproc import run_to_dict, write_result
     from compilecache.jobtools.compiler import CacheEvents, TargetRun, one_line
 
@@ -248,6 +259,8 @@ def main(argv: Sequence[str]) -> int:
         if rule is not None
         else None
     )
+    if request.get("resumed"):  # the second run of a pair: its own target, matched by verify's second run
+        run.name += RESUMED_SUFFIX
     code = 0
     error = None
     sys.argv = [entry, *entry_args]
@@ -282,6 +295,13 @@ def main(argv: Sequence[str]) -> int:
 
         watch = _watch_first_call(counter, deadline, expired)
     stopped = False
+
+    def record(computation: Any) -> None:
+        # Every program the entrypoint compiles, by module name: the trainer names a miss against it.
+        with contextlib.suppress(Exception):  # private JAX fields may move: explaining never fails a warm-up
+            run.add_signature(*signature_of_computation(computation))
+
+    compilehook.install(record)
     with CacheEvents() as events, events.attribute_to(run):
         try:
             _run_entry(entry)
@@ -298,11 +318,20 @@ def main(argv: Sequence[str]) -> int:
         watch.cancel()  # the entrypoint is over: its own outcome is the result
     run.compile_seconds = time.perf_counter() - start
     stepped = counter.stepped() if counter is not None else None
-    if code == 0 and not stopped and stepped is not None and (rule is None or not rule.auto or not stepped["ran"]):
+    # A resumed run that ends early is what a restart near the end of training does: it ran what
+    # remained (maybe nothing). Only a first run must reach its N-th step and compile something.
+    first_run = not request.get("resumed")
+    if (
+        code == 0
+        and not stopped
+        and stepped is not None
+        and first_run
+        and (rule is None or not rule.auto or not stepped["ran"])
+    ):
         # The entrypoint ended (returned or exited 0) before its N-th step: not what training runs.
         # Whole epochs (auto) may end by themselves, but only after the step ran at least once.
         error, code = step_failure(stepped), 2
-    if code == 0 and run.requests == 0:
+    if code == 0 and run.requests == 0 and first_run:
         error, code = f"script {shown} ended without compiling anything through the cache: nothing to publish", 2
     if processes > 1 and code == 0:
         from compilecache.jobtools.multihost import joined_processes, single_process_message
@@ -411,24 +440,40 @@ def run_entrypoint(
     entry: str,
     entry_args: Sequence[str],
     timeout: float | None = None,
+    resume_args: Sequence[str] | None = None,
 ) -> tuple[int, dict[str, Any], str]:
     """Run the entrypoint in a child (:func:`main`) in a fresh scratch working directory.
 
     The directory is made under ``$TMPDIR`` and removed afterwards, so what the script writes
     relative to its working directory (checkpoints, logs) is gone before the next run: verify's run
     never restores the warm run's checkpoint. ``COMPILECACHE_WARMUP=1`` lets the script skip its
-    uploads and saves. A path entry is made absolute first: it is found where the caller saw it.
+    uploads. A path entry is made absolute first: it is found where the caller saw it.
+
+    With ``resume_args`` (a list, possibly empty) a successful first run is followed by a resumed
+    one in the same directory (:mod:`compilecache.jobtools.resume`), with those arguments added.
     """
     from compilecache.jobtools.childproc import run_child
+    from compilecache.jobtools.resume import merge_results
 
     origin = os.getcwd()
     target = str(Path(entry).resolve()) if _is_path(entry) else entry
     with tempfile.TemporaryDirectory(prefix="compilecache-workdir-", ignore_cleanup_errors=True) as scratch:
         child_env = {**env, WARMUP_ENV: "1", "PWD": scratch}
         full = {**request, "shown": entry, "origin": origin}
-        return run_child(
+        first = run_child(
             "compilecache.jobtools.scriptrun", full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch
         )
+        if resume_args is None or first[0] != 0 or first[1].get("write_errors"):  # nothing to add to a failure
+            return first
+        # The same directory: the checkpoint the first run wrote at a relative path is restored.
+        again = {**full, "resumed": True}
+        if again.get("steps") == AUTO:
+            # What a restart compiles differently is its first step on the restored state; what comes
+            # later (an epoch's evaluation) the first run compiled already: no second budget.
+            again = {key: value for key, value in again.items() if key not in AUTO_LIMITS} | {"steps": 1}
+        argv = [target, *entry_args, *resume_args]
+        second = run_child("compilecache.jobtools.scriptrun", again, child_env, argv, timeout=timeout, cwd=scratch)
+        return merge_results(first, second)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.keydiff import first_difference
+from compilecache.cache.entries import entry_module, entry_name
+from compilecache.cache.keydiff import closest_difference, display_name, first_difference
 from compilecache.jobtools.compiler import SETUP_TARGET, TargetRun
 from compilecache.target import Target
 
@@ -64,7 +65,7 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
         if run.requests == 0:
             problems.append(f"target {warm.name!r} of workload {warm.workload}: no cache request (cache off?)")
             continue
-        named = first_difference(warm.name, warm.signature, run.signature)
+        named = first_difference(warm.name, warm.signature, run.signature) or script_difference(expected, run)
         if named is not None:
             detail, hint = f"differs from what the warmer compiled: {named}", ""
         else:
@@ -78,6 +79,27 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
             f"process ({run.misses}/{run.requests} requests): {detail}{hint}"
         )
     return problems
+
+
+def script_difference(expected: Sequence[TargetRun], fresh: TargetRun) -> str | None:
+    """An entrypoint's missed program against what its warm-up compiled under that name (exact mode).
+
+    Every run of the same workload counts (a fresh start and its resumed run compile variants of
+    one step): the first missed program the warm-up also compiled is named by what differs.
+    """
+    recorded: dict[str, list[dict[str, Any]]] = {}
+    for warm in expected:
+        if warm.workload == fresh.workload:
+            for module, signatures in warm.signatures.items():
+                recorded.setdefault(module, []).extend(signatures)
+    for key in fresh.keys_missed:
+        module = entry_module(entry_name(key))
+        if module in recorded and module in fresh.signatures:
+            for mine in fresh.signatures[module]:
+                named = closest_difference(display_name(module), recorded[module], mine)
+                if named is not None:
+                    return named
+    return None
 
 
 def fewer_requests(warm: TargetRun, fresh: TargetRun) -> bool:

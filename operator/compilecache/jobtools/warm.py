@@ -52,6 +52,7 @@ from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
 from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
+from compilecache.jobtools.resume import RESUMED_SUFFIX, resume_args
 from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
 from compilecache.jobtools.workload import parse_spec
 
@@ -119,6 +120,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"exact mode: fail if the step function is not called within SECONDS of the start "
         f"(default: ${_ENV_STEP_DEADLINE} or 600)",
+    )
+    parser.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="exact mode: run the script a second time in the first run's working directory, so that it "
+        "restores the checkpoint it wrote and compiles what a restarted training compiles "
+        "(default: on, or $COMPILECACHE_WARM_RESUME)",
+    )
+    parser.add_argument(
+        "--resume-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument added to the resumed run only, for a script that restores when asked "
+        "(repeatable; write --resume-arg=--restore; default: $COMPILECACHE_RESUME_ARGS)",
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
     parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
@@ -547,6 +564,15 @@ def _script_request(
     return request
 
 
+def _resume_args(args: argparse.Namespace, group: Group | None) -> list[str] | None:
+    """The resumed run's added arguments (exact mode, one process), or None: no resumed run.
+
+    A multi-host group runs no resumed run yet: its second run would have to form the group again.
+    """
+    found: list[str] | None = getattr(args, "resume_args", None)
+    return None if group is not None else found
+
+
 def _child_timeout(group: Group | None) -> float | None:
     """A child of a group member is bounded: a peer's child that died could leave it waiting."""
     return None if group is None else float(group.timeouts.phase)
@@ -564,7 +590,11 @@ def _run_script(
         from compilecache.jobtools.multihost import script_env
 
         env = {**env, **script_env(group)}
-    code, result, stderr = run_entrypoint(request, env, script, script_args, timeout=_child_timeout(group))
+        if getattr(args, "resume_args", None) is not None:
+            print("  note: a multi-host group runs no resumed run of the script (--resume: docs/multihost.md)")
+    code, result, stderr = run_entrypoint(
+        request, env, script, script_args, timeout=_child_timeout(group), resume_args=_resume_args(args, group)
+    )
     if code != 0 or "runs" not in result:
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
@@ -576,6 +606,12 @@ def _run_script(
     args.script_stepped = stepped  # verify's rerun of an auto-mode run stops where this one did
     if stepped:  # scriptrun fails a run that ended before its N-th step: here it reached them
         print(f"  {stepped_line(script, stepped)}")
+    resumed = result.get("resumed_stepped")
+    if resumed:
+        from compilecache.jobtools.resume import describe
+
+        how = "stopped" if resumed["ran"] >= resumed["steps"] else "ran to its end:"  # a restart near the end
+        print(f"  {how} its {describe(_resume_args(args, group))} after {resumed['ran']} calls (--resume)")
     return runs, result.get("facts") or {}
 
 
@@ -634,10 +670,21 @@ def _verify(
         # The same entrypoint, the same arguments, stopped at the same step: it must hit every compile.
         warmed = None
         if args.steps == AUTO:
-            requests = sum(run.requests for run in runs if run.workload == f"script:{args.script}")
+            # The first run's compiles: the resumed run's are matched by verify's own resumed run.
+            requests = sum(
+                run.requests
+                for run in runs
+                if run.workload == f"script:{args.script}" and not run.name.endswith(RESUMED_SUFFIX)
+            )
             warmed = (getattr(args, "script_stepped", None) or {}, requests)
-        request = _script_request(args, group, warmed)
-        code, result, _ = run_entrypoint(request, script_env_, args.script, script_args, timeout)
+        code, result, _ = run_entrypoint(
+            _script_request(args, group, warmed),
+            script_env_,
+            args.script,
+            script_args,
+            timeout,
+            resume_args=_resume_args(args, group),
+        )
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
         fresh += [run_from_dict(run) for run in result["runs"]]
@@ -687,12 +734,14 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         raise WarmError("--steps N needs --script and N of at least 1 (or auto)")
     if args.budget is not None and (args.steps != AUTO or not args.budget > 0):
         raise WarmError(f"--budget needs --steps auto and a positive number of seconds, got {args.budget}")
+    if (args.resume_arg or args.resume) and not args.steps:
+        raise WarmError("--resume and --resume-arg need the exact mode (--script with --steps N or auto)")
     if args.step_deadline is not None and not args.step_deadline > 0:
         raise WarmError(f"--step-deadline must be a positive number of seconds, got {args.step_deadline}")
 
 
 def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    """``--steps``/``--step-fn`` from the environment where the flags are not given (scripts only)."""
+    """``--steps``/``--step-fn``/``--resume`` from the environment where the flags are not given (scripts only)."""
     args.step_fn = args.step_fn or env.get(_ENV_STEP_FN) or "train_step"
     if args.steps is None and args.script and env.get(_ENV_STEPS):
         try:
@@ -704,6 +753,7 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
             args.budget = float(env[_ENV_BUDGET])
         except ValueError as error:
             raise WarmError(f"{_ENV_BUDGET} must be a number of seconds, got {env[_ENV_BUDGET]!r}") from error
+    args.resume_args = resume_args(args.resume, args.resume_arg, env) if args.steps else None
     if args.step_deadline is None and env.get(_ENV_STEP_DEADLINE):
         try:
             args.step_deadline = float(env[_ENV_STEP_DEADLINE])
