@@ -40,6 +40,12 @@ CLAIM_REJECTED = "ClaimRejected"
 INVALID_SPEC = "InvalidSpec"
 POLICY_VIOLATION = "PolicyViolation"  # the spec asks for what the operator's policy refuses
 CLAIM_NOT_OPTED_IN = "ClaimNotOptedIn"  # an existing claim not made for this cache, and not opted in
+# The Event of a schedule slot that came while the last slot's warm-up or expiry ran (concurrency Forbid).
+SCHEDULE_SKIPPED = "ScheduleSkipped"
+# status fields (as CronJob's status.lastScheduleTime): the slot whose warm-up the pools follow, and the
+# last slot skipped because that one was still running.
+LAST_SCHEDULE = "lastScheduleTime"
+LAST_SKIPPED = "lastSkippedScheduleTime"
 
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
@@ -103,12 +109,19 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         creates, deletes = [], []
     consumers = policy.bounded(cache.consumers, snapshot.policy)
     releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=_parse_time(now))
+    events = status.transitions(old, new)
+    if new.get(LAST_SKIPPED) and new.get(LAST_SKIPPED) != old.get(LAST_SKIPPED):  # once per skipped slot
+        message = (
+            f"schedule slot {new[LAST_SKIPPED]} skipped: the refresh of slot {new.get(LAST_SCHEDULE)} "
+            "is still running (concurrency Forbid, as a CronJob's)"
+        )
+        events.append(Event("Normal", SCHEDULE_SKIPPED, message))
     return Plan(
         status=new,
         creates=tuple(creates),
         deletes=tuple(deletes),
         releases=tuple(releases),
-        events=tuple(status.transitions(old, new)),
+        events=tuple(events),
     )
 
 
@@ -167,6 +180,52 @@ def schedule_slot(spec: CacheSpec, now: str) -> str | None:
     return when.strftime("%Y%m%dT%H%MZ") if when else None
 
 
+def slot_time(slot: str) -> str:
+    """A :func:`schedule_slot` token as Kubernetes writes times (``20261121T1000Z`` → ``2026-11-21T10:00:00Z``)."""
+    return datetime.datetime.strptime(slot, "%Y%m%dT%H%MZ").strftime("%Y-%m-%dT%H:%M:00Z")
+
+
+def _slot_of(value: Any) -> str | None:
+    """The slot token of a recorded time (:func:`slot_time`'s inverse), ``None`` if absent or unreadable."""
+    try:
+        return _parse_time(str(value)).strftime("%Y%m%dT%H%MZ") if value else None
+    except ValueError:
+        return None
+
+
+def _concurrency(
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], spec_hash: str, slot: str | None
+) -> tuple[str | None, str | None]:
+    """(the slot whose warm-up this pass follows, the slot it skips): CronJob's ``concurrencyPolicy: Forbid``.
+
+    A slot that comes while the last slot's warm-up or expiry runs is skipped, and stays skipped
+    after that run ends (as a CronJob with a short ``startingDeadlineSeconds``): running it late would
+    start a new warm-up the moment the last one ends, and a schedule shorter than a warm-up would
+    never let the cache settle. The running Jobs are never deleted as superseded. A change of what
+    is compiled (a new spec hash) is not a slot: it replaces the running Jobs as before.
+    """
+    old = snapshot.cache.status
+    in_use = _slot_of(old.get(LAST_SCHEDULE))
+    if slot is None or in_use is None or in_use == slot or old.get("specHash") != spec_hash:
+        return slot, None
+    if _slot_of(old.get(LAST_SKIPPED)) == slot:  # skipped while the last run ran: it stays skipped
+        return in_use, slot
+    if _runs(snapshot, spec, pools, in_use):
+        return in_use, slot
+    return slot, None
+
+
+def _runs(snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str) -> bool:
+    """Whether a warm-up Job of ``slot`` (as this spec names them), or an expiry Job, still runs."""
+    names = {
+        str(jobs.warmup_job(snapshot.cache.obj, spec, pool, slot, topology)["metadata"]["name"])
+        for pool in pools
+        for topology in spec.warmup.topologies
+    }
+    warming = [job for job in snapshot.jobs if job["metadata"]["name"] in names]
+    return any(status.job_state(job)["state"] not in status.FINISHED for job in (*warming, *snapshot.expiry_jobs))
+
+
 def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, Any], list[Create], list[Delete]]:
     cache = snapshot.cache
     old = cache.status
@@ -204,7 +263,8 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     refused = policy.pool_violations(spec, pools, snapshot.policy)
     if refused:  # not even the claim: nothing is created for a refused cache
         return _refused_by_policy(cache, spec, refused, now), [], deletes
-    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, schedule_slot(spec, now))
+    slot, skipped = _concurrency(snapshot, spec, pools, spec_hash, schedule_slot(spec, now))
+    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, slot)
     creates += job_creates
     deletes += job_deletes
     phase, message = status.phase_of(entries)
@@ -241,6 +301,10 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     if status.keeps_serving(old, spec_hash, phase):
         phase, message = status.READY, f"ready; refreshing: {message}"
     ready = phase == status.READY
+    if slot is not None:
+        extra[LAST_SCHEDULE] = slot_time(slot)
+    if skipped is not None:
+        extra[LAST_SKIPPED] = slot_time(skipped)
     new = (
         _base(old, cache.generation)
         | extra
