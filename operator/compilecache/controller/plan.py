@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import expiryjob, gates, jobs, policy, status
+from compilecache.controller import expiryjob, gates, jobs, podstate, policy, status
 from compilecache.controller.api import CacheSpec, SpecError, Topology
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
@@ -50,7 +50,7 @@ LAST_SKIPPED = "lastSkippedScheduleTime"
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
 # (`consumers` is counted by act from the pods after the releases.)
-_DECIDED = ("phase", "message", "specHash", "conditions", "observedGeneration")
+_DECIDED = ("phase", "message", "reason", "specHash", "conditions", "observedGeneration")
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         creates, deletes = [], []
     consumers = policy.bounded(cache.consumers, snapshot.policy)
     releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=_parse_time(now))
+    new = status.with_reason(new)
     events = status.transitions(old, new)
     if new.get(LAST_SKIPPED) and new.get(LAST_SKIPPED) != old.get(LAST_SKIPPED):  # once per skipped slot
         message = (
@@ -150,6 +151,7 @@ def failed(
         "message": message,
         "conditions": conditions,
     }
+    new = status.with_reason(new)
     events = status.transitions(old, new)
     before = _find_condition(old, RECONCILED_CONDITION)
     if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
@@ -264,7 +266,7 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     if refused:  # not even the claim: nothing is created for a refused cache
         return _refused_by_policy(cache, spec, refused, now), [], deletes
     slot, skipped = _concurrency(snapshot, spec, pools, spec_hash, schedule_slot(spec, now))
-    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, slot)
+    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, slot, now)
     creates += job_creates
     deletes += job_deletes
     phase, message = status.phase_of(entries)
@@ -280,7 +282,7 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     if warmed:
         # Degraded too: a partly failed warm-up still prunes and checks what the cache holds
         # (a corrupt entry that failed a pool's verify is exactly what expiry removes).
-        outcome, expiry_creates, expiry_deletes = _expiry(snapshot, spec, entries)
+        outcome, expiry_creates, expiry_deletes = _expiry(snapshot, spec, entries, now)
         creates += expiry_creates
         deletes += expiry_deletes
         expired = outcome.phase == status.READY
@@ -319,10 +321,25 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
                 storage_condition,
                 pools_condition,
                 *([expired_condition] if expired_condition else []),
+                _progressing(cache, entries, expired_condition if warmed else None, now),
             ],
         }
     )
     return new, creates, deletes
+
+
+def _progressing(
+    cache: Cache, pools: Sequence[Mapping[str, Any]], expired: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The ``Progressing`` condition, as a Deployment's: False with the reason a warm-up or expiry pod is stuck on."""
+    stuck = [f"pool {status.label(pool)}: {pool.get('message', '')}" for pool in pools if status.is_stuck(pool)]
+    reasons = [str(pool["reason"]) for pool in pools if status.is_stuck(pool)]
+    if expired is not None and expired.get("reason") in podstate.REASONS:
+        stuck.append(f"expiry: {expired.get('message', '')}")
+        reasons.append(str(expired["reason"]))
+    if not stuck:
+        return _condition(cache, podstate.PROGRESSING_CONDITION, True, podstate.NO_STUCK_PODS, "no pod is stuck", now)
+    return _condition(cache, podstate.PROGRESSING_CONDITION, False, reasons[0], "; ".join(stuck)[:2048], now)
 
 
 def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Create | None]:
@@ -366,7 +383,7 @@ def _refused_by_policy(cache: Cache, spec: CacheSpec, refused: Sequence[policy.V
 
 
 def _warmups(
-    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None, now: str
 ) -> tuple[list[dict[str, Any]], list[Create], list[Delete]]:
     """``status.pools`` (one entry per pool × topology), the warm-up Jobs and Services to create, and
     the superseded Jobs and the Services no running Job needs, to delete."""
@@ -395,7 +412,7 @@ def _warmups(
                 entry = _refused(pool, job_name, topology, SERVICE_REJECTED, "Service", snapshot.rejected[service_key])
             else:
                 pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
-                entry = status.pool_status(pool, job_name, job, before, pods, topology)
+                entry = status.pool_status(pool, job_name, job, before, pods, topology, now)
             if entry.get("job") == job_name:
                 wanted.add(job_name)
                 # A finished record whose Job was cleaned up by its TTL is not re-run.
@@ -434,7 +451,7 @@ def _idle_services(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> 
 
 
 def _expiry(
-    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Mapping[str, Any]]
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Mapping[str, Any]], now: str
 ) -> tuple[expiryjob.Outcome, list[Create], list[Delete]]:
     """The step between "every pool finished" and Ready: the expiry Job of the warmed pools, and its outcome.
 
@@ -448,9 +465,8 @@ def _expiry(
     deletes = _superseded(cache, snapshot.expiry_jobs, keep={job_name}, what="expiry")
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)
     if job is not None:
-        finished = status.job_state(job)["state"] in status.FINISHED
-        pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name] if finished else []
-        return expiryjob.outcome(job, pods), [], deletes
+        pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name]
+        return expiryjob.outcome(job, pods, now), [], deletes
     refused = snapshot.rejected.get(JOBS.key(job_name))
     if refused is not None:
         message = f"expiry Job {job_name} was refused by the API: {refused}"
