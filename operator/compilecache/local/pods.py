@@ -36,6 +36,16 @@ volume. Unlike a real mount, the copy does not see later writes by other pods. (
 bind mount needs root with ``CAP_SYS_ADMIN`` or user namespaces, which CI machines often lack.)
 A root kubelet without ``setpriv`` (util-linux) fails every container with ``StartError``.
 
+**Failures it simulates** (for the tests and the demo of a stuck warm-up), as the real kubelet
+reports them: an image whose name contains ``nonexistent`` (:data:`UNPULLABLE_MARKER`) cannot be
+pulled: the pod stays ``Pending``, the container waiting with ``ErrImagePull`` and then
+``ImagePullBackOff`` (``Back-off pulling image "..."``), until the pod is deleted (the real kubelet
+retries the pull forever; no process starts). A container with ``resources.limits.memory`` whose
+processes together hold more resident memory than that is killed (``SIGKILL``, exit code 137,
+reason ``OOMKilled``), as the kernel's cgroup OOM killer does (memory is sampled every
+:data:`MEMORY_POLL_SECONDS`, so a brief spike between samples is missed). Unschedulable pods are the
+scheduler's (``nodes.py``).
+
 The termination message is the file's content (at most 4096 bytes); with
 ``terminationMessagePolicy: FallbackToLogsOnError`` and an empty file, a failed
 container's last 80 log lines (at most 2048 bytes), as the kubelet does.
@@ -69,6 +79,9 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 MESSAGE_MAX = 4096  # bytes of a termination message the kubelet keeps
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # FallbackToLogsOnError: whichever is smaller
 NOBODY = 65534  # owns read-only copies when the kubelet is root: the process (root, no capabilities) cannot change them
+UNPULLABLE_MARKER = "nonexistent"  # an image named with it "cannot be pulled" (see the module docstring)
+IMAGE_BACKOFF_SECONDS = 0.5  # ErrImagePull, then ImagePullBackOff this much later (the kubelet: 10 s, doubling)
+MEMORY_POLL_SECONDS = 0.1
 
 
 class PodError(Exception):
@@ -269,6 +282,11 @@ class PodRun(threading.Thread):
         spec = self.pod.get("spec") or {}
         started = now_rfc3339()
         self.dir.mkdir(parents=True, exist_ok=True)
+        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        unpullable = next((c for c in containers if UNPULLABLE_MARKER in str(c.get("image") or "")), None)
+        if unpullable is not None:
+            self._pull_fails(spec, unpullable, started)
+            return
         try:
             volumes = self._volumes(spec)
         except PodError as exc:
@@ -301,6 +319,37 @@ class PodRun(threading.Thread):
             thread.join()
         ok = all(result["state"]["terminated"]["exitCode"] == 0 for result in results)
         self._finish("Succeeded" if ok else "Failed", init_statuses, results)
+
+    def _pull_fails(self, spec: Mapping[str, Any], unpullable: Mapping[str, Any], started: str) -> None:
+        """Stay Pending with the image's container waiting on the pull (as the kubelet), until deleted."""
+        image = str(unpullable.get("image"))
+        said = {
+            "ErrImagePull": f'failed to pull and unpack image "{image}": not found (the local cluster pulls no image '
+            f'named with "{UNPULLABLE_MARKER}")',
+            "ImagePullBackOff": f'Back-off pulling image "{image}"',
+        }
+        for reason, message in said.items():
+            if self._killed.is_set():
+                return
+
+            def state(container: Mapping[str, Any], init: bool, reason: str = reason, message: str = message) -> Any:
+                if container is unpullable:
+                    waiting = {"reason": reason, "message": message}
+                else:
+                    waiting = {"reason": "PodInitializing" if not init else "ContainerCreating"}
+                return {"name": container["name"], "ready": False, "restartCount": 0, "state": {"waiting": waiting}}
+
+            body: dict[str, Any] = {
+                "phase": "Pending",
+                "startTime": started,
+                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": started}],
+                "containerStatuses": [state(c, False) for c in spec.get("containers") or []],
+            }
+            if spec.get("initContainers"):
+                body["initContainerStatuses"] = [state(c, True) for c in spec["initContainers"]]
+            self._patch(body)
+            self._killed.wait(IMAGE_BACKOFF_SECONDS)
+        self._killed.wait()  # the real kubelet retries forever; the pod's deletion ends it
 
     def _finish(self, phase: str, init: list[dict[str, Any]], main: list[dict[str, Any]]) -> None:
         if self._killed.is_set():
