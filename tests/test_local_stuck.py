@@ -109,3 +109,30 @@ def test_a_pod_that_fits_no_node_shows_the_schedulers_reason(local: tuple[LocalC
     assert "taint" in pool["message"], pool
     assert column("Reason", status) == podstate.UNSCHEDULABLE
     cluster.client.wait_for(lambda: [e for e in warnings_of(cluster, "no-node") if e["reason"] == "Unschedulable"])
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed(local: tuple[LocalCluster, Operator]) -> None:
+    """The local kubelet kills a container whose processes hold more than ``limits.memory``, as a cgroup does."""
+    cluster, _ = local
+    # 200 MiB touched (bytearray zero-fills: resident), then a wait that only the kill ends.
+    code = "import time; b = bytearray(200 * 2**20); time.sleep(60)"
+    container = {
+        "name": "main",
+        "image": "ignored:1",
+        "command": ["python", "-c", code],
+        "resources": {"limits": {"memory": "64Mi"}},
+    }
+    pod_spec = {"restartPolicy": "Never", "containers": [container]}
+    job = {"metadata": {"name": "greedy"}, "spec": {"backoffLimit": 0, "template": {"spec": pod_spec}}}
+    cluster.client.create("batch/v1/jobs", job, NS)
+
+    def killed() -> dict[str, Any] | None:
+        for pod in cluster.client.list("v1/pods", NS, label_selector="job-name=greedy"):
+            for state in (pod.get("status") or {}).get("containerStatuses") or []:
+                terminated = (state.get("state") or {}).get("terminated")
+                if terminated:
+                    return dict(terminated)
+        return None
+
+    terminated = cluster.client.wait_for(killed, timeout=30)
+    assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137), terminated

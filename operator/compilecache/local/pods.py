@@ -24,7 +24,8 @@ image, paths inside program text are not rewritten, ``readOnlyRootFilesystem`` i
 every process starts through ``setpriv`` with no capabilities at all (bounding, inheritable
 and ambient sets cleared, no new privileges), as ``capabilities: {drop: [ALL]}`` does: root
 without ``CAP_DAC_OVERRIDE``/``CAP_FOWNER`` is bound by permission bits like any user.
-``runAsUser``, resources and GPUs are not applied: every process runs on this machine's CPU.
+``runAsUser``, resources (but a memory limit: below) and GPUs are not applied: every process runs on
+this machine's CPU.
 
 **Read-only mounts** (``readOnly: true`` on the mount or the claim) get a private copy of
 the volume made when the container starts, every file mode ``0444`` and directory ``0555``;
@@ -68,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compilecache.cache.units import parse_bytes
 from compilecache.local.apiserver import now_rfc3339
 from compilecache.local.client import KubeClient, KubeError
 from compilecache.local.dns import HostTable, map_hosts
@@ -81,7 +83,7 @@ LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # FallbackToLogsOnError: whichever is
 NOBODY = 65534  # owns read-only copies when the kubelet is root: the process (root, no capabilities) cannot change them
 UNPULLABLE_MARKER = "nonexistent"  # an image named with it "cannot be pulled" (see the module docstring)
 IMAGE_BACKOFF_SECONDS = 0.5  # ErrImagePull, then ImagePullBackOff this much later (the kubelet: 10 s, doubling)
-MEMORY_POLL_SECONDS = 0.1
+MEMORY_POLL_SECONDS = 0.25
 
 
 class PodError(Exception):
@@ -408,10 +410,16 @@ class PodRun(threading.Thread):
                 self._processes.append(process)
             if self._killed.is_set():
                 self.kill()
+            ended, oom = threading.Event(), threading.Event()
+            limit = memory_limit(container)
+            if limit is not None:
+                threading.Thread(target=_watch_memory, args=(process.pid, limit, ended, oom), daemon=True).start()
             code = process.wait()
+            ended.set()
         code = 128 - code if code < 0 else code  # a signal N is exit code 128+N in a container
         message = termination_message(container, termination, log, code)
-        return _terminated(name, code, "Completed" if code == 0 else "Error", message, started)
+        reason = "OOMKilled" if oom.is_set() else "Completed" if code == 0 else "Error"
+        return _terminated(name, code, reason, message, started)
 
     def _command(
         self,
@@ -471,6 +479,42 @@ class PodRun(threading.Thread):
             command[0] = found
         cwd = map_value(container["workingDir"], table) if container.get("workingDir") else str(self.image.workdir)
         return [*command, *args], env, cwd
+
+
+def memory_limit(container: Mapping[str, Any]) -> int | None:
+    """The container's ``resources.limits.memory`` in bytes, or ``None`` (no limit, or one that does not parse)."""
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    try:
+        return parse_bytes(limit) if limit is not None else None
+    except (ValueError, TypeError):
+        return None
+
+
+def group_rss(pgid: int) -> int:
+    """Resident bytes of the processes in process group ``pgid`` (a container's: it starts a new session)."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as file:
+                fields = file.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            if int(fields[2]) == pgid:
+                total += int(fields[21]) * page  # rss, in pages (proc(5): field 24)
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended meanwhile
+    return total
+
+
+def _watch_memory(pgid: int, limit: int, ended: threading.Event, oom: threading.Event) -> None:
+    # The cgroup OOM killer's stand-in: sampled, so a spike between samples is missed (module docstring).
+    while not ended.wait(MEMORY_POLL_SECONDS):
+        if group_rss(pgid) > limit:
+            oom.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            return
 
 
 def _terminated(name: str, code: int, reason: str, message: str, started: str) -> dict[str, Any]:
