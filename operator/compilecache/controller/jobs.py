@@ -63,6 +63,9 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
         "image": warmup.image,
         "workloads": [_workload_material(workload) for workload in warmup.workloads],
         "jax": [warmup.jax.min_compile_time_secs, warmup.jax.min_entry_size_bytes, warmup.jax.xla_flags],
+        # Always null: the key stays so that every hash (and Job name) is what it was when the
+        # annotation was part of it; a cache that carried one re-warms once after the upgrade.
+        "rewarm": None,
     }
     return digest(material)
 
