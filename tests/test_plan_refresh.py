@@ -143,3 +143,14 @@ def test_a_change_of_what_is_compiled_still_replaces_a_running_job() -> None:
     changed = run.step("2026-11-21T10:01:10Z")
     assert {d.name for d in changed.deletes} == started
     assert plan.LAST_SKIPPED not in changed.status
+
+
+def test_concurrency_policy_replace_replaces_the_running_jobs_at_a_new_slot() -> None:
+    run = Cluster(cache(schedule="* * * * *", concurrencyPolicy="Replace"))
+    run.step("2026-11-21T10:00:30Z")
+    started = set(run.jobs)
+    replaced = run.step("2026-11-21T10:01:10Z")
+    assert {d.name for d in replaced.deletes} == started
+    assert len([c for c in replaced.creates if c.resource == JOBS]) == 2
+    assert plan.LAST_SKIPPED not in replaced.status
+    assert replaced.status[plan.LAST_SCHEDULE] == "2026-11-21T10:01:00Z"

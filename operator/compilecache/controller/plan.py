@@ -198,9 +198,10 @@ def _slot_of(value: Any) -> str | None:
 def _concurrency(
     snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], spec_hash: str, slot: str | None
 ) -> tuple[str | None, str | None]:
-    """(the slot whose warm-up this pass follows, the slot it skips): CronJob's ``concurrencyPolicy: Forbid``.
+    """(the slot whose warm-up this pass follows, the slot it skips): ``spec.concurrencyPolicy``, as a CronJob's.
 
-    A slot that comes while the last slot's warm-up or expiry runs is skipped, and stays skipped
+    ``Replace``: a new slot's Jobs replace the running ones (superseded). ``Forbid`` (the default):
+    a slot that comes while the last slot's warm-up or expiry runs is skipped, and stays skipped
     after that run ends (as a CronJob with a short ``startingDeadlineSeconds``): running it late would
     start a new warm-up the moment the last one ends, and a schedule shorter than a warm-up would
     never let the cache settle. The running Jobs are never deleted as superseded. A change of what
@@ -208,6 +209,8 @@ def _concurrency(
     """
     old = snapshot.cache.status
     in_use = _slot_of(old.get(LAST_SCHEDULE))
+    if spec.concurrency_policy == "Replace":
+        return slot, None
     if slot is None or in_use is None or in_use == slot or old.get("specHash") != spec_hash:
         return slot, None
     if _slot_of(old.get(LAST_SKIPPED)) == slot:  # skipped while the last run ran: it stays skipped
