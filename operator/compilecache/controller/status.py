@@ -444,15 +444,22 @@ def stuck_reasons(status: Mapping[str, Any]) -> list[str]:
 
 
 def with_reason(status: Mapping[str, Any]) -> dict[str, Any]:
-    """``status`` with its ``reason`` (the printer column): what a pod is stuck on, else the Ready
-    condition's reason where it says more than the phase (``InvalidSpec``...); no ``reason`` otherwise."""
+    """``status`` with its ``reason`` (the printer column): what a pod is stuck on, else what a failed
+    pool's pod died of (``OOMKilled``), else the Ready condition's reason where it says more than the
+    phase (``InvalidSpec``...); no ``reason`` otherwise."""
     result = {key: value for key, value in status.items() if key != "reason"}
     stuck = stuck_reasons(status)
     ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == READY_CONDITION), {})
-    reason = stuck[0] if stuck else ready.get("reason")
+    # A pool that failed on its pod (OOMKilled) says more than the phase Failed or Degraded.
+    killed = [pool["reason"] for pool in status.get("pools") or [] if _pod_failure(pool)]
+    reason = (stuck or killed or [ready.get("reason")])[0]
     if reason and reason != status.get("phase"):
         result["reason"] = str(reason)
     return result
+
+
+def _pod_failure(pool: Mapping[str, Any]) -> bool:
+    return pool.get("state") == POOL_FAILED and pool.get("reason") in podstate.REASONS
 
 
 def _with_reason(pool: Mapping[str, Any]) -> str:
