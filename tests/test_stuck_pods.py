@@ -138,6 +138,16 @@ def test_an_oom_kill_names_itself_while_the_job_retries_and_when_it_failed() -> 
     assert progressing["status"] == "True"  # history: nothing is stuck now
 
 
+def test_one_stuck_process_of_a_multi_host_job_is_the_pools_reason() -> None:
+    first, jobs_ = first_pass()
+    placed = pod_of(jobs_[0], "2026-11-21T09:59:00Z", phase="Running")
+    waiting = pod_of(jobs_[0], "2026-11-21T09:59:00Z", **unschedulable())
+    waiting["metadata"]["name"] += "-1"
+    stuck = next_pass(first, jobs_, [placed, waiting])
+    assert pool_of(stuck, jobs_[0])["reason"] == "Unschedulable"
+    assert podstate.problem([placed]) is None
+
+
 @pytest.mark.parametrize("reason", ["CreateContainerConfigError", "CrashLoopBackOff", "InvalidImageName"])
 def test_other_waiting_reasons_reach_the_pool(reason: str) -> None:
     first, jobs_ = first_pass()

@@ -65,9 +65,10 @@ class Problem:
 
 
 def problem(pods: Sequence[Mapping[str, Any]]) -> Problem | None:
-    """What the newest of a running Job's pods is stuck on; else an earlier attempt's OOM kill; else ``None``."""
+    """What a running Job's live pod is stuck on (the newest first; a multi-host Job has one per process,
+    and one stuck process holds them all); else an earlier attempt's OOM kill; else ``None``."""
     newest = sorted(pods, key=_created, reverse=True)
-    for pod in newest[:1]:
+    for pod in newest:  # finished attempts are skipped: only a Pending or Running pod is stuck
         found = _stuck(pod)
         if found is not None:
             return found
