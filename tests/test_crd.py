@@ -153,7 +153,7 @@ def test_every_rule_compiles() -> None:
 
 @pytest.mark.parametrize("column", crd_version(CRD, VERSION)["additionalPrinterColumns"], ids=lambda c: c["name"])
 def test_printer_column_points_at_a_field(column: dict[str, Any]) -> None:
-    expected = {"Phase", "Pools", "Entries", "Size", "Last Warmed", "Age", "Message"}
+    expected = {"Phase", "Pools", "Reason", "Entries", "Size", "Last Warmed", "Age", "Message"}
     assert column["name"] in expected
     if column["jsonPath"] == ".metadata.creationTimestamp":
         assert column["type"] == "date"
@@ -172,6 +172,7 @@ def test_printer_columns_are_the_documented_ones() -> None:
     assert columns == {
         "Phase": ".status.phase",
         "Pools": ".status.poolsReady",
+        "Reason": ".status.reason",
         "Entries": ".status.cache.entries",
         "Size": ".status.cache.size",
         "Last Warmed": ".status.cache.lastWarmed",

@@ -73,6 +73,9 @@ def test_names_are_deterministic_and_change_only_with_compilation():
     rewarm = cache()
     rewarm["metadata"]["annotations"] = {jobs.ANNOTATION_REWARM: "2026-11-21"}
     assert not {j["metadata"]["name"] for j in _jobs(rewarm)} & {j["metadata"]["name"] for j in base}
+    # ... but it compiles the same: the cache's hash (what a Ready cache keeps serving on) stays.
+    spec = parse_spec(cache_spec())
+    assert jobs.cache_hash(rewarm, spec) == jobs.cache_hash(cache(), spec)
 
 
 def test_long_names_fit_63_characters():

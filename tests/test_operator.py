@@ -474,3 +474,42 @@ def test_a_bad_policy_stops_the_operator_at_startup_naming_the_key(
         pass  # the startup handler refuses the policy: kopf stops on its own
     assert runner.exit_code != 0 and runner.exception is not None
     assert "the operator's policy cannot be used: policy.image is not a policy key" in caplog.text
+
+
+def test_a_rewarm_of_a_ready_cache_keeps_it_ready_while_it_refreshes(kube_env, nodes, operator):
+    """Issue 22 item 5: the rewarm annotation re-runs every pool; training pods are not gated meanwhile."""
+    create_cache(kube_env)
+    wait_jobs(kube_env, 2)
+    warm_and_expire(kube_env)
+    expired = expiry_job(kube_env)
+    before = {job["metadata"]["name"] for job in jobs_of(kube_env).values()}
+    kube_env.patch(CC, "llama", {"metadata": {"annotations": {"compilecache.dev/rewarm": "2026-11-25"}}}, NS)
+    fresh = kube_env.wait_for(
+        lambda: (names := {j["metadata"]["name"] for j in jobs_of(kube_env).values()}) and not names & before and names
+    )
+    assert len(fresh) == 2
+    refreshing = kube_env.wait_for(
+        lambda: "refreshing" in status_of(kube_env).get("message", "") and status_of(kube_env)
+    )
+    assert refreshing["phase"] == "Ready"
+    assert next(c for c in refreshing["conditions"] if c["type"] == "Ready")["status"] == "True"
+    for job in jobs_of(kube_env).values():
+        finish(kube_env, job, succeeded=True)
+    finish_expiry(kube_env, expiry_job(kube_env, other_than=expired["metadata"]["name"]))
+    ready = kube_env.wait_for(lambda: "refreshing" not in status_of(kube_env)["message"] and status_of(kube_env))
+    assert ready["phase"] == "Ready"
+    assert event_reasons(kube_env).count("Warming") == 1  # only the first warm-up: the cache never left Ready
+
+
+def test_a_schedule_shorter_than_the_warm_up_never_deletes_the_running_job(kube_env, nodes, operator):
+    """Issue 22 item 6: every minute, a warm-up that runs longer: the slot is skipped, in status and an Event."""
+    create_cache(kube_env, schedule="* * * * *")
+    running = {job["metadata"]["name"] for job in wait_jobs(kube_env, 2).values()}
+    # The next slot comes within a minute; the Jobs (never finished here) keep running.
+    skipped = kube_env.wait_for(
+        lambda: status_of(kube_env).get("lastSkippedScheduleTime") and status_of(kube_env), timeout=75
+    )
+    assert skipped["lastSkippedScheduleTime"] > skipped["lastScheduleTime"]
+    assert {job["metadata"]["name"] for job in jobs_of(kube_env).values()} == running
+    assert skipped["phase"] == "Warming"
+    kube_env.wait_for(lambda: "ScheduleSkipped" in event_reasons(kube_env))

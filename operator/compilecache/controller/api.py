@@ -199,6 +199,10 @@ class Consumers:
     init_containers: bool = False
 
 
+# spec.concurrencyPolicy, as a CronJob's (no Allow: two warm-ups of one cache would race on its entries).
+CONCURRENCY_POLICIES = ("Forbid", "Replace")
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """A validated CompileCache spec, with the CRD's defaults applied."""
@@ -208,6 +212,7 @@ class CacheSpec:
     mount_path: str
     warmup: Warmup
     schedule: str | None = None
+    concurrency_policy: str = "Forbid"  # a slot while a refresh runs: skip it (Forbid) or replace the run (Replace)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     consumers: Consumers = field(default_factory=Consumers)
 
@@ -299,12 +304,16 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     schedule = spec.get("schedule")
     if schedule is not None:
         schedule = _convert(units.check_cron, schedule, "spec.schedule")
+    concurrency = spec.get("concurrencyPolicy", "Forbid")
+    if concurrency not in CONCURRENCY_POLICIES:
+        raise SpecError("spec.concurrencyPolicy", f"must be one of {list(CONCURRENCY_POLICIES)}, got {concurrency!r}")
     return CacheSpec(
         pvc=pvc,
         gcs=gcs,
         mount_path=mount_path,
         warmup=warmup,
         schedule=schedule,
+        concurrency_policy=concurrency,
         lifecycle=_lifecycle(_mapping(spec.get("lifecycle"), "spec.lifecycle")),
         consumers=_consumers(_mapping(spec.get("consumers"), "spec.consumers")),
     )

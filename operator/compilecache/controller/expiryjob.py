@@ -133,8 +133,9 @@ def parse_summary(message: str | None) -> dict[str, Any] | None:
     return status.parse_report(message)
 
 
-def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> Outcome:
-    """The expiry's phase from its Job's state and its pod's termination message."""
+def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], now: str | None = None) -> Outcome:
+    """The expiry's phase from its Job's state and its pod's termination message; while it runs,
+    what its pod is stuck on (``podstate``): Failed with that reason once past the deadline at ``now``."""
     if job is None:
         return Outcome(status.EXPIRING, "ExpiryJobCreated", "expiring: the expiry Job was created")
     state = status.job_state(job)
@@ -147,6 +148,11 @@ def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) ->
             (summary or {}).get("error") or status.last_line(message) or state.get("message") or "the expiry Job failed"
         )
         return Outcome(status.FAILED, "ExpiryFailed", f"expiry failed: {detail}", summary, state.get("finishedAt"))
+    stuck = status.stuck(pods, now)
+    if stuck.get("state") == status.POOL_FAILED:
+        return Outcome(status.FAILED, stuck["reason"], f"expiry failed: {stuck['message']}")
+    if stuck:
+        return Outcome(status.EXPIRING, stuck["reason"], f"expiring: the expiry pod is stuck: {stuck['message']}")
     return Outcome(status.EXPIRING, "ExpiryRunning", "expiring: applying the lifecycle to the warmed cache")
 
 

@@ -52,7 +52,9 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
     """A short hash of everything in the cache's spec that changes what gets compiled.
 
     Lifecycle, schedule, consumers, Job limits and pool placement are left out: changing
-    them starts no warm-up. ``compilecache.dev/rewarm`` is in: it asks for a fresh run.
+    them starts no warm-up. ``compilecache.dev/rewarm`` is left out too (it is in
+    :func:`pool_hash`, like the schedule's slot): a rewarm re-runs the same compilation, so the
+    published entries stay right and a Ready cache keeps serving while it refreshes.
     """
     warmup = spec.warmup
     material = {
@@ -61,7 +63,9 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
         "image": warmup.image,
         "workloads": [_workload_material(workload) for workload in warmup.workloads],
         "jax": [warmup.jax.min_compile_time_secs, warmup.jax.min_entry_size_bytes, warmup.jax.xla_flags],
-        "rewarm": (cache.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_REWARM),
+        # Always null: the key stays so that every hash (and Job name) is what it was when the
+        # annotation was part of it; a cache that carried one re-warms once after the upgrade.
+        "rewarm": None,
     }
     return digest(material)
 
@@ -88,6 +92,9 @@ def pool_hash(
     }
     if slot is not None:  # absent, not null: hashes of unscheduled caches stay what they were
         material["slot"] = slot
+    rewarm = (cache.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_REWARM)
+    if rewarm is not None:  # a new value gives new Job names: a fresh run of every pool
+        material["rewarm"] = rewarm
     if topology.multi_host:  # absent for one host: single-host hashes (and Job names) stay what they were
         material["hosts"] = topology.hosts
     return digest(material)

@@ -1,9 +1,10 @@
 """Prometheus metrics of the operator, served at ``/metrics`` (``prometheus_client``).
 
 ``compilecache_build_info`` (1, labelled with the operator's, Python's and kopf's versions) says
-what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule):
+what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule, reason):
 the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
-the last warm-up's duration and end, expiry deletions by rule, gated pods, gate
+the last warm-up's duration and end, expiry deletions by rule, stuck warm-up and expiry pods
+by reason (``podstate.REASONS``), gated pods, gate
 timeouts and the compiles training pods requested and hit. Operator-wide: the
 duration of passes, API errors by verb and status code, webhook admissions by outcome.
 No label names a pod or a Job: the series of a cache are bounded, and removed
@@ -33,7 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from compilecache.cache import expiry
-from compilecache.controller import gates, trainer
+from compilecache.controller import gates, podstate, trainer
 from compilecache.controller import status as status_
 
 logger = logging.getLogger(__name__)
@@ -165,6 +166,12 @@ class Metrics:
             [*CACHE, "rule"],
             registry=r,
         )
+        self.stuck = Gauge(
+            "compilecache_stuck_pods",
+            "Warm-up and expiry pods of the cache stuck now, by reason (Unschedulable, ImagePullBackOff, ...).",
+            [*CACHE, "reason"],
+            registry=r,
+        )
         self.gated = Gauge(
             "compilecache_consumers_gated_pods", "Training pods held by the gate now.", CACHE, registry=r
         )
@@ -224,6 +231,9 @@ class Metrics:
             seconds = [float(pool.get("compileSeconds") or 0) for pool in pools if "compileSeconds" in pool]
             if seconds:
                 self.compile_seconds.labels(*key).set(sum(seconds))
+        stuck = status_.stuck_reasons(status)
+        for reason in podstate.REASONS:  # a fixed set: every series exists, 0 when nothing is stuck
+            self.stuck.labels(namespace, name, reason).set(float(stuck.count(reason)))
         consumers = status.get("consumers") or {}
         if "gated" in consumers:
             self.gated.labels(*key).set(float(consumers.get("gated") or 0))
@@ -283,6 +293,8 @@ class Metrics:
             self.training_hits,
         ):
             _remove(metric, namespace, name)
+        for reason in podstate.REASONS:
+            _remove(self.stuck, namespace, name, reason)
         for rule in (seen.rules if seen else set()) | {*RULES, "other"}:
             _remove(self.expiry_deleted, namespace, name, rule)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import expiryjob, gates, jobs, policy, status
+from compilecache.controller import expiryjob, gates, jobs, podstate, policy, status
 from compilecache.controller.api import CacheSpec, SpecError, Topology
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
@@ -40,11 +40,17 @@ CLAIM_REJECTED = "ClaimRejected"
 INVALID_SPEC = "InvalidSpec"
 POLICY_VIOLATION = "PolicyViolation"  # the spec asks for what the operator's policy refuses
 CLAIM_NOT_OPTED_IN = "ClaimNotOptedIn"  # an existing claim not made for this cache, and not opted in
+# The Event of a schedule slot that came while the last slot's warm-up or expiry ran (concurrency Forbid).
+SCHEDULE_SKIPPED = "ScheduleSkipped"
+# status fields (as CronJob's status.lastScheduleTime): the slot whose warm-up the pools follow, and the
+# last slot skipped because that one was still running.
+LAST_SCHEDULE = "lastScheduleTime"
+LAST_SKIPPED = "lastSkippedScheduleTime"
 
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
 # (`consumers` is counted by act from the pods after the releases.)
-_DECIDED = ("phase", "message", "specHash", "conditions", "observedGeneration")
+_DECIDED = ("phase", "message", "reason", "specHash", "conditions", "observedGeneration")
 
 
 @dataclass(frozen=True)
@@ -103,12 +109,20 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         creates, deletes = [], []
     consumers = policy.bounded(cache.consumers, snapshot.policy)
     releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=_parse_time(now))
+    new = status.with_reason(new)
+    events = status.transitions(old, new)
+    if new.get(LAST_SKIPPED) and new.get(LAST_SKIPPED) != old.get(LAST_SKIPPED):  # once per skipped slot
+        message = (
+            f"schedule slot {new[LAST_SKIPPED]} skipped: the refresh of slot {new.get(LAST_SCHEDULE)} "
+            "is still running (concurrency Forbid, as a CronJob's)"
+        )
+        events.append(Event("Normal", SCHEDULE_SKIPPED, message))
     return Plan(
         status=new,
         creates=tuple(creates),
         deletes=tuple(deletes),
         releases=tuple(releases),
-        events=tuple(status.transitions(old, new)),
+        events=tuple(events),
     )
 
 
@@ -137,6 +151,7 @@ def failed(
         "message": message,
         "conditions": conditions,
     }
+    new = status.with_reason(new)
     events = status.transitions(old, new)
     before = _find_condition(old, RECONCILED_CONDITION)
     if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
@@ -165,6 +180,55 @@ def schedule_slot(spec: CacheSpec, now: str) -> str | None:
     except (ValueError, TypeError) as exc:
         raise SpecError("spec.schedule", str(exc)) from None
     return when.strftime("%Y%m%dT%H%MZ") if when else None
+
+
+def slot_time(slot: str) -> str:
+    """A :func:`schedule_slot` token as Kubernetes writes times (``20261121T1000Z`` → ``2026-11-21T10:00:00Z``)."""
+    return datetime.datetime.strptime(slot, "%Y%m%dT%H%MZ").strftime("%Y-%m-%dT%H:%M:00Z")
+
+
+def _slot_of(value: Any) -> str | None:
+    """The slot token of a recorded time (:func:`slot_time`'s inverse), ``None`` if absent or unreadable."""
+    try:
+        return _parse_time(str(value)).strftime("%Y%m%dT%H%MZ") if value else None
+    except ValueError:
+        return None
+
+
+def _concurrency(
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], spec_hash: str, slot: str | None
+) -> tuple[str | None, str | None]:
+    """(the slot whose warm-up this pass follows, the slot it skips): ``spec.concurrencyPolicy``, as a CronJob's.
+
+    ``Replace``: a new slot's Jobs replace the running ones (superseded). ``Forbid`` (the default):
+    a slot that comes while the last slot's warm-up or expiry runs is skipped, and stays skipped
+    after that run ends (as a CronJob with a short ``startingDeadlineSeconds``): running it late would
+    start a new warm-up the moment the last one ends, and a schedule shorter than a warm-up would
+    never let the cache settle. The running Jobs are never deleted as superseded. A change of what
+    is compiled (a new spec hash) is not a slot: it replaces the running Jobs as before.
+    """
+    old = snapshot.cache.status
+    in_use = _slot_of(old.get(LAST_SCHEDULE))
+    if spec.concurrency_policy == "Replace":
+        return slot, None
+    if slot is None or in_use is None or in_use == slot or old.get("specHash") != spec_hash:
+        return slot, None
+    if _slot_of(old.get(LAST_SKIPPED)) == slot:  # skipped while the last run ran: it stays skipped
+        return in_use, slot
+    if _runs(snapshot, spec, pools, in_use):
+        return in_use, slot
+    return slot, None
+
+
+def _runs(snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str) -> bool:
+    """Whether a warm-up Job of ``slot`` (as this spec names them), or an expiry Job, still runs."""
+    names = {
+        str(jobs.warmup_job(snapshot.cache.obj, spec, pool, slot, topology)["metadata"]["name"])
+        for pool in pools
+        for topology in spec.warmup.topologies
+    }
+    warming = [job for job in snapshot.jobs if job["metadata"]["name"] in names]
+    return any(status.job_state(job)["state"] not in status.FINISHED for job in (*warming, *snapshot.expiry_jobs))
 
 
 def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, Any], list[Create], list[Delete]]:
@@ -204,7 +268,8 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     refused = policy.pool_violations(spec, pools, snapshot.policy)
     if refused:  # not even the claim: nothing is created for a refused cache
         return _refused_by_policy(cache, spec, refused, now), [], deletes
-    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, schedule_slot(spec, now))
+    slot, skipped = _concurrency(snapshot, spec, pools, spec_hash, schedule_slot(spec, now))
+    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, slot, now)
     creates += job_creates
     deletes += job_deletes
     phase, message = status.phase_of(entries)
@@ -220,7 +285,7 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     if warmed:
         # Degraded too: a partly failed warm-up still prunes and checks what the cache holds
         # (a corrupt entry that failed a pool's verify is exactly what expiry removes).
-        outcome, expiry_creates, expiry_deletes = _expiry(snapshot, spec, entries)
+        outcome, expiry_creates, expiry_deletes = _expiry(snapshot, spec, entries, now)
         creates += expiry_creates
         deletes += expiry_deletes
         expired = outcome.phase == status.READY
@@ -241,6 +306,10 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
     if status.keeps_serving(old, spec_hash, phase):
         phase, message = status.READY, f"ready; refreshing: {message}"
     ready = phase == status.READY
+    if slot is not None:
+        extra[LAST_SCHEDULE] = slot_time(slot)
+    if skipped is not None:
+        extra[LAST_SKIPPED] = slot_time(skipped)
     new = (
         _base(old, cache.generation)
         | extra
@@ -255,10 +324,25 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
                 storage_condition,
                 pools_condition,
                 *([expired_condition] if expired_condition else []),
+                _progressing(cache, entries, expired_condition if warmed else None, now),
             ],
         }
     )
     return new, creates, deletes
+
+
+def _progressing(
+    cache: Cache, pools: Sequence[Mapping[str, Any]], expired: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The ``Progressing`` condition, as a Deployment's: False with the reason a warm-up or expiry pod is stuck on."""
+    stuck = [f"pool {status.label(pool)}: {pool.get('message', '')}" for pool in pools if status.is_stuck(pool)]
+    reasons = [str(pool["reason"]) for pool in pools if status.is_stuck(pool)]
+    if expired is not None and expired.get("reason") in podstate.REASONS:
+        stuck.append(f"expiry: {expired.get('message', '')}")
+        reasons.append(str(expired["reason"]))
+    if not stuck:
+        return _condition(cache, podstate.PROGRESSING_CONDITION, True, podstate.NO_STUCK_PODS, "no pod is stuck", now)
+    return _condition(cache, podstate.PROGRESSING_CONDITION, False, reasons[0], "; ".join(stuck)[:2048], now)
 
 
 def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Create | None]:
@@ -302,7 +386,7 @@ def _refused_by_policy(cache: Cache, spec: CacheSpec, refused: Sequence[policy.V
 
 
 def _warmups(
-    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None, now: str
 ) -> tuple[list[dict[str, Any]], list[Create], list[Delete]]:
     """``status.pools`` (one entry per pool × topology), the warm-up Jobs and Services to create, and
     the superseded Jobs and the Services no running Job needs, to delete."""
@@ -331,7 +415,7 @@ def _warmups(
                 entry = _refused(pool, job_name, topology, SERVICE_REJECTED, "Service", snapshot.rejected[service_key])
             else:
                 pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
-                entry = status.pool_status(pool, job_name, job, before, pods, topology)
+                entry = status.pool_status(pool, job_name, job, before, pods, topology, now)
             if entry.get("job") == job_name:
                 wanted.add(job_name)
                 # A finished record whose Job was cleaned up by its TTL is not re-run.
@@ -370,7 +454,7 @@ def _idle_services(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> 
 
 
 def _expiry(
-    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Mapping[str, Any]]
+    snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Mapping[str, Any]], now: str
 ) -> tuple[expiryjob.Outcome, list[Create], list[Delete]]:
     """The step between "every pool finished" and Ready: the expiry Job of the warmed pools, and its outcome.
 
@@ -384,9 +468,8 @@ def _expiry(
     deletes = _superseded(cache, snapshot.expiry_jobs, keep={job_name}, what="expiry")
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)
     if job is not None:
-        finished = status.job_state(job)["state"] in status.FINISHED
-        pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name] if finished else []
-        return expiryjob.outcome(job, pods), [], deletes
+        pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name]
+        return expiryjob.outcome(job, pods, now), [], deletes
     refused = snapshot.rejected.get(JOBS.key(job_name))
     if refused is not None:
         message = f"expiry Job {job_name} was refused by the API: {refused}"

@@ -3,9 +3,9 @@
 A pass is observe → plan → act (``reconcile.py``). This module is the observe step:
 :class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
 why the spec does not parse), and :class:`Snapshot` adds everything else the pure
-``plan.plan`` needs: the operator's policy, the claim, the Nodes, the cache's warm-up and expiry Jobs, the
-expiry Jobs' pods, the headless Services of multi-host warm-ups and the training pods
-it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
+``plan.plan`` needs: the operator's policy, the claim, the Nodes, the cache's warm-up and expiry Jobs,
+their pods (a running Job's pod may be stuck: ``podstate.py``), the headless Services of multi-host
+warm-ups and the training pods it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
 where the spec names one, and the Services only where a multi-host warm-up is or was
 wanted: a single-host cache costs no extra call).
 """
@@ -91,9 +91,9 @@ class Snapshot:
     claim: Obj | None = None  # the PVC the spec names, if it exists (None too for a GCS cache)
     nodes: tuple[Obj, ...] = ()
     jobs: tuple[Obj, ...] = ()  # warm-up Jobs labelled with the cache
-    warmup_pods: tuple[Obj, ...] = ()  # pods of failed Jobs (what they said) and unreported succeeded ones
+    warmup_pods: tuple[Obj, ...] = ()  # pods of running Jobs (stuck?), failed ones and unreported succeeded ones
     expiry_jobs: tuple[Obj, ...] = ()
-    expiry_pods: tuple[Obj, ...] = ()  # the pods of the expiry Jobs (by their job-name label)
+    expiry_pods: tuple[Obj, ...] = ()  # the pods of the expiry Jobs (by their job-name label), running ones too
     services: tuple[Obj, ...] = ()  # headless Services of multi-host warm-ups, labelled with the cache
     # Keyed by ``Resource.key`` (``plural/name``): a multi-host Job and its Service share a name.
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
@@ -125,13 +125,13 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
     expiry_jobs = tuple(client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name}))
     expiry_pods: list[Obj] = []
     for job in expiry_jobs:  # one, rarely two (a superseded one not yet deleted)
-        if status.job_state(job)["state"] in status.FINISHED:  # a running expiry has told nothing yet
-            expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+        # A finished one: what it said; a running one: whether its pod is stuck (podstate.py).
+        expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
     warmup_jobs = tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name}))
     warmup_pods: list[Obj] = []
     recorded = cache.status.get("pools") or []
-    for job in warmup_jobs:  # failed ones, and succeeded ones not yet reported: each read once, then recorded
-        if status.needs_report(job, recorded):
+    for job in warmup_jobs:  # running ones (stuck?), failed ones, and succeeded ones not yet reported
+        if status.needs_report(job, recorded) or status.job_state(job)["state"] not in status.FINISHED:
             warmup_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
     services: tuple[Obj, ...] = ()
     if uses_services(cache):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
+from compilecache.controller import podstate
 from compilecache.controller.api import SINGLE_HOST, Topology
 from compilecache.controller.pools import Pool
 
@@ -137,8 +138,13 @@ def pool_status(
     previous: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]] = (),
     topology: Topology = SINGLE_HOST,
+    now: str | None = None,
 ) -> dict[str, Any]:
-    """The ``status.pools[]`` entry of one pool × topology; ``pods`` are its Job's pods (read when it finished)."""
+    """The ``status.pools[]`` entry of one pool × topology; ``pods`` are its Job's pods.
+
+    A running Job's pods tell what it is stuck on (``podstate.problem``): the pool says the pod's
+    reason and message instead of "running", and fails once that lasted past the deadline at ``now``.
+    """
     entry: dict[str, Any] = {
         "name": pool.name,
         "hosts": topology.hosts,
@@ -167,6 +173,11 @@ def pool_status(
             said = failure(pods, topology)
             if said:  # what the command said beats "BackoffLimitExceeded", which stays the reason
                 state["message"] = f"{said[:300]} ({state['message']})"
+            oom = podstate.oom_killed(pods)
+            if oom is not None:  # killed for memory: that is the cause, whatever the Job controller says
+                state |= {"reason": oom.reason, "message": f"{oom.message} ({state['message']})"}
+        elif state["state"] != POOL_SUCCEEDED:
+            state |= stuck(pods, now)
         if state["state"] == POOL_SUCCEEDED:
             reported = warm_report(pods) or reported
         return entry | state | reported
@@ -174,6 +185,21 @@ def pool_status(
         kept = ("state", "reason", "message", "startedAt", "finishedAt")
         return entry | {key: previous[key] for key in kept if key in previous} | reported
     return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
+
+
+def stuck(pods: Sequence[Mapping[str, Any]], now: str | None) -> dict[str, Any]:
+    """The pool fields a running Job's stuck pod changes (``{}``: none stuck): its reason and message, and
+    the state: Pending while its pod cannot start, Failed once that lasted past ``podstate``'s deadline."""
+    found = podstate.problem(pods)
+    if found is None:
+        return {}
+    fields: dict[str, Any] = {"reason": found.reason, "message": found.message}
+    if found.reason != podstate.OOM_KILLED:  # an earlier attempt's OOM kill: the Job's retry may run
+        fields["state"] = POOL_PENDING
+    if now is not None and podstate.past_deadline(found, now):
+        minutes = podstate.STUCK_DEADLINE_SECONDS // 60
+        fields |= {"state": POOL_FAILED, "message": f"{found.message} (for more than {minutes} min)"}
+    return fields
 
 
 def failure(pods: Sequence[Mapping[str, Any]], topology: Topology = SINGLE_HOST) -> str:
@@ -386,7 +412,7 @@ def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     active = [pool for pool in pools if pool.get("state") != POOL_NO_NODES]
     if not active:
         return PENDING, "no schedulable node matches any pool; waiting for nodes"
-    warming = [label(pool) for pool in active if pool.get("state") not in (*FINISHED, *NOT_WARMED)]
+    warming = [_with_reason(pool) for pool in active if pool.get("state") not in (*FINISHED, *NOT_WARMED)]
     failed = [label(pool) for pool in active if pool.get("state") in NOT_WARMED]
     if warming:
         done = len(active) - len(warming)
@@ -399,6 +425,47 @@ def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     if len(failed) < len(active):
         return DEGRADED, f"warm-up failed on {len(failed)} of {len(active)} pools: {', '.join(failed)}"
     return FAILED, f"warm-up failed on every pool: {', '.join(failed)}"
+
+
+def is_stuck(pool: Mapping[str, Any]) -> bool:
+    """Whether a ``status.pools[]`` entry says its Job's pod is stuck now (``podstate``)."""
+    # A finished pool's OOM kill is history; a live Job's pod is stuck now (a pool failed past the deadline too).
+    live = pool.get("state") in (POOL_PENDING, POOL_RUNNING)
+    return pool.get("reason") in podstate.REASONS and (live or pool.get("reason") in podstate.STUCK)
+
+
+def stuck_reasons(status: Mapping[str, Any]) -> list[str]:
+    """The reason of every stuck pod a status records: the pools', and the expiry's (its ``Expired`` condition)."""
+    reasons = [str(pool["reason"]) for pool in status.get("pools") or [] if is_stuck(pool)]
+    expired: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Expired"), {})
+    if expired.get("reason") in podstate.REASONS:
+        reasons.append(str(expired["reason"]))
+    return reasons
+
+
+def with_reason(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` with its ``reason`` (the printer column): what a pod is stuck on, else what a failed
+    pool's pod died of (``OOMKilled``), else the Ready condition's reason where it says more than the
+    phase (``InvalidSpec``...); no ``reason`` otherwise."""
+    result = {key: value for key, value in status.items() if key != "reason"}
+    stuck = stuck_reasons(status)
+    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == READY_CONDITION), {})
+    # A pool that failed on its pod (OOMKilled) says more than the phase Failed or Degraded.
+    killed = [pool["reason"] for pool in status.get("pools") or [] if _pod_failure(pool)]
+    reason = (stuck or killed or [ready.get("reason")])[0]
+    if reason and reason != status.get("phase"):
+        result["reason"] = str(reason)
+    return result
+
+
+def _pod_failure(pool: Mapping[str, Any]) -> bool:
+    return pool.get("state") == POOL_FAILED and pool.get("reason") in podstate.REASONS
+
+
+def _with_reason(pool: Mapping[str, Any]) -> str:
+    """A warming pool's label, with the reason its pod is stuck on (so `kubectl get cc -o wide` shows it)."""
+    reason = pool.get("reason")
+    return f"{label(pool)} ({reason})" if reason in podstate.REASONS else label(pool)
 
 
 def label(pool: Mapping[str, Any]) -> str:
@@ -466,6 +533,9 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
             type_ = "Warning" if pool.get("state") in NOT_WARMED else "Normal"
             message = f"pool {label(pool)}: {pool.get('state')} ({pool.get('message', '')})"
             events.append(Event(type_, f"Pool{pool.get('state')}", message))
+        if pool.get("reason") in podstate.REASONS and _family(before) != _family(pool):
+            message = f"pool {label(pool)}: {pool.get('message', '')}"
+            events.append(Event("Warning", str(pool["reason"]), message))
     if (old.get("phase"), old.get("message")) != (new.get("phase"), new.get("message")) and (
         old.get("phase") != new.get("phase") or new.get("phase") == FAILED
     ):
@@ -473,6 +543,11 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
         reason = _failure_reason(new) if new.get("phase") == FAILED else str(new.get("phase"))
         events.append(Event(type_, reason, str(new.get("message", ""))))
     return events
+
+
+def _family(pool: Mapping[str, Any]) -> str:
+    reason = str(pool.get("reason") or "")
+    return podstate.Problem(reason, "").family()
 
 
 def _failure_reason(status: Mapping[str, Any]) -> str:

@@ -27,7 +27,8 @@ against kube-apiserver:
   free local ports while it runs, and its pods' host names are rewritten to this machine;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
   local process (``pods.run_container``), and records ``containerStatuses[].state.terminated``
-  and the pod's phase. A pod deleted while running has its processes killed.
+  and the pod's phase. A pod deleted while running has its processes killed. It simulates an
+  image pull failure and the OOM killer (``pods.py``: an image named with ``nonexistent``, ``limits.memory``).
 """
 
 from __future__ import annotations

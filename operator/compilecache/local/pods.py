@@ -24,7 +24,8 @@ image, paths inside program text are not rewritten, ``readOnlyRootFilesystem`` i
 every process starts through ``setpriv`` with no capabilities at all (bounding, inheritable
 and ambient sets cleared, no new privileges), as ``capabilities: {drop: [ALL]}`` does: root
 without ``CAP_DAC_OVERRIDE``/``CAP_FOWNER`` is bound by permission bits like any user.
-``runAsUser``, resources and GPUs are not applied: every process runs on this machine's CPU.
+``runAsUser``, resources (but a memory limit: below) and GPUs are not applied: every process runs on
+this machine's CPU.
 
 **Read-only mounts** (``readOnly: true`` on the mount or the claim) get a private copy of
 the volume made when the container starts, every file mode ``0444`` and directory ``0555``;
@@ -35,6 +36,16 @@ the process could change its modes back (an owner may); still nothing reaches th
 volume. Unlike a real mount, the copy does not see later writes by other pods. (A read-only
 bind mount needs root with ``CAP_SYS_ADMIN`` or user namespaces, which CI machines often lack.)
 A root kubelet without ``setpriv`` (util-linux) fails every container with ``StartError``.
+
+**Failures it simulates** (for the tests and the demo of a stuck warm-up), as the real kubelet
+reports them: an image whose name contains ``nonexistent`` (:data:`UNPULLABLE_MARKER`) cannot be
+pulled: the pod stays ``Pending``, the container waiting with ``ErrImagePull`` and then
+``ImagePullBackOff`` (``Back-off pulling image "..."``), until the pod is deleted (the real kubelet
+retries the pull forever; no process starts). A container with ``resources.limits.memory`` whose
+processes together hold more resident memory than that is killed (``SIGKILL``, exit code 137,
+reason ``OOMKilled``), as the kernel's cgroup OOM killer does (memory is sampled every
+:data:`MEMORY_POLL_SECONDS`, so a brief spike between samples is missed). Unschedulable pods are the
+scheduler's (``nodes.py``).
 
 The termination message is the file's content (at most 4096 bytes); with
 ``terminationMessagePolicy: FallbackToLogsOnError`` and an empty file, a failed
@@ -58,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compilecache.cache.units import parse_bytes
 from compilecache.local.apiserver import now_rfc3339
 from compilecache.local.client import KubeClient, KubeError
 from compilecache.local.dns import HostTable, map_hosts
@@ -69,6 +81,9 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 MESSAGE_MAX = 4096  # bytes of a termination message the kubelet keeps
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # FallbackToLogsOnError: whichever is smaller
 NOBODY = 65534  # owns read-only copies when the kubelet is root: the process (root, no capabilities) cannot change them
+UNPULLABLE_MARKER = "nonexistent"  # an image named with it "cannot be pulled" (see the module docstring)
+IMAGE_BACKOFF_SECONDS = 0.5  # ErrImagePull, then ImagePullBackOff this much later (the kubelet: 10 s, doubling)
+MEMORY_POLL_SECONDS = 0.25
 
 
 class PodError(Exception):
@@ -269,6 +284,11 @@ class PodRun(threading.Thread):
         spec = self.pod.get("spec") or {}
         started = now_rfc3339()
         self.dir.mkdir(parents=True, exist_ok=True)
+        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        unpullable = next((c for c in containers if UNPULLABLE_MARKER in str(c.get("image") or "")), None)
+        if unpullable is not None:
+            self._pull_fails(spec, unpullable, started)
+            return
         try:
             volumes = self._volumes(spec)
         except PodError as exc:
@@ -301,6 +321,37 @@ class PodRun(threading.Thread):
             thread.join()
         ok = all(result["state"]["terminated"]["exitCode"] == 0 for result in results)
         self._finish("Succeeded" if ok else "Failed", init_statuses, results)
+
+    def _pull_fails(self, spec: Mapping[str, Any], unpullable: Mapping[str, Any], started: str) -> None:
+        """Stay Pending with the image's container waiting on the pull (as the kubelet), until deleted."""
+        image = str(unpullable.get("image"))
+        said = {
+            "ErrImagePull": f'failed to pull and unpack image "{image}": not found (the local cluster pulls no image '
+            f'named with "{UNPULLABLE_MARKER}")',
+            "ImagePullBackOff": f'Back-off pulling image "{image}"',
+        }
+        for reason, message in said.items():
+            if self._killed.is_set():
+                return
+
+            def state(container: Mapping[str, Any], init: bool, reason: str = reason, message: str = message) -> Any:
+                if container is unpullable:
+                    waiting = {"reason": reason, "message": message}
+                else:
+                    waiting = {"reason": "PodInitializing" if not init else "ContainerCreating"}
+                return {"name": container["name"], "ready": False, "restartCount": 0, "state": {"waiting": waiting}}
+
+            body: dict[str, Any] = {
+                "phase": "Pending",
+                "startTime": started,
+                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": started}],
+                "containerStatuses": [state(c, False) for c in spec.get("containers") or []],
+            }
+            if spec.get("initContainers"):
+                body["initContainerStatuses"] = [state(c, True) for c in spec["initContainers"]]
+            self._patch(body)
+            self._killed.wait(IMAGE_BACKOFF_SECONDS)
+        self._killed.wait()  # the real kubelet retries forever; the pod's deletion ends it
 
     def _finish(self, phase: str, init: list[dict[str, Any]], main: list[dict[str, Any]]) -> None:
         if self._killed.is_set():
@@ -359,10 +410,16 @@ class PodRun(threading.Thread):
                 self._processes.append(process)
             if self._killed.is_set():
                 self.kill()
+            ended, oom = threading.Event(), threading.Event()
+            limit = memory_limit(container)
+            if limit is not None:
+                threading.Thread(target=_watch_memory, args=(process.pid, limit, ended, oom), daemon=True).start()
             code = process.wait()
+            ended.set()
         code = 128 - code if code < 0 else code  # a signal N is exit code 128+N in a container
         message = termination_message(container, termination, log, code)
-        return _terminated(name, code, "Completed" if code == 0 else "Error", message, started)
+        reason = "OOMKilled" if oom.is_set() else "Completed" if code == 0 else "Error"
+        return _terminated(name, code, reason, message, started)
 
     def _command(
         self,
@@ -422,6 +479,42 @@ class PodRun(threading.Thread):
             command[0] = found
         cwd = map_value(container["workingDir"], table) if container.get("workingDir") else str(self.image.workdir)
         return [*command, *args], env, cwd
+
+
+def memory_limit(container: Mapping[str, Any]) -> int | None:
+    """The container's ``resources.limits.memory`` in bytes, or ``None`` (no limit, or one that does not parse)."""
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    try:
+        return parse_bytes(limit) if limit is not None else None
+    except (ValueError, TypeError):
+        return None
+
+
+def group_rss(pgid: int) -> int:
+    """Resident bytes of the processes in process group ``pgid`` (a container's: it starts a new session)."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as file:
+                fields = file.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            if int(fields[2]) == pgid:
+                total += int(fields[21]) * page  # rss, in pages (proc(5): field 24)
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended meanwhile
+    return total
+
+
+def _watch_memory(pgid: int, limit: int, ended: threading.Event, oom: threading.Event) -> None:
+    # The cgroup OOM killer's stand-in: sampled, so a spike between samples is missed (module docstring).
+    while not ended.wait(MEMORY_POLL_SECONDS):
+        if group_rss(pgid) > limit:
+            oom.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            return
 
 
 def _terminated(name: str, code: int, reason: str, message: str, started: str) -> dict[str, Any]:

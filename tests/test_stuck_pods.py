@@ -1,0 +1,179 @@
+"""A running warm-up Job whose pod is stuck says so within one pass (pure: plan over snapshots, no server).
+
+The pods are shaped as a kubelet and the scheduler write them (reasons and messages as
+``kubectl describe pod`` shows them); the printer columns' JSONPaths are evaluated on the status.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from compilecache.controller import expiryjob, metrics, plan, podstate, status
+from compilecache.controller.kube import JOBS
+from compilecache.controller.snapshot import Cache, Snapshot
+from specs import cache, cluster
+
+NOW = "2026-11-21T10:00:00Z"
+CLAIM = {"metadata": {"name": "jax-cache", "labels": {"compilecache.dev/cache": "llama"}}, "status": {"phase": "Bound"}}
+PULL = 'Back-off pulling image "registry.example/nonexistent:1.2"'
+SCHEDULER = "0/6 nodes are available: 4 node(s) didn't match Pod's node affinity/selector, 2 Insufficient cpu."
+CRD = yaml.safe_load((Path(__file__).resolve().parent.parent / "crds" / "compilecache.yaml").read_text())
+
+
+def running(create: plan.Create) -> dict[str, Any]:
+    job = copy.deepcopy(dict(create.manifest))
+    job["status"] = {"startTime": "2026-11-21T09:59:00Z", "active": 1}  # the Job controller counts a Pending pod
+    return job
+
+
+def pod_of(job: dict[str, Any], created: str = "2026-11-21T09:59:00Z", **pod_status: Any) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    meta = {"name": f"{name}-abcde", "creationTimestamp": created, "labels": {"job-name": name}}
+    return {"metadata": meta, "status": {"phase": "Pending", **pod_status}}
+
+
+def image_pull(reason: str = "ImagePullBackOff") -> dict[str, Any]:
+    waiting = {"reason": reason, "message": PULL}
+    return {"containerStatuses": [{"name": "warm", "ready": False, "state": {"waiting": waiting}}]}
+
+
+def unschedulable(since: str = "2026-11-21T09:59:00Z") -> dict[str, Any]:
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": SCHEDULER,
+        "lastTransitionTime": since,
+    }
+    return {"conditions": [condition]}
+
+
+def first_pass() -> tuple[plan.Plan, list[dict[str, Any]]]:
+    first = plan.plan(Snapshot(Cache.read(cache()), nodes=tuple(cluster())), NOW)
+    return first, [running(c) for c in first.creates if c.resource == JOBS]
+
+
+def next_pass(previous: plan.Plan, jobs_: list[dict[str, Any]], pods: list[dict[str, Any]], now: str = NOW) -> Any:
+    obj = cache() | {"status": copy.deepcopy(dict(previous.status))}
+    parts = {"claim": CLAIM, "nodes": tuple(cluster()), "jobs": tuple(jobs_), "warmup_pods": tuple(pods)}
+    return plan.plan(Snapshot(Cache.read(obj), **parts), now)
+
+
+def column(name: str, obj_status: dict[str, Any]) -> Any:
+    """A printer column's value, its JSONPath evaluated on the status as kubectl does for these simple paths."""
+    [version] = CRD["spec"]["versions"]
+    [path] = [c["jsonPath"] for c in version["additionalPrinterColumns"] if c["name"] == name]
+    value: Any = {"status": obj_status}
+    for part in path.lstrip(".").split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def pool_of(decided: plan.Plan, job: dict[str, Any]) -> dict[str, Any]:
+    return next(p for p in decided.status["pools"] if p.get("job") == job["metadata"]["name"])
+
+
+def test_an_image_that_cannot_be_pulled_shows_in_the_pool_the_columns_the_condition_and_one_event() -> None:
+    first, jobs_ = first_pass()
+    stuck = next_pass(first, jobs_, [pod_of(jobs_[0], **image_pull())])
+    pool = pool_of(stuck, jobs_[0])
+    assert (pool["state"], pool["reason"]) == (status.POOL_PENDING, "ImagePullBackOff")  # not "Running"
+    assert PULL in pool["message"] and "container warm" in pool["message"]
+    assert pool_of(stuck, jobs_[1])["reason"] == "JobRunning"  # the other pool's pod is fine
+    assert column("Reason", stuck.status) == "ImagePullBackOff"
+    assert "(ImagePullBackOff)" in column("Message", stuck.status)
+    progressing = next(c for c in stuck.status["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "ImagePullBackOff")
+    assert PULL in progressing["message"]
+    pulls = [(e.type, e.reason) for e in stuck.events if e.reason == "ImagePullBackOff"]
+    assert pulls == [("Warning", "ImagePullBackOff")]
+    # The kubelet alternates ErrImagePull and ImagePullBackOff: no Event storm.
+    again = next_pass(stuck, jobs_, [pod_of(jobs_[0], **image_pull("ErrImagePull"))])
+    assert pool_of(again, jobs_[0])["reason"] == "ErrImagePull" and again.events == ()
+    # The image came: the pod runs, the condition says so.
+    fixed = next_pass(again, jobs_, [pod_of(jobs_[0], phase="Running")])
+    assert pool_of(fixed, jobs_[0])["reason"] == "JobRunning" and "reason" not in fixed.status
+    progressing = next(c for c in fixed.status["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", podstate.NO_STUCK_PODS)
+
+
+def test_a_pod_that_fits_no_node_shows_the_schedulers_reason_and_fails_the_pool_past_the_deadline() -> None:
+    first, jobs_ = first_pass()
+    pods = [pod_of(job, **unschedulable()) for job in jobs_]
+    stuck = next_pass(first, jobs_, pods, "2026-11-21T10:05:00Z")
+    assert {(p["reason"], p["message"]) for p in stuck.status["pools"]} == {("Unschedulable", SCHEDULER)}
+    assert stuck.status["phase"] == status.WARMING and column("Reason", stuck.status) == "Unschedulable"
+    late = next_pass(stuck, jobs_, pods, "2026-11-21T10:09:01Z")  # more than 10 min after 09:59
+    assert {p["state"] for p in late.status["pools"]} == {status.POOL_FAILED}
+    assert all(p["message"].endswith("(for more than 10 min)") for p in late.status["pools"])
+    assert late.status["phase"] == status.FAILED and late.creates == () and late.deletes == ()
+    assert column("Reason", late.status) == "Unschedulable"
+    assert ("Warning", "PoolFailed") in [(e.type, e.reason) for e in late.events]
+
+
+def test_an_oom_kill_names_itself_while_the_job_retries_and_when_it_failed() -> None:
+    first, jobs_ = first_pass()
+    killed = {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-11-21T09:59:30Z"}
+    old = pod_of(jobs_[0], phase="Failed", containerStatuses=[{"name": "warm", "state": {"terminated": killed}}])
+    old["status"]["phase"] = "Failed"
+    retry = pod_of(jobs_[0], "2026-11-21T09:59:40Z", phase="Running")
+    retrying = next_pass(first, jobs_, [old, retry])
+    pool = pool_of(retrying, jobs_[0])
+    assert (pool["state"], pool["reason"]) == (status.POOL_RUNNING, "OOMKilled") and "memory limit" in pool["message"]
+    failed_job = copy.deepcopy(jobs_[0])
+    failed_job["status"] = {
+        "active": 0,
+        "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}],
+    }
+    done = next_pass(retrying, [failed_job, jobs_[1]], [old])
+    pool = pool_of(done, failed_job)
+    assert (pool["state"], pool["reason"]) == (status.POOL_FAILED, "OOMKilled")
+    assert done.status["reason"] == "OOMKilled"  # the Reason column says what the pool died of
+    progressing = next(c for c in done.status["conditions"] if c["type"] == "Progressing")
+    assert progressing["status"] == "True"  # history: nothing is stuck now
+
+
+def test_one_stuck_process_of_a_multi_host_job_is_the_pools_reason() -> None:
+    first, jobs_ = first_pass()
+    placed = pod_of(jobs_[0], "2026-11-21T09:59:00Z", phase="Running")
+    waiting = pod_of(jobs_[0], "2026-11-21T09:59:00Z", **unschedulable())
+    waiting["metadata"]["name"] += "-1"
+    stuck = next_pass(first, jobs_, [placed, waiting])
+    assert pool_of(stuck, jobs_[0])["reason"] == "Unschedulable"
+    assert podstate.problem([placed]) is None
+
+
+@pytest.mark.parametrize("reason", ["CreateContainerConfigError", "CrashLoopBackOff", "InvalidImageName"])
+def test_other_waiting_reasons_reach_the_pool(reason: str) -> None:
+    first, jobs_ = first_pass()
+    waiting = {"containerStatuses": [{"name": "warm", "state": {"waiting": {"reason": reason, "message": "m"}}}]}
+    stuck = next_pass(first, jobs_, [pod_of(jobs_[0], **waiting)])
+    assert pool_of(stuck, jobs_[0])["reason"] == reason and stuck.status["reason"] == reason
+
+
+def test_a_stuck_expiry_pod_reaches_the_expired_condition() -> None:
+    job = {"metadata": {"name": "e"}, "status": {"active": 1}}
+    outcome = expiryjob.outcome(job, [pod_of(job, **image_pull())], NOW)
+    assert (outcome.phase, outcome.reason) == (status.EXPIRING, "ImagePullBackOff")
+    late = expiryjob.outcome(job, [pod_of(job, "2026-11-21T09:40:00Z", **image_pull())], NOW)
+    assert (late.phase, late.reason) == (status.FAILED, "ImagePullBackOff")
+
+
+def test_the_stuck_pods_gauge_counts_by_reason() -> None:
+    first, jobs_ = first_pass()
+    stuck = next_pass(first, jobs_, [pod_of(job, **unschedulable()) for job in jobs_])
+    m = metrics.Metrics()
+    m.observe_cache("ns", "c", dict(stuck.status))
+    values = {
+        sample.labels["reason"]: sample.value
+        for family in m.registry.collect()
+        if family.name == "compilecache_stuck_pods"
+        for sample in family.samples
+    }
+    assert values["Unschedulable"] == 2 and values["ImagePullBackOff"] == 0
+    assert set(values) == set(podstate.REASONS)
