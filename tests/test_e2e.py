@@ -657,7 +657,8 @@ def test_a_topology_larger_than_the_pool_says_so_instead_of_waiting(local: Setup
 
 
 def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(local: Setup) -> None:
-    """issue 19: any image, an admin ServiceAccount, a control-plane toleration, a foreign claim: 422 at create."""
+    """issue 19: any image, an admin ServiceAccount, a control-plane toleration, a foreign claim, a training
+    template with a hostPath volume or an admin ServiceAccount (issue 20): 422 at create."""
     client = local.cluster.client
     client.create("v1/persistentvolumeclaims", {"metadata": {"name": "payroll-db-data"}, "spec": {}}, NS)
     cache = example("cache-pvc.yaml")
@@ -668,6 +669,18 @@ def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(lo
         "spec.warmup.serviceAccountName": {"serviceAccountName": "namespace-admin"},
         "spec.warmup.discover.tolerations[0]": {
             "discover": warmup["discover"] | {"tolerations": [{"key": "node-role.kubernetes.io/control-plane"}]}
+        },
+        # A training template that brings a node's files, or an account the policy does not allow.
+        "spec.warmup.podTemplate.spec.volumes[0]": {
+            "podTemplate": {
+                "spec": {
+                    "containers": [{"name": "t", "volumeMounts": [{"name": "host", "mountPath": "/host"}]}],
+                    "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+                }
+            }
+        },
+        "spec.warmup.podTemplate.spec.serviceAccountName": {
+            "podTemplate": {"spec": {"serviceAccountName": "namespace-admin", "containers": [{"name": "t"}]}}
         },
     }
     for field, change in cases.items():

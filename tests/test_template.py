@@ -153,25 +153,25 @@ def test_the_named_container_is_taken() -> None:
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [
-        ({"image": "registry.example/other:2"}, "spec.warmup.podTemplate.spec.containers[train].image", "warmup.image"),
+        ({"image": "registry.example/other:2"}, "spec.warmup.podTemplate.spec.containers[0].image", "warmup.image"),
         (
             {"volumeMounts": [{"name": "nope", "mountPath": "/data"}]},
-            "spec.warmup.podTemplate.spec.containers[train].volumeMounts[0].name",
+            "spec.warmup.podTemplate.spec.containers[0].volumeMounts[0].name",
             "names no volume",
         ),
         (
             {"volumeMounts": [{"name": "data", "mountPath": "/var/cache/compilecache"}]},
-            "spec.warmup.podTemplate.spec.containers[train].volumeMounts[0].mountPath",
+            "spec.warmup.podTemplate.spec.containers[0].volumeMounts[0].mountPath",
             "spec.mountPath",
         ),
         (
             {"volumeMounts": [{"name": "data", "mountPath": "/tmp"}]},
-            "spec.warmup.podTemplate.spec.containers[train].volumeMounts[0].mountPath",
+            "spec.warmup.podTemplate.spec.containers[0].volumeMounts[0].mountPath",
             "scratch",
         ),
         (
             {"envFrom": [{"configMapRef": {"name": "a"}, "secretRef": {"name": "b"}}]},
-            "spec.warmup.podTemplate.spec.containers[train].envFrom[0]",
+            "spec.warmup.podTemplate.spec.containers[0].envFrom[0]",
             "exactly one",
         ),
     ],
@@ -264,7 +264,7 @@ def test_a_referenced_template_that_cannot_be_used_fails_naming_where() -> None:
     body = {"kind": "PodTemplate", "template": {"spec": pod}}
     result = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster()), template=body), NOW)
     assert result.status["phase"] == status.FAILED
-    assert "templateRef (PodTemplate training: template.spec).containers[train].image" in result.status["message"]
+    assert "templateRef (PodTemplate training: template.spec).containers[0].image" in result.status["message"]
 
 
 def test_a_referenced_template_that_exists_creates_the_jobs_with_it() -> None:

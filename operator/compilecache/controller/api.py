@@ -192,6 +192,7 @@ class PodTemplate:
 
     origin: str
     container: str
+    container_path: str  # the chosen container's field path: ``<origin>.containers[<index>]``
     image: str | None
     env: tuple[Mapping[str, Any], ...] = ()
     env_from: tuple[Mapping[str, Any], ...] = ()
@@ -525,12 +526,12 @@ def check_template(template: PodTemplate, image: str, mount_path: str) -> None:
     for index, mount in enumerate(template.volume_mounts):
         if str(mount.get("mountPath", "")).rstrip("/") == mount_path:
             raise SpecError(
-                f"{template.origin}.containers[{template.container}].volumeMounts[{index}].mountPath",
+                f"{template.container_path}.volumeMounts[{index}].mountPath",
                 f"{mount_path} is spec.mountPath, where the warm-up mounts the cache",
             )
     if template.image is not None and template.image != image:
         raise SpecError(
-            f"{template.origin}.containers[{template.container}].image",
+            f"{template.container_path}.image",
             f"runs {template.image!r} but spec.warmup.image is {image!r}: the image decides the jax and jaxlib "
             "versions in the cache key, so set warmup.image to training's image",
         )
@@ -544,20 +545,20 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
     """
     containers = _list(pod_spec.get("containers"), f"{origin}.containers")
     if not containers:
-        raise SpecError(f"{origin}.containers", "must list training's container")
+        raise SpecError(origin, "must list training's container in containers")
     chosen: Mapping[str, Any] | None = None
+    where = origin
     for index, item in enumerate(containers):
         entry = _mapping(item, f"{origin}.containers[{index}]", required=True)
         if container is None or entry.get("name") == container:
-            chosen = entry
+            chosen, where = entry, f"{origin}.containers[{index}]"
             break
     if chosen is None:
         names = [item.get("name") for item in containers if isinstance(item, Mapping)]
         raise SpecError("spec.warmup.podTemplate.container", f"{origin} has no container {container!r} (has {names})")
     name = chosen.get("name")
-    where = f"{origin}.containers[{name}]"
     if not isinstance(name, str) or not name:
-        raise SpecError(f"{origin}.containers[0].name", "is required")
+        raise SpecError(where, "needs a name")
     image = _optional_str(chosen.get("image"), f"{where}.image")
     env = tuple(
         _mapping(item, f"{where}.env[{index}]", required=True)
@@ -610,6 +611,7 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
     return PodTemplate(
         origin=origin,
         container=name,
+        container_path=where,
         image=image.strip() if image is not None else None,
         env=env,
         env_from=env_from,
