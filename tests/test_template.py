@@ -292,3 +292,38 @@ def test_a_cache_without_a_template_keeps_its_job_names() -> None:
             "rewarm": None,
         }
     )
+
+
+def _script_cache(pod: dict[str, Any], **workload: Any) -> dict[str, Any]:
+    obj = with_template({"spec": pod})
+    obj["spec"]["warmup"]["workloads"] = [{"name": "train", "script": "/app/train.py", "steps": 2, **workload}]
+    return obj
+
+
+def test_a_script_workload_without_args_runs_with_the_arguments_training_gives_its_script() -> None:
+    pod = training_pod_spec()
+    pod["containers"][0] |= {"command": ["python", "/app/./train.py"], "args": ["--config", "/etc/train/c.yaml"]}
+    [job, *_] = warmup_jobs(_script_cache(pod))
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["compilecache", "warm"]  # the operator's command, training's arguments
+    assert command[command.index("--") + 1 :] == ["--config", "/etc/train/c.yaml"]
+    # A workload's own args win.
+    [job, *_] = warmup_jobs(_script_cache(pod, args=["--config", "/etc/warm.yaml"]))
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--") + 1 :] == ["--config", "/etc/warm.yaml"]
+    # Training running another script gives no arguments.
+    pod["containers"][0]["command"] = ["python", "/app/other.py"]
+    [job, *_] = warmup_jobs(_script_cache(pod))
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-1] == "--"
+
+
+def test_the_job_name_changes_with_the_training_arguments_a_workload_takes() -> None:
+    def names(training_args: list[str], **workload: Any) -> set[str]:
+        pod = training_pod_spec()
+        pod["containers"][0]["args"] = training_args
+        return {job["metadata"]["name"] for job in warmup_jobs(_script_cache(pod, **workload))}
+
+    assert names(["--config", "a.yaml"]).isdisjoint(names(["--config", "b.yaml"]))
+    own = ["--config", "w.yaml"]
+    assert names(["--config", "a.yaml"], args=own) == names(["--config", "b.yaml"], args=own)  # not taken: no re-warm

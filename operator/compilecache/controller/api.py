@@ -15,6 +15,7 @@ resource and mount rules those of ``pkg/apis/core/validation/validation.go``.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,8 +185,9 @@ class TemplateRef:
 class PodTemplate:
     """What a warm-up takes from training's pod template (``spec.warmup.podTemplate``; docs/resource.md).
 
-    Taken: the chosen container's image, env, envFrom, volumeMounts and workingDir, and the pod's
-    volumes, serviceAccountName and imagePullSecrets. Everything else (command, args, resources,
+    Taken: the chosen container's image, env, envFrom, volumeMounts and workingDir, the arguments
+    after a workload's script in its command + args (:meth:`script_args`), and the pod's volumes,
+    serviceAccountName and imagePullSecrets. Everything else (the command itself, resources,
     securityContext, placement, ...) is the operator's: see ``jobs.warmup_job``. ``origin`` is the
     field path that messages name: the inline spec's, or the reference's.
     """
@@ -201,6 +203,21 @@ class PodTemplate:
     volumes: tuple[Mapping[str, Any], ...] = ()
     service_account_name: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()  # the container's command + args: a script workload's default args
+
+    def script_args(self, workload: Workload) -> tuple[str, ...]:
+        """A script workload's arguments: its own ``args``, else those after its script in training's argv.
+
+        Training's container runs e.g. ``python train.py --config /etc/train/c.yaml``: a workload
+        ``script: train.py`` without ``args`` then runs with ``--config /etc/train/c.yaml``, as training does.
+        """
+        if workload.args or workload.script is None:
+            return workload.args
+        target = posixpath.normpath(workload.script)
+        for index, part in enumerate(self.argv):
+            if posixpath.normpath(part) == target:
+                return self.argv[index + 1 :]
+        return ()
 
 
 @dataclass(frozen=True)
@@ -598,6 +615,10 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
             sub = mount.get(key)
             if sub is not None and (not isinstance(sub, str) or sub.startswith("/") or ".." in sub.split("/")):
                 raise SpecError(f"{mpath}.{key}", f"must be a relative path without '..', got {sub!r}")
+    argv = (
+        *_strings(chosen.get("command"), f"{where}.command"),
+        *_strings(chosen.get("args"), f"{where}.args"),
+    )
     working_dir = _optional_str(chosen.get("workingDir"), f"{where}.workingDir")
     if working_dir is not None and not working_dir.startswith("/"):
         raise SpecError(f"{where}.workingDir", f"must be an absolute path, got {working_dir!r}")
@@ -620,6 +641,7 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
         volumes=volumes,
         service_account_name=_optional_subdomain(pod_spec.get("serviceAccountName"), f"{origin}.serviceAccountName"),
         image_pull_secrets=pull_secrets,
+        argv=tuple(argv),
     )
 
 

@@ -8,6 +8,7 @@ headless Service that gives pod 0 the DNS name every process reaches the coordin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -64,13 +65,15 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
         "rewarm": (cache.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_REWARM),
     }
     if warmup.pod_template is not None:  # absent without one: those caches keep their Job names
-        # Training's env can enter the key (a flag a script reads); its volumes, mounts and
-        # ServiceAccount cannot, so changing them starts no warm-up. (The image is warmup.image.)
+        # Training's env and the arguments a workload takes from it can enter the key (a flag a
+        # script reads); its volumes, mounts and ServiceAccount cannot, so changing them starts
+        # no warm-up. (The image is warmup.image.)
         template = warmup.pod_template
         material["template"] = {
             "env": [dict(item) for item in template.env],
             "envFrom": [dict(item) for item in template.env_from],
             "workingDir": template.working_dir,
+            "args": {w.name: list(template.script_args(w)) for w in warmup.workloads if w.script and not w.args},
         }
     return digest(material)
 
@@ -236,6 +239,8 @@ def warmup_job(
     # the other (init containers run in order); entrypoints share one invocation.
     scripts = [w for w in pool.workloads if w.script is not None]
     entrypoints = [w for w in pool.workloads if w.entrypoint is not None]
+    if template is not None:  # a script workload without args runs with training's (PodTemplate.script_args)
+        scripts = [dataclasses.replace(w, args=template.script_args(w)) for w in scripts]
     commands = [_warm_command(spec, [w]) for w in scripts]
     if entrypoints:
         commands.append(_warm_command(spec, entrypoints))
