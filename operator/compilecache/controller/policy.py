@@ -245,7 +245,9 @@ def pool_violations(spec: CacheSpec, pools: Sequence[Pool], policy: Policy) -> l
                 found.append((f"{path}.nodeSelector", message))
         cap = policy.max_gpus_per_pod
         if cap is not None and pool.gpus_per_pod > cap:
-            where = f"{path}.gpusPerPod" if pool.name in declared else path
+            # A declared pool without gpusPerPod takes its nodes' GPUs: then the field named is the pool.
+            explicit = pool.name in declared and spec.warmup.pools[declared[pool.name]].gpus_per_pod is not None
+            where = f"{path}.gpusPerPod" if explicit else path
             message = f"pool {pool.name!r} would use {pool.gpus_per_pod} GPUs per pod, above the policy's {cap}"
             found.append((where, message))
     if policy.max_pools is not None and len(resolved) > policy.max_pools:
