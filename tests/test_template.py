@@ -11,14 +11,18 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import podsecurity
+import specgen
 from compilecache.controller import jobs, plan, policy, status, template
 from compilecache.controller.api import SpecError, parse_spec
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot
 from k8snames import KUBERNETES_VERSIONS
-from specs import cache, cache_spec, cluster
+from specs import OPEN_POLICY, cache, cache_spec, cluster
+from test_spec_property import check, field_exists, manifests
 
 IMAGE = "registry.example/trainer:1.2"  # specs.cache_spec's warmup.image
 NOW = "2026-11-21T10:00:00Z"
@@ -327,3 +331,24 @@ def test_the_job_name_changes_with_the_training_arguments_a_workload_takes() -> 
     assert names(["--config", "a.yaml"]).isdisjoint(names(["--config", "b.yaml"]))
     own = ["--config", "w.yaml"]
     assert names(["--config", "a.yaml"], args=own) == names(["--config", "b.yaml"], args=own)  # not taken: no re-warm
+
+
+# --- any training template: valid objects, or a Failed status naming a field of the cache ------------------
+
+
+@settings(derandomize=True, max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specgen.template_pod_specs(), st.booleans())
+def test_any_training_template_gives_valid_objects_or_names_the_field(pod: dict[str, Any], usual: bool) -> None:
+    """test_spec_property's property with training templates drawn (hostPath, duplicate or reserved mount
+    paths, reserved env, privileged containers, host networking...), under the default policy too."""
+    obj = with_template({"spec": pod})
+    outcome = check(obj, cluster(), KUBERNETES_VERSIONS[-1:])
+    event(outcome)
+    try:
+        objects = manifests(obj, cluster(), policy.DEFAULT if usual else OPEN_POLICY)
+    except SpecError as error:
+        assert field_exists(obj, error.field), error
+        return
+    for job in objects:
+        if job["kind"] == "Job":
+            assert podsecurity.violations(job) == [], job

@@ -602,13 +602,17 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
         _mapping(item, f"{where}.volumeMounts[{index}]", required=True)
         for index, item in enumerate(_list(chosen.get("volumeMounts"), f"{where}.volumeMounts"))
     )
+    targets: set[str] = set()
     for index, mount in enumerate(mounts):
         mpath = f"{where}.volumeMounts[{index}]"
         if mount.get("name") not in declared:
             raise SpecError(f"{mpath}.name", f"names no volume of the template ({sorted(declared)})")
         target = mount.get("mountPath")
-        if not isinstance(target, str) or not target.startswith("/"):
-            raise SpecError(f"{mpath}.mountPath", f"must be an absolute path, got {target!r}")
+        if not isinstance(target, str) or not _MOUNT_PATH.match(target.rstrip("/") or "/"):
+            raise SpecError(f"{mpath}.mountPath", f"must be an absolute path without '..' or ':', got {target!r}")
+        if target.rstrip("/") in targets:  # the API server refuses a container with two mounts at one path
+            raise SpecError(f"{mpath}.mountPath", f"{target} is mounted twice")
+        targets.add(target.rstrip("/"))
         if target.rstrip("/") in RESERVED_MOUNT_PATHS:
             raise SpecError(f"{mpath}.mountPath", f"{target} is where the warm-up mounts its own scratch volume")
         for key in ("subPath", "subPathExpr"):

@@ -339,11 +339,16 @@ def template_mounts(template: PodTemplate) -> list[dict[str, Any]]:
     A script writes what it writes into its scratch workdir (under /tmp) or its emptyDirs; a data
     claim, a csi or an ephemeral volume may be training's shared data, and a write there is a side
     effect training would see. ConfigMaps, Secrets and projected volumes are read-only anyway.
+    A mount keeps its name, path and subPath; its propagation is dropped (the warm-up shares
+    no mounts with the node).
     """
     scratch = {str(volume["name"]) for volume in template.volumes if api.volume_type(volume) == "emptyDir"}
-    return [
-        dict(mount) if mount.get("name") in scratch else {**mount, "readOnly": True} for mount in template.volume_mounts
-    ]
+    mounts = []
+    for mount in template.volume_mounts:
+        # Only where and what: no mountPropagation (Bidirectional needs a privileged container).
+        copy = {key: mount[key] for key in ("name", "mountPath", "subPath", "subPathExpr") if key in mount}
+        mounts.append(copy if mount.get("name") in scratch else {**copy, "readOnly": True})
+    return mounts
 
 
 def coordinator_env(job: str, topology: Topology, index: int) -> dict[str, str]:
