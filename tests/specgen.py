@@ -240,7 +240,62 @@ def _requirement(node: Schema, path: str) -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(with_values, without)
 
 
+_TEMPLATE_VOLUMES = [  # what a training template may bring, and what the policy refuses (hostPath, nfs)
+    {"persistentVolumeClaim": {"claimName": "training-data"}},
+    {"configMap": {"name": "train-config"}},
+    {"secret": {"secretName": "hf-token"}},
+    {"emptyDir": {}},
+    {"hostPath": {"path": "/"}},
+    {"nfs": {"server": "nfs.example", "path": "/export"}},
+]
+_TEMPLATE_PATHS = ["/data", "/etc/train", "/data/in", "/tmp", "/var/cache/compilecache", "/", "data", "/a/../b"]
+
+
+@st.composite
+def template_pod_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """Training's pod spec (``podTemplate.spec`` preserves unknown fields: the schema says nothing)."""
+    label = string({"maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"})
+    volumes = draw(
+        st.lists(
+            st.tuples(label, st.sampled_from(_TEMPLATE_VOLUMES)).map(lambda pair: {"name": pair[0], **pair[1]}),
+            max_size=3,
+            unique_by=lambda volume: volume["name"],
+        )
+    )
+    names = [volume["name"] for volume in volumes] or ["none"]
+    mounts = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(names), "mountPath": st.sampled_from(_TEMPLATE_PATHS)},
+                optional={"readOnly": st.booleans(), "mountPropagation": st.just("Bidirectional")},
+            ),
+            max_size=3,
+        )
+    )
+    env_names = st.sampled_from(["DATA", "TMPDIR", "HOME", "JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS", "bad name"])
+    container = st.fixed_dictionaries(
+        {"name": label},
+        optional={
+            "env": st.lists(st.fixed_dictionaries({"name": env_names, "value": st.sampled_from(["1", "/data"])})),
+            "envFrom": st.lists(st.sampled_from([{"configMapRef": {"name": "c"}}, {"secretRef": {"name": "s"}}])),
+            "workingDir": st.sampled_from(["/app", "app"]),
+            "command": st.sampled_from([["python", "/app/train.py"], ["/bin/sh", "-c", "x"]]),
+            "args": st.lists(st.sampled_from(["--data", "/data/train.bin", "--steps", "3"]), max_size=4),
+            "securityContext": st.just({"privileged": True}),  # never taken
+        },
+    )
+    spec: dict[str, Any] = {"containers": [{**draw(container), "volumeMounts": mounts}], "volumes": volumes}
+    if draw(st.booleans()):
+        spec["serviceAccountName"] = draw(st.sampled_from(["default", "training", "namespace-admin"]))
+    if draw(st.booleans()):
+        spec["imagePullSecrets"] = [{"name": "pull"}]
+    if draw(st.booleans()):
+        spec["hostNetwork"] = True  # never taken
+    return spec
+
+
 OVERRIDES: dict[str, Callable[[Schema, str], st.SearchStrategy[Any]]] = {
+    "spec.warmup.podTemplate.spec": lambda node, path: template_pod_specs(),
     "spec.storage": _storage,
     "spec.warmup.workloads[]": _workload,
     "spec.warmup.workloads[].env[]": _env,

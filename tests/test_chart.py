@@ -912,6 +912,7 @@ def _full_scenario(kube: KubeClient, namespace: str) -> None:
     kube.patch(CC, "llama", {"spec": {"warmup": warmup}}, namespace)  # a new spec hash: the old Jobs go
     kube.wait_for(lambda: (names := {j["metadata"]["name"] for j in _jobs(kube, namespace)}) and not names & old)
     _multihost_scenario(kube, namespace)
+    _template_scenario(kube, namespace)
     kube.delete(CC, "llama", namespace)
     kube.wait_for(lambda: _jobs(kube, namespace) == [])
     time.sleep(0.5)  # a resync round after the deletion
@@ -934,6 +935,18 @@ def _multihost_scenario(kube: KubeClient, namespace: str) -> None:
     kube.patch(JOBS, job["metadata"]["name"], {"status": done}, namespace, "status")
     kube.wait_for(lambda: kube.list("v1/services", namespace, services) == [])  # the operator deleted it
     kube.delete(CC, "multi", namespace)
+
+
+def _template_scenario(kube: KubeClient, namespace: str) -> None:
+    """Caches whose warm-ups take training's pod template by reference: each kind is read (get) by name."""
+    for kind in ("PodTemplate", "Job", "JobSet"):
+        spec = cache_spec()
+        spec["warmup"]["podTemplate"] = {"templateRef": {"kind": kind, "name": "training"}}
+        spec["storage"] = {"pvc": {"claimName": f"{kind.lower()}-cache", "create": {"size": "1Gi"}}}
+        name = f"tpl-{kind.lower()}"
+        kube.create(CC, {"metadata": {"name": name}, "spec": spec}, namespace)
+        kube.wait_for(lambda name=name: (kube.get(CC, name, namespace) or {}).get("status", {}).get("phase"))
+        kube.delete(CC, name, namespace)
 
 
 @pytest.fixture(scope="module")
@@ -1004,6 +1017,9 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
         ("list", "", "services"),
         ("create", "", "services"),
         ("delete", "", "services"),
+        ("get", "", "podtemplates"),
+        ("get", "batch", "jobs"),
+        ("get", "jobset.x-k8s.io", "jobsets"),
     }
     assert expected <= rules, sorted(expected - rules)
     assert ("list", "", "namespaces") in {call.rule for call in recorded["replicas-2-namespaces"]}

@@ -350,6 +350,20 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "storage must set exactly one of pvc or gcs",
     ),
     ("no-storage", _set("storage", {}), "spec.storage", "cel", "storage must set exactly one of pvc or gcs"),
+    (
+        "template-spec-and-ref",
+        _set("warmup.podTemplate", {"spec": {}, "templateRef": {"kind": "Job", "name": "train"}}),
+        "spec.warmup.podTemplate",
+        "cel",
+        "podTemplate must set exactly one of spec or templateRef",
+    ),
+    (
+        "template-ref-kind",
+        _set("warmup.podTemplate", {"templateRef": {"kind": "Deployment", "name": "train"}}),
+        "spec.warmup.podTemplate.templateRef.kind",
+        "enum",
+        "",
+    ),
     ("storage-missing", _delete("storage"), "spec", "required", "'storage' is a required property"),
     ("no-workloads", _set("warmup.workloads", []), "spec.warmup.workloads", "minItems", ""),
     (

@@ -69,7 +69,9 @@ params = jax.jit(lambda: jnp.ones((8, 8)))()
 if not os.path.exists(args.data):
     print(f"no data at {args.data}: nothing to train")
     sys.exit(0)
-train_step = jax.jit(lambda p: p * 0.5)
+@jax.jit
+def train_step(p):
+    return p * 0.5
 for _ in range(10):
     params = train_step(params)
 """
@@ -84,7 +86,7 @@ def example(name: str) -> dict[str, Any]:
 def examples_in(name: str) -> list[dict[str, Any]]:
     """An example manifest's objects as shipped, with the workload sized down by the env it reads.
 
-    Training Jobs run two steps and print one JSON line; everything else in them stays.
+    Training Jobs run two steps (their ``--steps``) and print one JSON line; everything else in them stays.
     """
     bodies = [body for body in yaml.safe_load_all((ROOT / "examples" / name).read_text()) if body]
     for body in bodies:
@@ -92,7 +94,9 @@ def examples_in(name: str) -> list[dict[str, Any]]:
             envs = [workload.setdefault("env", []) for workload in body["spec"]["warmup"]["workloads"]]
         elif body["kind"] == "Job":  # the training Job: the same model, two steps, one JSON line
             container = body["spec"]["template"]["spec"]["containers"][0]
-            container["command"] = ["python", "examples/train.py", "--steps", "2", "--json"]
+            command = container["command"]
+            command[command.index("--steps") + 1] = "2"
+            command.append("--json")
             envs = [container.setdefault("env", [])]
         else:
             continue
@@ -454,6 +458,86 @@ def test_a_script_that_exits_before_its_step_fails_the_pool_naming_why(local: Se
     assert not (status.get("cache") or {}).get("entries"), status
 
 
+# --- spec.warmup.podTemplate: the warm-up sees what training sees (issue 20, item 2) ------------------
+
+
+def test_a_warm_up_reads_a_file_from_a_volume_it_got_from_the_training_template(local: Setup) -> None:
+    """The early-exit script (which ends before its step without its data) reaches Ready once the
+    inline template gives the warm-up training's data claim; the warm-up mounts it read-only."""
+    client = local.cluster.client
+    claim = {"metadata": {"name": "early-data-input"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    client.create("v1/persistentvolumeclaims", claim, NS)
+    data = local.cluster.claim_dir(NS, "early-data-input")
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "train.bin").write_bytes(b"\x00" * 64)
+    cache = small_cache("early-data")
+    workload = {"name": "train", "script": "/app/early_exit.py", "args": ["--data=/data/train.bin"], "steps": 2}
+    cache["spec"]["warmup"]["workloads"] = [workload]
+    cache["spec"]["warmup"]["backoffLimit"] = 0
+    training = {
+        "containers": [
+            {
+                "name": "train",
+                "image": cache["spec"]["warmup"]["image"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }
+        ],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "early-data-input"}}],
+    }
+    cache["spec"]["warmup"]["podTemplate"] = {"spec": training}
+    client.create(CC, cache, NS)
+    status = wait_phase(local, "early-data", ("Failed", "Degraded", "Ready"))
+    assert status["phase"] == "Ready", json.dumps(status["pools"])
+    [pool] = status["pools"]
+    assert pool["state"] == "Succeeded" and pool["verifyHits"] == pool["verifyRequests"] > 0, pool
+    [job] = finished_jobs(local, "compilecache.dev/cache=early-data")
+    [pod] = pods_of(local, job["metadata"]["name"])
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in mounts
+    assert sorted(path.name for path in data.iterdir()) == ["train.bin"]  # nothing written to training's data
+
+
+def test_a_reference_to_a_missing_template_waits_naming_the_field(local: Setup) -> None:
+    cache = small_cache("no-template")
+    cache["spec"]["warmup"]["podTemplate"] = {"templateRef": {"kind": "PodTemplate", "name": "not-there"}}
+    local.cluster.client.create(CC, cache, NS)
+    status = local.cluster.client.wait_for(
+        lambda: (found := status_of(local, "no-template")).get("phase") and found, timeout=30
+    )
+    assert status["phase"] == "Pending", status
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "TemplateNotFound", ready
+    assert "spec.warmup.podTemplate.templateRef: PodTemplate not-there does not exist" in ready["message"], ready
+    assert local.cluster.client.list(JOBS, NS, label_selector="compilecache.dev/cache=no-template") == []
+
+
+def test_template_example_warms_with_the_training_jobs_data_and_the_training_pod_hits(local: Setup) -> None:
+    """examples/training-data.yaml and examples/cache-template.yaml as shipped: the warm-ups take the
+    training Job's env and data claim (templateRef), and the gated training pod then hits every program."""
+    client = local.cluster.client
+    objects = {body["kind"]: body for body in examples_in("training-data.yaml")}
+    client.create("v1/persistentvolumeclaims", objects["PersistentVolumeClaim"], NS)
+    data = local.cluster.claim_dir(NS, objects["PersistentVolumeClaim"]["metadata"]["name"])
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "train.bin").write_bytes(b"tokens" * 64)  # the user's data
+    [cache] = examples_in("cache-template.yaml")
+    name = cache["metadata"]["name"]
+    client.create(CC, cache, NS)  # before the Job it names: Pending until the Job exists
+    client.create(JOBS, objects["Job"], NS)
+    job = objects["Job"]["metadata"]["name"]
+    first = wait_pod(local, job, lambda pod: True, timeout=30)
+    assert {"name": GATE} in first["spec"].get("schedulingGates", []), first["spec"]
+    status = wait_phase(local, name, ("Ready", "Failed", "Degraded"), timeout=240)
+    assert status["phase"] == "Ready", status
+    for pool in status["pools"]:
+        assert pool["state"] == "Succeeded" and pool["verifyHits"] == pool["verifyRequests"] > 0, pool
+    pod = wait_pod(local, job, lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"), timeout=120)
+    log = local.cluster.logs(NS, pod["metadata"]["name"], "train")
+    assert pod["status"]["phase"] == "Succeeded", log[-3000:]
+    result = training_result(log)
+    assert result["requests"] > 0 and result["hits"] == result["requests"], result
+
+
 def test_a_failing_expiry_keeps_the_cache_not_ready_with_the_reason(local: Setup) -> None:
     """An old entry that cannot be deleted (immutable) makes `compilecache expire` fail for real."""
     if shutil.which("chattr") is None:
@@ -608,7 +692,8 @@ def test_a_topology_larger_than_the_pool_says_so_instead_of_waiting(local: Setup
 
 
 def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(local: Setup) -> None:
-    """issue 19: any image, an admin ServiceAccount, a control-plane toleration, a foreign claim: 422 at create."""
+    """issue 19: any image, an admin ServiceAccount, a control-plane toleration, a foreign claim, a training
+    template with a hostPath volume or an admin ServiceAccount (issue 20): 422 at create."""
     client = local.cluster.client
     client.create("v1/persistentvolumeclaims", {"metadata": {"name": "payroll-db-data"}, "spec": {}}, NS)
     cache = example("cache-pvc.yaml")
@@ -619,6 +704,18 @@ def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(lo
         "spec.warmup.serviceAccountName": {"serviceAccountName": "namespace-admin"},
         "spec.warmup.discover.tolerations[0]": {
             "discover": warmup["discover"] | {"tolerations": [{"key": "node-role.kubernetes.io/control-plane"}]}
+        },
+        # A training template that brings a node's files, or an account the policy does not allow.
+        "spec.warmup.podTemplate.spec.volumes[0]": {
+            "podTemplate": {
+                "spec": {
+                    "containers": [{"name": "t", "volumeMounts": [{"name": "host", "mountPath": "/host"}]}],
+                    "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+                }
+            }
+        },
+        "spec.warmup.podTemplate.spec.serviceAccountName": {
+            "podTemplate": {"spec": {"serviceAccountName": "namespace-admin", "containers": [{"name": "t"}]}}
         },
     }
     for field, change in cases.items():

@@ -15,7 +15,7 @@ from compilecache.controller import plan, policy
 from compilecache.controller.api import SpecError, parse_spec
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot
-from specs import cache, cache_spec, cluster
+from specs import PRODUCT, cache, cache_spec, cluster
 from test_spec_property import _HEALTH, examples, field_exists, manifests
 
 NOW = "2026-01-01T00:00:00Z"
@@ -127,6 +127,13 @@ def test_pool_violations_see_discovered_pools_and_their_real_gpus() -> None:
     found = policy.pool_violations(spec, pools, tight)
     assert [path for path, _ in found] == ["spec.warmup.discover", "spec.warmup.discover"]
     assert "8 GPUs per pod" in found[0][1] and "2 pools" in found[1][1]
+
+
+def test_a_declared_pool_without_gpus_per_pod_over_the_cap_names_the_pool() -> None:
+    # Its GPUs come from the nodes: the cache has no gpusPerPod field to name (a field it has, always).
+    spec = parse_spec(pools_spec({"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}))
+    found = policy.pool_violations(spec, resolve_pools(spec, cluster()), policy.parse({"maxGpusPerPod": 4}))
+    assert [path for path, _ in found] == ["spec.warmup.pools[0]"], found
 
 
 # --- parsing -------------------------------------------------------------------------------------------------

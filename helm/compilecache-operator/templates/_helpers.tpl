@@ -113,10 +113,18 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
   resources: [compilecaches/finalizers]
   verbs: [update]
 # Warm-up and expiry Jobs: kopf watches them (by label); a pass lists, creates and deletes (older
-# spec hashes) them. A 409 on create needs no read: the next list shows the Job.
+# spec hashes) them, and reads a training Job that podTemplate.templateRef names. A 409 on create needs no read: the next list shows the Job.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, delete]
+  verbs: [get, list, watch, create, delete]
+# Training's pod template that spec.warmup.podTemplate.templateRef names (a PodTemplate, a Job above,
+# or a JobSet): read, by name, at each pass of a cache that names one.
+- apiGroups: [""]
+  resources: [podtemplates]
+  verbs: [get]
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [get]
 # The cache's claim: read, and created when spec.storage.pvc.create asks for it.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]

@@ -15,6 +15,7 @@ resource and mount rules those of ``pkg/apis/core/validation/validation.go``.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,6 +164,76 @@ class JaxOptions:
     xla_flags: str | None = None
 
 
+# The volume types a training template may bring into a warm-up (the policy refuses others, e.g.
+# hostPath: a node's own files are no training data, and a path on the node is no one's to share).
+TEMPLATE_VOLUME_TYPES = frozenset(
+    {"persistentVolumeClaim", "configMap", "secret", "emptyDir", "projected", "downwardAPI", "csi", "ephemeral"}
+)
+TEMPLATE_KINDS = ("PodTemplate", "Job", "JobSet")  # what ``podTemplate.templateRef`` may name
+# The warm-up pod's own volumes (jobs.py): a template's volume of the same name is refused, not renamed.
+OPERATOR_VOLUMES = frozenset({"tmp", "cache"})
+
+
+@dataclass(frozen=True)
+class TemplateRef:
+    """``spec.warmup.podTemplate.templateRef``: training's pod template, read by the pass (``snapshot.py``)."""
+
+    kind: str  # one of TEMPLATE_KINDS
+    name: str
+
+    def describe(self) -> str:
+        """``Job train``: for messages."""
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """What a warm-up takes from training's pod template (``spec.warmup.podTemplate``; docs/resource.md).
+
+    Taken: the chosen container's image, env, envFrom, volumeMounts and workingDir, the arguments
+    after a workload's script in its command + args (:meth:`script_args`), and the pod's volumes,
+    serviceAccountName and imagePullSecrets. Everything else (the command itself, resources,
+    securityContext, placement, ...) is the operator's: see ``jobs.warmup_job``. ``origin`` is the
+    field path that messages name: the inline spec's, or the reference's.
+    """
+
+    origin: str
+    container: str
+    container_path: str  # the chosen container's field path: ``<origin>.containers[<index>]``
+    image: str | None
+    env: tuple[Mapping[str, Any], ...] = ()
+    env_from: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    working_dir: str | None = None
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    service_account_name: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()  # the container's command + args: a script workload's default args
+
+    def script_args(self, workload: Workload) -> tuple[str, ...]:
+        """A script workload's arguments: its own ``args``, else those after its script in training's argv.
+
+        Training's container runs e.g. ``python train.py --config /etc/train/c.yaml``: a workload
+        ``script: train.py`` without ``args`` then runs with ``--config /etc/train/c.yaml``, as training does.
+        """
+        if workload.args or workload.script is None:
+            return workload.args
+        target = posixpath.normpath(workload.script)
+        for index, part in enumerate(self.argv):
+            if posixpath.normpath(part) == target:
+                return self.argv[index + 1 :]
+        return ()
+
+
+@dataclass(frozen=True)
+class TemplateSource:
+    """``spec.warmup.podTemplate``: an inline pod spec (parsed here) or a reference the pass resolves."""
+
+    container: str | None  # the training container's name; None: the first container
+    inline: PodTemplate | None = None
+    ref: TemplateRef | None = None
+
+
 @dataclass(frozen=True)
 class Warmup:
     image: str
@@ -180,6 +251,9 @@ class Warmup:
     verify: bool
     jax: JaxOptions
     topologies: tuple[Topology, ...] = (SINGLE_HOST,)
+    template: TemplateSource | None = None  # training's pod template (spec.warmup.podTemplate)
+    # The template the warm-up Jobs use: the inline one, or the reference's once the pass read it.
+    pod_template: PodTemplate | None = None
 
 
 @dataclass(frozen=True)
@@ -290,7 +364,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     if mount_path in RESERVED_MOUNT_PATHS:
         raise SpecError("spec.mountPath", f"{mount_path} is where the operator mounts its own scratch volume")
 
-    warmup = _warmup(_mapping(spec.get("warmup"), "spec.warmup", required=True), gcs)
+    warmup = _warmup(_mapping(spec.get("warmup"), "spec.warmup", required=True), gcs, mount_path)
     if gcs is not None and gcs.reader_service_account_name is not None:
         # Training pods run as the reader: the same account as a writer would let them write the cache.
         # (The CRD's CEL rules refuse both cases too.)
@@ -371,7 +445,7 @@ def _gcs(raw: Any) -> GCSStorage:
     )
 
 
-def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
+def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None, mount_path: str) -> Warmup:
     image = warmup.get("image")
     if not isinstance(image, str) or not image.strip():
         raise SpecError("spec.warmup.image", "must name the image of the warm-up Jobs (usually the training image)")
@@ -431,6 +505,8 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
     topologies = _topologies(warmup.get("topologies"))
     deadline = _int(warmup.get("activeDeadlineSeconds", 7200), "spec.warmup.activeDeadlineSeconds", minimum=1)
     _check_budgets(workloads, topologies, deadline)
+    template_raw = warmup.get("podTemplate")
+    template = _template_source(template_raw, image.strip(), mount_path) if template_raw is not None else None
     return Warmup(
         image=image.strip(),
         image_pull_policy=pull_policy,
@@ -449,6 +525,8 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None) -> Warmup:
         verify=_bool(warmup.get("verify", True), "spec.warmup.verify"),
         jax=jax,
         topologies=topologies,
+        template=template,
+        pod_template=template.inline if template is not None else None,
     )
 
 
@@ -467,6 +545,170 @@ def _check_budgets(workloads: Sequence[Workload], topologies: Sequence[Topology]
                 f"spec.warmup.workloads[{index}].budget",
                 f"the warm-up and its verify need twice the budget; warmup.activeDeadlineSeconds is {deadline}",
             )
+
+
+def _template_source(raw: Any, image: str, mount_path: str) -> TemplateSource:
+    """``spec.warmup.podTemplate``: exactly one of ``spec`` (inline) or ``templateRef``, and ``container``."""
+    path = "spec.warmup.podTemplate"
+    source = _mapping(raw, path, required=True)
+    container = source.get("container")
+    if container is not None:
+        container = _name(container, f"{path}.container")
+    if ("spec" in source) == ("templateRef" in source):
+        raise SpecError(path, "set exactly one of spec (the pod spec inline) or templateRef")
+    if "spec" in source:
+        inline = parse_pod_template(_mapping(source["spec"], f"{path}.spec", required=True), f"{path}.spec", container)
+        check_template(inline, image, mount_path)
+        return TemplateSource(container=container, inline=inline)
+    ref = _mapping(source["templateRef"], f"{path}.templateRef", required=True)
+    kind = ref.get("kind")
+    if kind not in TEMPLATE_KINDS:
+        raise SpecError(f"{path}.templateRef.kind", f"must be one of {list(TEMPLATE_KINDS)}, got {kind!r}")
+    name = _subdomain(ref.get("name"), f"{path}.templateRef.name")
+    return TemplateSource(container=container, ref=TemplateRef(kind=kind, name=name))
+
+
+def check_template(template: PodTemplate, image: str, mount_path: str) -> None:
+    """What a template must agree on with the cache: its image is ``warmup.image`` (one image decides
+    jaxlib, so the key, the expiry Job's image and what the policy checked at apply time), and
+    nothing of it is mounted where the cache is."""
+    for index, mount in enumerate(template.volume_mounts):
+        if str(mount.get("mountPath", "")).rstrip("/") == mount_path:
+            raise SpecError(
+                f"{template.container_path}.volumeMounts[{index}].mountPath",
+                f"{mount_path} is spec.mountPath, where the warm-up mounts the cache",
+            )
+    if template.image is not None and template.image != image:
+        raise SpecError(
+            f"{template.container_path}.image",
+            f"runs {template.image!r} but spec.warmup.image is {image!r}: the image decides the jax and jaxlib "
+            "versions in the cache key, so set warmup.image to training's image",
+        )
+
+
+def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str | None) -> PodTemplate:
+    """The part of a pod spec a warm-up takes (:class:`PodTemplate`), checked; errors name ``origin``'s fields.
+
+    Used for the inline ``podTemplate.spec`` and, by the pass, for the pod spec of the object
+    ``templateRef`` names (``origin`` then says which). Fields not taken are not read at all.
+    """
+    containers = _list(pod_spec.get("containers"), f"{origin}.containers")
+    if not containers:
+        raise SpecError(origin, "must list training's container in containers")
+    chosen: Mapping[str, Any] | None = None
+    where = origin
+    for index, item in enumerate(containers):
+        entry = _mapping(item, f"{origin}.containers[{index}]", required=True)
+        if container is None or entry.get("name") == container:
+            chosen, where = entry, f"{origin}.containers[{index}]"
+            break
+    if chosen is None:
+        names = [item.get("name") for item in containers if isinstance(item, Mapping)]
+        raise SpecError("spec.warmup.podTemplate.container", f"{origin} has no container {container!r} (has {names})")
+    name = chosen.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError(where, "needs a name")
+    image = _optional_str(chosen.get("image"), f"{where}.image")
+    env = tuple(
+        _mapping(item, f"{where}.env[{index}]", required=True)
+        for index, item in enumerate(_list(chosen.get("env"), f"{where}.env"))
+    )
+    for index, item in enumerate(env):
+        if not isinstance(item.get("name"), str) or not _ENV_NAME.match(item["name"]):
+            raise SpecError(f"{where}.env[{index}].name", f"must be a variable name, got {item.get('name')!r}")
+        if "valueFrom" in item:
+            _check_value_from(item["valueFrom"], f"{where}.env[{index}].valueFrom")
+        elif not isinstance(item.get("value", ""), str):
+            raise SpecError(f"{where}.env[{index}].value", f"must be a string, got {item['value']!r}")
+    env_from = tuple(
+        _env_from(item, f"{where}.envFrom[{index}]")
+        for index, item in enumerate(_list(chosen.get("envFrom"), f"{where}.envFrom"))
+    )
+    volumes = tuple(
+        _template_volume(item, f"{origin}.volumes[{index}]")
+        for index, item in enumerate(_list(pod_spec.get("volumes"), f"{origin}.volumes"))
+    )
+    _unique([str(volume["name"]) for volume in volumes], f"{origin}.volumes")
+    declared = {str(volume["name"]) for volume in volumes}
+    mounts = tuple(
+        _mapping(item, f"{where}.volumeMounts[{index}]", required=True)
+        for index, item in enumerate(_list(chosen.get("volumeMounts"), f"{where}.volumeMounts"))
+    )
+    targets: set[str] = set()
+    for index, mount in enumerate(mounts):
+        mpath = f"{where}.volumeMounts[{index}]"
+        if mount.get("name") not in declared:
+            raise SpecError(f"{mpath}.name", f"names no volume of the template ({sorted(declared)})")
+        target = mount.get("mountPath")
+        if not isinstance(target, str) or not _MOUNT_PATH.match(target.rstrip("/") or "/"):
+            raise SpecError(f"{mpath}.mountPath", f"must be an absolute path without '..' or ':', got {target!r}")
+        if target.rstrip("/") in targets:  # the API server refuses a container with two mounts at one path
+            raise SpecError(f"{mpath}.mountPath", f"{target} is mounted twice")
+        targets.add(target.rstrip("/"))
+        if target.rstrip("/") in RESERVED_MOUNT_PATHS:
+            raise SpecError(f"{mpath}.mountPath", f"{target} is where the warm-up mounts its own scratch volume")
+        for key in ("subPath", "subPathExpr"):
+            sub = mount.get(key)
+            if sub is not None and (not isinstance(sub, str) or sub.startswith("/") or ".." in sub.split("/")):
+                raise SpecError(f"{mpath}.{key}", f"must be a relative path without '..', got {sub!r}")
+    argv = (
+        *_strings(chosen.get("command"), f"{where}.command"),
+        *_strings(chosen.get("args"), f"{where}.args"),
+    )
+    working_dir = _optional_str(chosen.get("workingDir"), f"{where}.workingDir")
+    if working_dir is not None and not working_dir.startswith("/"):
+        raise SpecError(f"{where}.workingDir", f"must be an absolute path, got {working_dir!r}")
+    pull_secrets = tuple(
+        _subdomain(
+            _mapping(item, f"{origin}.imagePullSecrets[{index}]").get("name"),
+            f"{origin}.imagePullSecrets[{index}].name",
+        )
+        for index, item in enumerate(_list(pod_spec.get("imagePullSecrets"), f"{origin}.imagePullSecrets"))
+    )
+    return PodTemplate(
+        origin=origin,
+        container=name,
+        container_path=where,
+        image=image.strip() if image is not None else None,
+        env=env,
+        env_from=env_from,
+        volume_mounts=mounts,
+        working_dir=working_dir,
+        volumes=volumes,
+        service_account_name=_optional_subdomain(pod_spec.get("serviceAccountName"), f"{origin}.serviceAccountName"),
+        image_pull_secrets=pull_secrets,
+        argv=tuple(argv),
+    )
+
+
+def _env_from(raw: Any, path: str) -> Mapping[str, Any]:
+    """An EnvFromSource: exactly one of configMapRef or secretRef naming its object; an optional prefix."""
+    source = _mapping(raw, path, required=True)
+    refs = [key for key in ("configMapRef", "secretRef") if key in source]
+    if len(refs) != 1:
+        raise SpecError(path, "must set exactly one of configMapRef or secretRef")
+    _subdomain(_mapping(source[refs[0]], f"{path}.{refs[0]}", required=True).get("name"), f"{path}.{refs[0]}.name")
+    prefix = _optional_str(source.get("prefix"), f"{path}.prefix")
+    if prefix and not _ENV_NAME.match(prefix):
+        raise SpecError(f"{path}.prefix", f"must start a variable name, got {prefix!r}")
+    return source
+
+
+def _template_volume(raw: Any, path: str) -> Mapping[str, Any]:
+    """A volume of training's template: a DNS-label name not used by the warm-up itself, one source."""
+    volume = _mapping(raw, path, required=True)
+    name = _name(volume.get("name"), f"{path}.name")
+    if name in OPERATOR_VOLUMES:
+        raise SpecError(f"{path}.name", f"{name!r} names a volume of the warm-up's own ({sorted(OPERATOR_VOLUMES)})")
+    sources = [key for key in volume if key != "name"]
+    if len(sources) != 1:
+        raise SpecError(path, f"must have exactly one volume source, got {sorted(sources)}")
+    return volume
+
+
+def volume_type(volume: Mapping[str, Any]) -> str:
+    """The source of a volume (``persistentVolumeClaim``, ``hostPath``, ...): its one key besides ``name``."""
+    return next((key for key in volume if key != "name"), "")
 
 
 def _topologies(raw: Any) -> tuple[Topology, ...]:

@@ -8,6 +8,7 @@ headless Service that gives pod 0 the DNS name every process reaches the coordin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -16,7 +17,7 @@ from typing import Any
 
 from compilecache.cache.cacheenv import GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES, jax_cache_env
 from compilecache.controller import api
-from compilecache.controller.api import SINGLE_HOST, STEPS_AUTO, CacheSpec, Topology, Workload
+from compilecache.controller.api import SINGLE_HOST, STEPS_AUTO, CacheSpec, PodTemplate, Topology, Workload
 from compilecache.controller.pools import Pool
 
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
@@ -57,7 +58,7 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
     published entries stay right and a Ready cache keeps serving while it refreshes.
     """
     warmup = spec.warmup
-    material = {
+    material: dict[str, Any] = {
         "cacheDir": spec.cache_dir,
         "mountPath": spec.mount_path,
         "image": warmup.image,
@@ -67,6 +68,17 @@ def cache_hash(cache: Mapping[str, Any], spec: CacheSpec) -> str:
         # annotation was part of it; a cache that carried one re-warms once after the upgrade.
         "rewarm": None,
     }
+    if warmup.pod_template is not None:  # absent without one: those caches keep their Job names
+        # Training's env and the arguments a workload takes from it can enter the key (a flag a
+        # script reads); its volumes, mounts and ServiceAccount cannot, so changing them starts
+        # no warm-up. (The image is warmup.image.)
+        template = warmup.pod_template
+        material["template"] = {
+            "env": [dict(item) for item in template.env],
+            "envFrom": [dict(item) for item in template.env_from],
+            "workingDir": template.working_dir,
+            "args": {w.name: list(template.script_args(w)) for w in warmup.workloads if w.script and not w.args},
+        }
     return digest(material)
 
 
@@ -198,6 +210,10 @@ def warmup_job(
         volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": spec.pvc.claim_name}})
         cache_mounts.append({"name": "cache", "mountPath": spec.mount_path})
     mounts = [{"name": "tmp", "mountPath": TMP_DIR}, *cache_mounts]
+    template = warmup.pod_template
+    if template is not None:
+        volumes += template_volumes(template)
+        mounts += template_mounts(template)
 
     resources: dict[str, dict[str, Any]] = {
         kind: dict(warmup.resources.get(kind) or {}) for kind in ("requests", "limits")
@@ -214,6 +230,8 @@ def warmup_job(
             "command": command,
             "env": _container_env(spec, pool, extra),
             "volumeMounts": mounts,
+            **({"envFrom": [dict(item) for item in template.env_from]} if template and template.env_from else {}),
+            **({"workingDir": template.working_dir} if template and template.working_dir else {}),
             "securityContext": container_security_context(),
             # A failed warm-up's last log lines become its termination message: the pool's status says why.
             "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -228,6 +246,8 @@ def warmup_job(
     # the other (init containers run in order); entrypoints share one invocation.
     scripts = [w for w in pool.workloads if w.script is not None]
     entrypoints = [w for w in pool.workloads if w.entrypoint is not None]
+    if template is not None:  # a script workload without args runs with training's (PodTemplate.script_args)
+        scripts = [dataclasses.replace(w, args=template.script_args(w)) for w in scripts]
     commands = [_warm_command(spec, [w], topology.hosts) for w in scripts]
     if entrypoints:
         commands.append(_warm_command(spec, entrypoints))
@@ -246,10 +266,12 @@ def warmup_job(
         pod_spec["initContainers"] = init_containers
     if pool.tolerations:
         pod_spec["tolerations"] = [dict(toleration) for toleration in pool.tolerations]
-    if warmup.service_account_name:
-        pod_spec["serviceAccountName"] = warmup.service_account_name
-    if warmup.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in warmup.image_pull_secrets]
+    account = warmup_service_account(spec)
+    if account:
+        pod_spec["serviceAccountName"] = account
+    pull_secrets = dict.fromkeys([*warmup.image_pull_secrets, *(template.image_pull_secrets if template else ())])
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in pull_secrets]
 
     job_labels = {**common_labels(name, "warmup"), LABEL_CACHE: name, LABEL_POOL: pool.name}
     # Warm-up pods must not carry the training opt-in label: the admission webhook would
@@ -299,6 +321,41 @@ def warmup_job(
         },
         "spec": job_spec,
     }
+
+
+def warmup_service_account(spec: CacheSpec) -> str | None:
+    """The warm-up pods' ServiceAccount: ``warmup.serviceAccountName`` (or the GCS writer), else training's."""
+    template = spec.warmup.pod_template
+    return spec.warmup.service_account_name or (template.service_account_name if template else None)
+
+
+def template_volumes(template: PodTemplate) -> list[dict[str, Any]]:
+    """Training's volumes for a warm-up: as they are, each claim read-only (the warm-up must not write data)."""
+    volumes = []
+    for volume in template.volumes:
+        copy = dict(volume)
+        if "persistentVolumeClaim" in copy:
+            copy["persistentVolumeClaim"] = {**copy["persistentVolumeClaim"], "readOnly": True}
+        volumes.append(copy)
+    return volumes
+
+
+def template_mounts(template: PodTemplate) -> list[dict[str, Any]]:
+    """Training's mounts for a warm-up: read-only, except an emptyDir's (a scratch volume of the pod's own).
+
+    A script writes what it writes into its scratch workdir (under /tmp) or its emptyDirs; a data
+    claim, a csi or an ephemeral volume may be training's shared data, and a write there is a side
+    effect training would see. ConfigMaps, Secrets and projected volumes are read-only anyway.
+    A mount keeps its name, path and subPath; its propagation is dropped (the warm-up shares
+    no mounts with the node).
+    """
+    scratch = {str(volume["name"]) for volume in template.volumes if api.volume_type(volume) == "emptyDir"}
+    mounts = []
+    for mount in template.volume_mounts:
+        # Only where and what: no mountPropagation (Bidirectional needs a privileged container).
+        copy = {key: mount[key] for key in ("name", "mountPath", "subPath", "subPathExpr") if key in mount}
+        mounts.append(copy if mount.get("name") in scratch else {**copy, "readOnly": True})
+    return mounts
 
 
 def coordinator_env(job: str, topology: Topology, index: int) -> dict[str, str]:
@@ -424,13 +481,15 @@ def _container_env(spec: CacheSpec, pool: Pool, extra: Mapping[str, str]) -> lis
     # The read-only root filesystem leaves /tmp as the only writable place besides the cache.
     # ``extra`` (a multi-host container's coordinator) wins over a workload's env like the cache settings.
     base = {**cache_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR, **extra}
+    # Then the workloads' env, then training's (the template's): a workload's env is the warm-up's own
+    # setting of what training sets, so it wins over the template's.
     env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(base.items())]
     seen = set(base)
-    for workload in pool.workloads:
-        for item in workload.env:
-            if item["name"] not in seen:  # the cache settings win: they must equal the trainers'
-                seen.add(item["name"])
-                env.append(dict(item))
+    template_env = spec.warmup.pod_template.env if spec.warmup.pod_template is not None else ()
+    for item in [*(item for workload in pool.workloads for item in workload.env), *template_env]:
+        if item["name"] not in seen:  # the cache settings win: they must equal the trainers'
+            seen.add(item["name"])
+            env.append(dict(item))
     return env
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import expiryjob, gates, jobs, podstate, policy, status
+from compilecache.controller import expiryjob, gates, jobs, podstate, policy, status, template
 from compilecache.controller.api import CacheSpec, SpecError, Topology
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
@@ -46,6 +46,7 @@ SCHEDULE_SKIPPED = "ScheduleSkipped"
 # last slot skipped because that one was still running.
 LAST_SCHEDULE = "lastScheduleTime"
 LAST_SKIPPED = "lastSkippedScheduleTime"
+TEMPLATE_NOT_FOUND = "TemplateNotFound"  # podTemplate.templateRef names nothing (yet): the cache waits
 
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
@@ -241,6 +242,22 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
 
     creates: list[Create] = []
     deletes: list[Delete] = []
+    source = spec.warmup.template
+    if source is not None and source.ref is not None and snapshot.template is None:
+        # Pending, not Failed: a cache is often applied just before the training Job it names.
+        message = f"{template.REF_FIELD}: {source.ref.describe()} does not exist in namespace {cache.namespace}"
+        return (
+            _base(old, cache.generation)
+            | {
+                "phase": status.PENDING,
+                "message": message,
+                "specHash": jobs.cache_hash(cache.obj, spec),
+                "conditions": [cond(status.READY_CONDITION, False, TEMPLATE_NOT_FOUND, message)],
+            },
+            creates,
+            deletes,
+        )
+    spec = template.resolve(spec, snapshot.template)  # a template that cannot be used: Failed, naming where
     # Checked again here, not only at admission: the validating webhook may be absent, or the
     # policy changed since the cache was applied. Nothing is created for a refused spec.
     refused = policy.violations(spec, snapshot.policy)

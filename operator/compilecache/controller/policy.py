@@ -28,7 +28,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import jobs
+from compilecache.controller import api, jobs
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.pools import Pool
 
@@ -200,6 +200,7 @@ def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
     elif policy.require_pinned_images and not image_pinned(warmup.image):
         found.append(("spec.warmup.image", f"image {warmup.image!r} must have a tag other than latest, or a digest"))
     found += _accounts(spec, policy)
+    found += _template_volumes(spec)
     for index, pool in enumerate(warmup.pools):
         path = f"spec.warmup.pools[{index}]"
         found += _placement(pool.node_selector, pool.tolerations, path, policy)
@@ -244,7 +245,9 @@ def pool_violations(spec: CacheSpec, pools: Sequence[Pool], policy: Policy) -> l
                 found.append((f"{path}.nodeSelector", message))
         cap = policy.max_gpus_per_pod
         if cap is not None and pool.gpus_per_pod > cap:
-            where = f"{path}.gpusPerPod" if pool.name in declared else path
+            # A declared pool without gpusPerPod takes its nodes' GPUs: then the field named is the pool.
+            explicit = pool.name in declared and spec.warmup.pools[declared[pool.name]].gpus_per_pod is not None
+            where = f"{path}.gpusPerPod" if explicit else path
             message = f"pool {pool.name!r} would use {pool.gpus_per_pod} GPUs per pod, above the policy's {cap}"
             found.append((where, message))
     if policy.max_pools is not None and len(resolved) > policy.max_pools:
@@ -342,18 +345,44 @@ def _accounts(spec: CacheSpec, policy: Policy) -> list[Violation]:
                 f"ServiceAccount {reader!r} is not allowed ({policy.service_accounts.describe()})",
             )
         )
-    account = spec.warmup.service_account_name
+    account = jobs.warmup_service_account(spec)
     if account == gcs_account and account is not None:
         return found  # the warm-up runs as the GCS account (checked above)
-    account = account or DEFAULT_SERVICE_ACCOUNT
-    if not policy.service_accounts.permits(account):
+    path = "spec.warmup.serviceAccountName"
+    template = spec.warmup.pod_template
+    if spec.warmup.service_account_name is None and template is not None and template.service_account_name:
+        path = f"{template.origin}.serviceAccountName"  # training's account, taken by the warm-up
+    if not policy.service_accounts.permits(account or DEFAULT_SERVICE_ACCOUNT):
         found.append(
             (
-                "spec.warmup.serviceAccountName",
-                f"ServiceAccount {account!r} is not allowed ({policy.service_accounts.describe()})"
-                + (" (unset runs as default)" if spec.warmup.service_account_name is None else ""),
+                path,
+                f"ServiceAccount {account or DEFAULT_SERVICE_ACCOUNT!r} is not allowed "
+                f"({policy.service_accounts.describe()})" + (" (unset runs as default)" if account is None else ""),
             )
         )
+    return found
+
+
+def _template_volumes(spec: CacheSpec) -> list[Violation]:
+    """Training's volumes may come only in the kinds a pod of the namespace shares (api.TEMPLATE_VOLUME_TYPES).
+
+    Not hostPath (a node's files), nor the in-tree network kinds (nfs, iscsi, ...: a server any
+    author could name). Claims need no opt-in (``claim_violation``): that guards the claim the
+    warm-up writes; a template's claims are mounted read-only (``jobs.template_volumes``).
+    """
+    template = spec.warmup.pod_template
+    found: list[Violation] = []
+    if template is None:
+        return found
+    for index, volume in enumerate(template.volumes):
+        kind = api.volume_type(volume)
+        if kind not in api.TEMPLATE_VOLUME_TYPES:
+            found.append(
+                (
+                    f"{template.origin}.volumes[{index}]",
+                    f"a {kind} volume is not allowed in a warm-up (allowed: {sorted(api.TEMPLATE_VOLUME_TYPES)})",
+                )
+            )
     return found
 
 

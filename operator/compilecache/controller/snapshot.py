@@ -3,9 +3,10 @@
 A pass is observe → plan → act (``reconcile.py``). This module is the observe step:
 :class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
 why the spec does not parse), and :class:`Snapshot` adds everything else the pure
-``plan.plan`` needs: the operator's policy, the claim, the Nodes, the cache's warm-up and expiry Jobs,
-their pods (a running Job's pod may be stuck: ``podstate.py``), the headless Services of multi-host
-warm-ups and the training pods it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
+``plan.plan`` needs: the operator's policy, the claim, the object a ``podTemplate.templateRef``
+names (``template.py``), the Nodes, the cache's warm-up and expiry Jobs, their pods (a running Job's
+pod may be stuck: ``podstate.py``), the headless Services of multi-host warm-ups and the training pods
+it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
 where the spec names one, and the Services only where a multi-host warm-up is or was
 wanted: a single-host cache costs no extra call).
 """
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.controller import expiryjob, jobs, status
+from compilecache.controller import expiryjob, jobs, status, template
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, SERVICES, Client
 from compilecache.controller.policy import DEFAULT, Policy
@@ -99,6 +100,8 @@ class Snapshot:
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
     rejected: Mapping[str, str] = field(default_factory=dict)  # objects the API refused: key → its message
     policy: Policy = DEFAULT  # the operator's policy (read at start-up): what this cache may make it run
+    # The object spec.warmup.podTemplate.templateRef names, if it exists (template.resolve reads it).
+    template: Obj | None = None
 
     def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
         """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
@@ -133,6 +136,8 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
     for job in warmup_jobs:  # running ones (stuck?), failed ones, and succeeded ones not yet reported
         if status.needs_report(job, recorded) or status.job_state(job)["state"] not in status.FINISHED:
             warmup_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+    ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
+    template_obj = client.get(template.resource_of(ref), ref.name, namespace) if ref is not None else None
     services: tuple[Obj, ...] = ()
     if uses_services(cache):
         services = tuple(client.list(SERVICES, namespace, labels={jobs.LABEL_CACHE: name}))
@@ -147,4 +152,5 @@ def observe(client: Client, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         expiry_jobs=expiry_jobs,
         expiry_pods=tuple(expiry_pods),
         policy=policy,
+        template=template_obj,
     )
