@@ -53,7 +53,7 @@ from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
 from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
-from compilecache.jobtools.workload import parse_spec
+from compilecache.jobtools.workload import entry_problem
 
 if TYPE_CHECKING:
     from compilecache.cache.store import CacheStore, Listing
@@ -679,10 +679,10 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         )
     if script_args and not args.script:
         raise WarmError(f"unexpected arguments {' '.join(script_args)!r} (arguments after -- need --script)")
-    if args.script and not Path(args.script).is_file():
-        if args.script.endswith(".py") or "/" in args.script:
-            raise WarmError(f"script {args.script} does not exist")
-        parse_spec(args.script)  # MODULE:FUNC, or a one-line error
+    if args.script:
+        problem = entry_problem(args.script, os.getcwd())
+        if problem:
+            raise WarmError(problem)
     if args.steps is not None and (not args.script or (args.steps != AUTO and args.steps < 1)):
         raise WarmError("--steps N needs --script and N of at least 1 (or auto)")
     if args.budget is not None and (args.steps != AUTO or not args.budget > 0):
