@@ -490,6 +490,7 @@ def _compile_workloads(
     # anything JAX has not imported yet, jax.config for anything it has.
     os.environ.update(staging_env)
     from compilecache.jobtools.compiler import CacheEvents, TargetRun, compile_targets, environment_facts
+    from compilecache.jobtools.progress import Progress, local_entry_bytes
     from compilecache.jobtools.workload import load_targets
     from compilecache.runtime import apply_env
     from compilecache.target import Target, check_unique
@@ -514,7 +515,9 @@ def _compile_workloads(
             if setup.requests:
                 runs.append(setup)
         check_unique(items)
-        runs += compile_targets(items, events, jobs=jobs)
+        with Progress(entry_bytes=local_entry_bytes(staging_env[CACHE_DIR])) as progress:
+            runs += compile_targets(items, events, jobs=jobs, progress=progress)
+        print(f"compiled {progress.totals('targets')}", flush=True)
     if events.write_errors:
         raise WriteFailed(staging_env[CACHE_DIR], events.write_errors, runs)
     return runs, environment_facts()
