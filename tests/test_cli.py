@@ -206,3 +206,10 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert process.returncode == 130 and lines == ["compilecache warm: interrupted"], (process.returncode, err)
     assert not list((tmp_path / "cache" / ".compilecache" / "staging").iterdir())  # its staging went with it
+
+
+def test_the_readme_documents_the_exit_codes_the_help_shows() -> None:
+    readme = " ".join((REPO / "README.md").read_text().split())
+    section = readme[readme.index("## The command line") : readme.index("## Development")]
+    codes = re.compile(r"\b(\d+) (?:ok|failed|usage|verify|an unsound|interrupted)")
+    assert codes.findall(section) == codes.findall(EXIT_CODES_HELP) == ["0", "1", "2", "3", "4", "130"]

@@ -32,7 +32,8 @@ own cache keys, and no process goes on to the next step before all agree that th
 succeeded (:mod:`compilecache.jobtools.multihost`; docs/multihost.md).
 
 Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment (a full disk included),
-3 verify found a miss, 4 an unsound entry (nothing published).
+3 verify found a miss, 4 an unsound entry (nothing published), 130 interrupted
+(:mod:`compilecache.clierrors`). Progress lines go to stdout (:mod:`compilecache.jobtools.progress`).
 """
 
 from __future__ import annotations
