@@ -178,7 +178,10 @@ threading.Event().wait()
 
 
 @pytest.mark.slow
-def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("to", ["warmer", "process_group"])
+def test_ctrl_c_is_one_line_and_130(tmp_path: Path, to: str) -> None:
+    """``warmer``: SIGINT to ``compilecache warm`` alone; ``process_group``: to it and the script's
+    process, as a terminal's Ctrl-C does."""
     script = tmp_path / "blocks.py"
     script.write_text(BLOCKS)
     started = tmp_path / "started"
@@ -191,6 +194,7 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group: the test runner gets no SIGINT
     )
     try:
         deadline = time.monotonic() + 60
@@ -198,7 +202,10 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the script did not start within 60 s"
             time.sleep(0.05)  # polling a file the script writes, bounded: not a synchronisation by time
-        process.send_signal(signal.SIGINT)
+        if to == "warmer":
+            process.send_signal(signal.SIGINT)
+        else:
+            os.killpg(process.pid, signal.SIGINT)
         _, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from compilecache.cache.errors import WarmError
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # the work failed (or a bug: then with a traceback)
 EXIT_USAGE = 2  # bad flags, bad paths, bad input or environment: one line
@@ -62,7 +64,7 @@ def guarded(prog: str, command: Callable[[], int]) -> int:
         # killed by subprocess.run on the way out: what it printed went to a pipe nobody shows.
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except UsageError as error:
+    except (UsageError, WarmError) as error:  # a sub-command that left its own to the CLI
         print(f"{prog}: error: {error}", file=sys.stderr)
         return error.exit_code
 

@@ -231,7 +231,7 @@ class LocalStore:
         without ever writing into the live directory.
         """
         staging = self.root / STAGING_DIR / run_id
-        if not self.root.parent.is_dir():
+        if not self.root.parent.exists():
             # One missing level is made (a fresh cache folder); a missing tree is more likely a
             # typo, or a volume mounted elsewhere, than a wish: never build it silently.
             raise WarmError(

@@ -117,17 +117,18 @@ class Progress:
         outcome: str = "",
         keys_written: Sequence[str] = (),
         seconds: float | None = None,
+        counted: bool = True,
     ) -> None:
-        """An item ended: seconds, outcome, entries and bytes written; counted in the totals."""
+        """An item ended: seconds, outcome, entries and bytes written; ``counted`` in the totals."""
         with self._lock:
             opened = self._open.pop(key, None)
         took = seconds if seconds is not None else (self._clock() - opened.started if opened else 0.0)
         size = self.entry_bytes(keys_written) if self.entry_bytes and keys_written else None
         with self._lock:
-            self.items += 1
-            self.seconds += took
-            self.entries += len(keys_written)
-            self.bytes += size or 0
+            self.items += counted
+            self.seconds += took if counted else 0.0
+            self.entries += len(keys_written) if counted else 0
+            self.bytes += (size or 0) if counted else 0
         parts = [f"{took:.2f}s"] + ([outcome] if outcome else [])
         parts.append(f"{len(keys_written)} {'entry' if len(keys_written) == 1 else 'entries'} written")
         if size is not None:
@@ -208,6 +209,10 @@ def script_progress(script: str, run: Any, progress: Progress | None = None) -> 
         yield progress
     finally:
         jax.monitoring.unregister_event_listener(on_event)
-        jax.monitoring.unregister_event_duration_listener(on_duration)
+        # Present in the JAX this image runs (0.10); the child exits next anyway, so an older
+        # JAX without it only keeps a listener that prints nothing more.
+        unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+        if unregister is not None:
+            unregister(on_duration)
         progress.close()
         progress.say(f"{script}: {progress.totals('compiles')}")

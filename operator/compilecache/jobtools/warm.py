@@ -503,22 +503,29 @@ def _compile_workloads(
         # Before any workload runs: its devices (and so its keys) must be the whole group's.
         join_jax(group_request(group, COMPILE_PORT))
     runs: list[TargetRun] = []
-    with CacheEvents() as events:
+    progress = Progress(entry_bytes=local_entry_bytes(staging_env[CACHE_DIR]))
+    with CacheEvents() as events, progress:
         items: list[tuple[str, Target]] = []
         for spec in specs:
             # Importing or calling a workload may compile (parameter init):
             # those entries are published too, attributed to its "(setup)".
             setup = TargetRun(spec, SETUP_TARGET)
+            progress.begin((SETUP_TARGET, spec), f"{spec} {SETUP_TARGET}: importing it and calling it for its targets")
             start = time.perf_counter()
             with events.attribute_to(setup):
                 items.extend((spec, target) for target in load_targets(spec))
             setup.compile_seconds = time.perf_counter() - start
+            progress.end(
+                (SETUP_TARGET, spec),
+                outcome=f"{setup.requests} programs",
+                keys_written=setup.keys_written,
+                counted=False,
+            )
             if setup.requests:
                 runs.append(setup)
         check_unique(items)
-        with Progress(entry_bytes=local_entry_bytes(staging_env[CACHE_DIR])) as progress:
-            runs += compile_targets(items, events, jobs=jobs, progress=progress)
-        print(f"compiled {progress.totals('targets')}", flush=True)
+        runs += compile_targets(items, events, jobs=jobs, progress=progress)
+    print(f"compiled {progress.totals('targets')}", flush=True)
     if events.write_errors:
         raise WriteFailed(staging_env[CACHE_DIR], events.write_errors, runs)
     return runs, environment_facts()
