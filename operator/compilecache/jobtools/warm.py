@@ -78,7 +78,11 @@ _ENV_SHARE_BINARY = "JAX_SHARE_BINARY_BETWEEN_HOSTS"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache warm``."""
-    parser.add_argument("--cache-dir", required=True, help="cache location: a local path or gs://bucket/prefix")
+    parser.add_argument(
+        "--cache-dir",
+        required=True,
+        help="cache location: a local path (made if missing; its parent must exist) or gs://bucket/prefix",
+    )
     parser.add_argument(
         "--workload",
         action="append",
