@@ -3,8 +3,11 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-DEMO_STAMP := $(VENV)/.installed-local
+# The stamps name the Python that made the venv: a venv of another Python (a clone moved to a
+# machine with another python3, or PYTHON=python3.12) gets other stamp names, so it is recreated.
+VENV_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
+STAMP := $(VENV)/.installed-py$(VENV_PYTHON)
+DEMO_STAMP := $(VENV)/.installed-local-py$(VENV_PYTHON)
 # One version truth: every install (this venv, so CI; both images) takes its versions from the lock.
 LOCK := constraints.txt
 # The Python the lock is resolved for: CI's and the images' (tests/test_versions.py checks all three).
@@ -12,15 +15,25 @@ LOCK_PYTHON := 3.11
 
 .PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
 
+# `venv --clear` when the venv's own python is not $(PYTHON)'s version: pip would otherwise reuse it.
+define MAKE_VENV
+	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')" != "$(VENV_PYTHON)" ]; then \
+		echo "$(VENV) was made by another Python; recreating it with $(PYTHON) $(VENV_PYTHON)"; \
+		$(PYTHON) -m venv --clear $(VENV); \
+	else \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+endef
+
 $(STAMP): pyproject.toml $(LOCK)
-	$(PYTHON) -m venv $(VENV)
+	$(MAKE_VENV)
 	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[test]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 # The demo needs only the local cluster (kmock, JAX), not the test tools: a quicker first install.
 $(DEMO_STAMP): pyproject.toml $(LOCK)
-	$(PYTHON) -m venv $(VENV)
+	$(MAKE_VENV)
 	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[local]'
 	touch $(DEMO_STAMP)

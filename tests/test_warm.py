@@ -550,7 +550,7 @@ BAD_WORKLOADS = {
         (["--workload", "not_jitted:targets"], "'plain'.*not jax.jit-wrapped"),
         (["--workload", "not_callable:missing"], "has no attribute 'missing'"),
         (["--script", "SCRIPT_FAILS"], "exited with status 3"),
-        (["--script", "does/not/exist.py"], "does not exist"),
+        (["--script", "does/not/exist.py"], "script does/not/exist.py not found"),
     ],
 )
 def test_bad_input_one_line_error_nonzero_nothing_published(tmp_path: Path, argv: list[str], message: str) -> None:

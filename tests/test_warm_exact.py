@@ -344,7 +344,7 @@ def test_cli_parses_the_exact_mode_flags() -> None:
         (["--workload", "a:b", "--steps", "2"], "--steps N needs --script"),
         (["--script", "t.py", "--steps", "0"], "at least 1"),
         (["--script", "t.py", "--steps", "1", "--step-deadline", "0"], "--step-deadline must be a positive"),
-        (["--script", "no such entry"], "is not MODULE:FUNC"),
+        (["--script", "no such entry"], "script no such entry not found: no such file in"),
     ],
 )
 def test_exact_mode_bad_input_is_a_one_line_error(tmp_path: Path, argv: list[str], message: str) -> None:

@@ -4,40 +4,122 @@ Each sub-command module exposes ``add_arguments(parser)`` and ``run(args) -> int
 A module that sets ``PASSES_UNKNOWN_ARGS = True`` gets the arguments it does not
 declare in ``args.passthrough`` (``compilecache operator`` hands them to ``kopf run``).
 No module may import JAX or kopf at its top: every one is imported to build the parser.
+How a command fails (one-line errors, exit codes, Ctrl-C) lives in :mod:`compilecache.clierrors`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import platform
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-# name → (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "operator": ("compilecache.controller.runner", "run the operator (a thin wrapper over `kopf run`)"),
-    "warm": ("compilecache.jobtools.warm", "compile workloads into a cache directory (runs in warm-up Jobs)"),
-    "expire": (
-        "compilecache.jobtools.expirecmd",
-        "apply the lifecycle policy: expire old, oversized and corrupt entries",
-    ),
-    "env": ("compilecache.envcmd", "print the JAX cache environment a training process needs"),
-    "demo": (
-        "compilecache.demo",
-        "the whole loop on a local cluster: operator, warm-up and expiry Jobs, a training pod",
-    ),
+from compilecache.clierrors import EXIT_CODES_HELP, OneLineParser, guarded, warn_unread_env
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: the module that owns it, its one-line help and an example."""
+
+    module: str
+    help: str
+    example: str
+
+
+# Groups in the order of the top-level help, as kubectl groups its commands.
+GROUPS: dict[str, dict[str, Command]] = {
+    "Try it on this machine": {
+        "demo": Command(
+            "compilecache.demo",
+            "the whole loop on a local cluster: operator, warm-up and expiry Jobs, a training pod",
+            "compilecache demo",
+        ),
+    },
+    "Run the operator": {
+        "operator": Command(
+            "compilecache.controller.runner",
+            "run the operator (a thin wrapper over `kopf run`)",
+            "compilecache operator --standalone -A",
+        ),
+    },
+    "In warm-up and expiry Jobs": {
+        "warm": Command(
+            "compilecache.jobtools.warm",
+            "compile workloads into a cache directory (runs in warm-up Jobs)",
+            "compilecache warm --cache-dir /var/cache/compilecache --script train.py --steps 2",
+        ),
+        "expire": Command(
+            "compilecache.jobtools.expirecmd",
+            "apply the lifecycle policy: expire old, oversized and corrupt entries",
+            "compilecache expire --cache-dir /var/cache/compilecache --max-age 7d --dry-run",
+        ),
+    },
+    "On the training side": {
+        "env": Command(
+            "compilecache.envcmd",
+            "print the JAX cache environment a training process needs",
+            'eval "$(compilecache env --cache-dir /var/cache/compilecache)"',
+        ),
+    },
 }
+COMMANDS: dict[str, Command] = {name: command for group in GROUPS.values() for name, command in group.items()}
+SUMMARY = "Keep JAX compilation caches warm for GPU training on Kubernetes."
+
+
+def version_line() -> str:
+    """``compilecache 0.1.0 (python 3.11.9, jax 0.8.1, jaxlib 0.8.1)``, read from the installed metadata.
+
+    importlib.metadata, not ``import jax``: the version must print in a second, also where JAX
+    is missing (the operator image) or would start a backend.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    parts = [f"python {platform.python_version()}"]
+    parts += [f"{name} {found}" for name in ("jax", "jaxlib") if (found := installed(name))]
+    return f"compilecache {installed('compilecache-operator') or 'unknown'} ({', '.join(parts)})"
+
+
+def grouped_help() -> str:
+    """The command list of the top-level help: one line per command and an example each."""
+    width = max(len(name) for name in COMMANDS) + 2
+    lines = [SUMMARY, ""]
+    for title, commands in GROUPS.items():
+        lines.append(f"{title}:")
+        for name, command in commands.items():
+            lines.append(f"  {name.ljust(width)}{command.help}")
+            lines.append(f"  {''.ljust(width)}e.g. {command.example}")
+        lines.append("")
+    lines.append("Run `compilecache COMMAND --help` for a command's flags.")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every sub-command's own arguments."""
-    parser = argparse.ArgumentParser(prog="compilecache", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        subparser = subparsers.add_parser(name, help=help_text, description=help_text)
+    parser = OneLineParser(
+        prog="compilecache",
+        usage="compilecache [-h] [--version] COMMAND [FLAGS]",
+        description=grouped_help(),
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=version_line())
+    # The grouped description lists the commands: argparse's own list would repeat them.
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, help=argparse.SUPPRESS, prog="compilecache"
+    )
+    for name, command in COMMANDS.items():
+        module = importlib.import_module(command.module)
+        subparser = subparsers.add_parser(name, help=command.help, description=command.help)
         module.add_arguments(subparser)
-        subparser.set_defaults(_module=module)
+        subparser.set_defaults(_module=module, _parser=subparser)
     return parser
 
 
@@ -46,9 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
     if unknown and not getattr(args._module, "PASSES_UNKNOWN_ARGS", False):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.passthrough = unknown
-    code: int = args._module.run(args)
+    prog = f"compilecache {args.command}"
+    warn_unread_env(prog)
+    code: int = guarded(prog, lambda: args._module.run(args))
     return code
 
 

@@ -16,7 +16,8 @@ through the operator's webhook):
 
 ``--warmer-only`` keeps the earlier demo: three processes, no cluster — a cold training
 start, ``compilecache warm`` into ``--cache-dir`` (default ``./demo-cache``, recreated each
-run) and a fresh training process on it.
+run) and a fresh training process on it. A ``--cache-dir`` or ``--keep`` folder the demo did
+not make (no ``.compilecache-demo`` marker in it) is never emptied unless ``--force``.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.cache.store import META_DIR
 
 WORKLOAD = "examples.workloads.transformer:targets"
 NAMESPACE = "default"
 CACHES = "compilecache.dev/v1alpha1/compilecaches"
+# In a folder the demo made: only such a folder is emptied on the next run (without --force).
+DEMO_MARKER = ".compilecache-demo"
 TIMEOUT = 300.0  # seconds for the whole loop before the demo gives up
 
 
@@ -46,7 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmer-only", action="store_true", help="no cluster: cold run, `compilecache warm`, warm run"
     )
-    parser.add_argument("--cache-dir", default="demo-cache", help="--warmer-only: recreated each run (./demo-cache)")
+    parser.add_argument(
+        "--cache-dir",
+        default="demo-cache",
+        help="--warmer-only: a folder the demo makes and recreates each run (./demo-cache); "
+        "one it did not make is never replaced without --force",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace a --cache-dir or --keep folder the demo did not make"
+    )
     parser.add_argument("--layers", type=int, default=4, help="transformer layers (default 4)")
     parser.add_argument("--width", type=int, default=64, help="model width (default 64)")
     parser.add_argument(
@@ -80,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.keep:
-        root = Path(args.keep)
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            root = _fresh_dir(Path(args.keep), "--keep", args.force)
+        except ValueError as error:
+            print(f"compilecache demo: error: {error}", file=sys.stderr)
+            return 2
         return run_loop(args, repo, root)
     with tempfile.TemporaryDirectory(prefix="compilecache-demo-") as folder:
         return run_loop(args, repo, Path(folder))
@@ -213,7 +226,7 @@ def run_warmer_only(args: argparse.Namespace) -> int:
     """The demo without a cluster: cold run, ``compilecache warm``, warm run."""
     try:
         repo = _repo_root(args.repo)
-        cache = _fresh_cache_dir(Path(args.cache_dir))
+        cache = _fresh_dir(Path(args.cache_dir), "--cache-dir", args.force)
     except ValueError as error:
         print(f"compilecache demo: error: {error}", file=sys.stderr)
         return 2
@@ -317,10 +330,23 @@ def _repo_root(given: str | None) -> Path:
     raise ValueError("cannot find examples/workloads/transformer.py: run from the repository root")
 
 
-def _fresh_cache_dir(path: Path) -> Path:
-    # Recreate the demo cache, but never delete a directory we did not make.
-    if path.exists() and any(path.iterdir()) and not (path / META_DIR).is_dir():
-        raise ValueError(f"{path} exists and is not a compilecache cache; pick another --cache-dir")
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+def _fresh_dir(path: Path, flag: str, force: bool) -> Path:
+    """An empty folder at ``path``: made here (one level), or emptied if an earlier demo made it.
+
+    Never deletes what the demo did not make (a cache, a user's folder) unless ``force``: the
+    marker file says who made it. The parent must exist, as for ``compilecache warm``.
+    """
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file; pick a folder")
+    if path.is_dir() and any(path.iterdir()):
+        if not (path / DEMO_MARKER).is_file() and not force:
+            raise ValueError(
+                f"{flag} {path} exists and was not made by the demo; pick another {flag}, "
+                "or give --force to delete what it holds"
+            )
+        shutil.rmtree(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: its parent {path.parent} does not exist; create it first")
+    path.mkdir(exist_ok=True)
+    (path / DEMO_MARKER).write_text("made by `compilecache demo`: it deletes this folder on its next run\n")
     return path.resolve()

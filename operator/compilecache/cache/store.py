@@ -231,8 +231,15 @@ class LocalStore:
         without ever writing into the live directory.
         """
         staging = self.root / STAGING_DIR / run_id
+        if not self.root.parent.exists():
+            # One missing level is made (a fresh cache folder); a missing tree is more likely a
+            # typo, or a volume mounted elsewhere, than a wish: never build it silently.
+            raise WarmError(
+                f"cache dir {self.root}: its parent {self.root.parent} does not exist; create it first "
+                "(only the cache folder itself is created)"
+            )
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(exist_ok=True)
             # Staging and manifests are written and later deleted by path: a link on the
             # way would take both out of the cache.
             for folder in (META_DIR, STAGING_DIR, MANIFESTS_DIR):
@@ -642,13 +649,18 @@ class GCSStore:
         """
         fs = self.fs
         self._answers.reset()
+        began = time.monotonic()
         future = asyncio.run_coroutine_threadsafe(function(*args, **kwargs), fs.loop)
         while not future.done():
             concurrent.futures.wait([future], timeout=_POLL_SECONDS)
-            if not future.done() and self._answers.stalled_for(time.monotonic()) > self.timeout:
+            now = time.monotonic()
+            if not future.done() and self._answers.stalled_for(now) > self.timeout:
                 future.cancel()
+                # The limit counts from the first failed request; the user waited since the call
+                # began: both, measured, so that the message never says 30 s after 47 s.
                 raise WarmError(
-                    f"{self.url}: {what}: GCS did not answer for {self.timeout:g}s ({self._answers.failure})"
+                    f"{self.url}: {what}: GCS did not answer within {self.timeout:g}s of a failed request; "
+                    f"gave up after {now - began:.1f}s ({self._answers.failure})"
                 )
         try:
             return future.result()

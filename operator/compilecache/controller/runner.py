@@ -14,7 +14,8 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 PASSES_UNKNOWN_ARGS = True
 
@@ -89,8 +90,38 @@ def served_namespaces(passthrough: Sequence[str]) -> list[str] | None:
     return names or None
 
 
+# Where kopf's default login looks (kopf/_core/intents/piggybacking.py: login_via_client tries
+# kubernetes.config.load_incluster_config, then load_kube_config, as kubectl does).
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def credentials_problem(environ: Mapping[str, str], home: Path, exists: Callable[[Path], bool]) -> str | None:
+    """Why kopf could not log in, on one line with a hint, or ``None`` if some credentials exist.
+
+    Without this kopf logs chained tracebacks and retries for ever; kubectl fails at once.
+    Only their presence is checked: a kubeconfig for an unreachable cluster is kopf's to retry.
+    """
+    if environ.get("KUBERNETES_SERVICE_HOST") and exists(Path(SERVICE_ACCOUNT_TOKEN)):
+        return None  # in a pod with a ServiceAccount token
+    listed = [Path(part) for part in environ.get("KUBECONFIG", "").split(os.pathsep) if part]
+    files = listed or [home / ".kube" / "config"]
+    if any(exists(path) for path in files):
+        return None
+    where = f"$KUBECONFIG={environ['KUBECONFIG']}" if listed else str(files[0])
+    return (
+        f"no kubeconfig: nothing at {where}, and not in a pod with a service account; "
+        "point $KUBECONFIG at one, or try `compilecache demo` for a local cluster"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the operator until it is stopped; return kopf's exit status."""
+    if not {"-h", "--help"} & set(args.passthrough):
+        problem = credentials_problem(os.environ, Path.home(), Path.is_file)
+        if problem:
+            from compilecache.clierrors import UsageError
+
+            raise UsageError(problem)
     import kopf.cli  # here, not at the top: `compilecache warm` must not pay for kopf
 
     from compilecache.controller import handlers, metrics

@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compilecache.cache.errors import WarmError
 from compilecache.target import Target
+
+if TYPE_CHECKING:
+    from compilecache.jobtools.progress import Progress
 
 REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 HITS_EVENT = "/jax/compilation_cache/cache_hits"
@@ -216,6 +219,7 @@ def compile_targets(
     *,
     jobs: int = 1,
     training: bool = False,
+    progress: Progress | None = None,
 ) -> list[TargetRun]:
     """Compile every target, ``jobs`` at a time, and return one run per target in order.
 
@@ -238,6 +242,8 @@ def compile_targets(
                 f"target {target.name!r} of workload {workload}: training_args raised {one_line(error)}"
             ) from error
         run.checks_training = target.checks_training
+        if progress is not None:
+            progress.begin(index, f"{workload} {target.name}", index + 1, len(items))
         with events.attribute_to(run):
             start = time.perf_counter()
             try:
@@ -247,6 +253,9 @@ def compile_targets(
                     f"target {target.name!r} of workload {workload} failed to compile: {one_line(error)}"
                 ) from error
             run.compile_seconds = time.perf_counter() - start
+        if progress is not None:
+            outcome = "hit" if run.hit else f"{run.misses}/{run.requests} compiled"
+            progress.end(index, outcome=outcome, keys_written=run.keys_written, seconds=run.compile_seconds)
 
     _run_all(one, len(items), jobs)
     return runs

@@ -248,6 +248,7 @@ def main(argv: Sequence[str]) -> int:
     from compilecache.cache.keydiff import signature_of_computation
     from compilecache.jobtools.childproc import run_to_dict, write_result
     from compilecache.jobtools.compiler import CacheEvents, TargetRun, one_line
+    from compilecache.jobtools.progress import script_progress
 
     request: dict[str, Any] = json.loads(Path(argv[0]).read_text())
     result_path, entry, entry_args = argv[1], argv[2], list(argv[3:])
@@ -302,7 +303,7 @@ def main(argv: Sequence[str]) -> int:
             run.add_signature(*signature_of_computation(computation))
 
     compilehook.install(record)
-    with CacheEvents() as events, events.attribute_to(run):
+    with CacheEvents() as events, events.attribute_to(run), script_progress(shown, run):
         try:
             _run_entry(entry)
         except StopWarm:

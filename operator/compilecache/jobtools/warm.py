@@ -32,7 +32,8 @@ own cache keys, and no process goes on to the next step before all agree that th
 succeeded (:mod:`compilecache.jobtools.multihost`; docs/multihost.md).
 
 Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment (a full disk included),
-3 verify found a miss, 4 an unsound entry (nothing published).
+3 verify found a miss, 4 an unsound entry (nothing published), 130 interrupted
+(:mod:`compilecache.clierrors`). Progress lines go to stdout (:mod:`compilecache.jobtools.progress`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, stor
 from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.jobtools.resume import RESUMED_SUFFIX, resume_args
 from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
-from compilecache.jobtools.workload import parse_spec
+from compilecache.jobtools.workload import entry_problem
 
 if TYPE_CHECKING:
     from compilecache.cache.store import CacheStore, Listing
@@ -78,7 +79,11 @@ _ENV_SHARE_BINARY = "JAX_SHARE_BINARY_BETWEEN_HOSTS"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache warm``."""
-    parser.add_argument("--cache-dir", required=True, help="cache location: a local path or gs://bucket/prefix")
+    parser.add_argument(
+        "--cache-dir",
+        required=True,
+        help="cache location: a local path (made if missing; its parent must exist) or gs://bucket/prefix",
+    )
     parser.add_argument(
         "--workload",
         action="append",
@@ -507,6 +512,7 @@ def _compile_workloads(
     # anything JAX has not imported yet, jax.config for anything it has.
     os.environ.update(staging_env)
     from compilecache.jobtools.compiler import CacheEvents, TargetRun, compile_targets, environment_facts
+    from compilecache.jobtools.progress import Progress, local_entry_bytes
     from compilecache.jobtools.workload import load_targets
     from compilecache.runtime import apply_env
     from compilecache.target import Target, check_unique
@@ -518,20 +524,29 @@ def _compile_workloads(
         # Before any workload runs: its devices (and so its keys) must be the whole group's.
         join_jax(group_request(group, COMPILE_PORT))
     runs: list[TargetRun] = []
-    with CacheEvents() as events:
+    progress = Progress(entry_bytes=local_entry_bytes(staging_env[CACHE_DIR]))
+    with CacheEvents() as events, progress:
         items: list[tuple[str, Target]] = []
         for spec in specs:
             # Importing or calling a workload may compile (parameter init):
             # those entries are published too, attributed to its "(setup)".
             setup = TargetRun(spec, SETUP_TARGET)
+            progress.begin((SETUP_TARGET, spec), f"{spec} {SETUP_TARGET}: importing it and calling it for its targets")
             start = time.perf_counter()
             with events.attribute_to(setup):
                 items.extend((spec, target) for target in load_targets(spec))
             setup.compile_seconds = time.perf_counter() - start
+            progress.end(
+                (SETUP_TARGET, spec),
+                outcome=f"{setup.requests} programs",
+                keys_written=setup.keys_written,
+                counted=False,
+            )
             if setup.requests:
                 runs.append(setup)
         check_unique(items)
-        runs += compile_targets(items, events, jobs=jobs)
+        runs += compile_targets(items, events, jobs=jobs, progress=progress)
+    print(f"compiled {progress.totals('targets')}", flush=True)
     if events.write_errors:
         raise WriteFailed(staging_env[CACHE_DIR], events.write_errors, runs)
     return runs, environment_facts()
@@ -726,10 +741,10 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         )
     if script_args and not args.script:
         raise WarmError(f"unexpected arguments {' '.join(script_args)!r} (arguments after -- need --script)")
-    if args.script and not Path(args.script).is_file():
-        if args.script.endswith(".py") or "/" in args.script:
-            raise WarmError(f"script {args.script} does not exist")
-        parse_spec(args.script)  # MODULE:FUNC, or a one-line error
+    if args.script:
+        problem = entry_problem(args.script, os.getcwd())
+        if problem:
+            raise WarmError(problem)
     if args.steps is not None and (not args.script or (args.steps != AUTO and args.steps < 1)):
         raise WarmError("--steps N needs --script and N of at least 1 (or auto)")
     if args.budget is not None and (args.steps != AUTO or not args.budget > 0):
