@@ -37,6 +37,7 @@ def test_training_pod_env_hits_every_entry_the_warmup_job_wrote(tmp_path: Path) 
     command = list(container["command"])
     assert command[0] == "compilecache"
     command[command.index("--report") + 1] = str(tmp_path / "report.json")
+    mount.mkdir(parents=True)  # the kubelet creates the volume's mount point before the container starts
     job_env = {item["name"]: item["value"] for item in container["env"]}
     job_env |= {"TMPDIR": str(tmp_path), "HOME": str(tmp_path)}  # the Job's /tmp is its own emptyDir
     done = run_cli(command[1:], clean_env(job_env))
