@@ -44,20 +44,21 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 demo: $(DEMO_STAMP)
 	$(BIN)/compilecache demo
 
-## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip).
+## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip;
+## 9-11 min on a 2-core machine).
 test: $(STAMP) tools
 	$(BIN)/python -m pytest
 
-## Only the fast tests (~10 s): no real JAX, no operator runs, no helm.
+## Only the fast tests (60-80 s on a 2-core machine): no real JAX, no operator runs, no helm.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow'
 
-## The long property runs too (500 hypothesis examples of admitted specs through plan(); ~4 min more).
+## The long property runs too (500 hypothesis examples of admitted specs through plan(); minutes more, not timed).
 test-long: $(STAMP) tools
 	$(BIN)/python -m pytest --long
 
 ## Only the end-to-end tests: the real operator and Job commands on the local cluster, and two
-## replicas under peering (~3 min).
+## replicas under peering.
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py
 
@@ -106,7 +107,7 @@ crd-sync:
 lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml constraints.in --all-extras --python-version $(LOCK_PYTHON) $(LOCK_ARGS) -o $(LOCK)
 
-## pyproject.toml's floors: the package at its lowest allowed versions runs a test subset with real warm-ups (~1 min).
+## pyproject.toml's floors: the package at its lowest allowed versions runs a test subset with real warm-ups.
 test-lowest: $(STAMP)
 	$(BIN)/python -m pytest tests/test_versions.py -k lowest
 

@@ -217,6 +217,6 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path, to: str) -> None:
 
 def test_the_readme_documents_the_exit_codes_the_help_shows() -> None:
     readme = " ".join((REPO / "README.md").read_text().split())
-    section = readme[readme.index("## The command line") : readme.index("## Development")]
+    section = readme[readme.index("## The command line") : readme.index("## Documentation")]
     codes = re.compile(r"\b(\d+) (?:ok|failed|usage|verify|an unsound|interrupted)")
     assert codes.findall(section) == codes.findall(EXIT_CODES_HELP) == ["0", "1", "2", "3", "4", "130"]

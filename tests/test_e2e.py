@@ -423,7 +423,9 @@ def test_an_example_with_an_epoch_end_evaluation_hits_everything_with_the_defaul
 
 def test_a_failing_warm_up_command_fails_the_cache(local: Setup) -> None:
     cache = small_cache("broken-warm")
-    cache["spec"]["warmup"]["workloads"][0]["entrypoint"] = "examples.workloads.transformer:no_such_targets"
+    # An AOT workload whose entrypoint does not exist (the example itself runs a script).
+    workload = {"name": "train", "entrypoint": "examples.workloads.transformer:no_such_targets"}
+    cache["spec"]["warmup"]["workloads"] = [workload]
     cache["spec"]["warmup"]["backoffLimit"] = 0
     local.cluster.client.create(CC, cache, NS)
     status = wait_phase(local, "broken-warm", ("Failed", "Degraded"))
