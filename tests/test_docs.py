@@ -38,6 +38,8 @@ NOT_REASONS = frozenset(
         "DoesNotExist",
         "Equal",
         "Event",
+        "JobSet",
+        "PodTemplate",
         "Exists",
         "FailureTarget",
         "FallbackToLogsOnError",
