@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -346,22 +347,23 @@ def _warm(
         if coordination is not None:
             coordination.settle()
 
+        # What both of this run's manifests record: the pending one, then the complete one.
+        record = functools.partial(
+            build_manifest,
+            run_id=run_id,
+            cache_dir=store.url,
+            facts=facts,
+            runs=runs,
+            started_at=started,
+            workloads=workloads,
+            repaired=damaged,
+            group=placed,
+        )
+
         def publish() -> list[StagedEntry]:
             # Recorded before visible: a fault after this leaves every published entry in a manifest.
             checked = store.check(workdir, _own_entries(store, workdir, runs))
-            pending = build_manifest(
-                run_id=run_id,
-                cache_dir=store.url,
-                facts=facts,
-                runs=runs,
-                staged=checked,
-                started_at=started,
-                finished_at=utc_now(),
-                workloads=workloads,
-                repaired=damaged,
-                group=placed,
-                state=PENDING,
-            )
+            pending = record(staged=checked, finished_at=utc_now(), state=PENDING)
             try:
                 store.write_manifest(manifest_name(run_id), dumps(pending))
             except WarmError:
@@ -380,19 +382,7 @@ def _warm(
         verify_result, problems = _verify(args, script_args, base_env, verify_env_, runs, group, coordination)
     if coordination is not None:
         coordination.post("verified", f"failed: {_verify_error(problems)}" if problems else "ok")
-    manifest = build_manifest(
-        run_id=run_id,
-        cache_dir=store.url,
-        facts=facts,
-        runs=runs,
-        staged=staged,
-        started_at=started,
-        finished_at=utc_now(),
-        workloads=workloads,
-        verify=verify_result,
-        repaired=damaged,
-        group=placed,
-    )
+    manifest = record(staged=staged, finished_at=utc_now(), verify=verify_result)
     manifest_path = store.write_manifest(manifest_name(run_id), dumps(manifest))
     error = _verify_error(problems) if problems else None
     if coordination is not None and error is None:
