@@ -192,9 +192,24 @@ def test_without_steps_a_script_that_compiles_nothing_is_never_ready(tmp_path: P
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_a_wrong_step_fn_fails_within_seconds_naming_it_and_the_jitted_functions(tmp_path: Path) -> None:
+def test_a_wrong_step_fn_fails_within_seconds_by_default_naming_the_function_that_ran(tmp_path: Path) -> None:
     start = time.monotonic()
-    code, output, told = _warm(tmp_path, WRONG_NAME, "--steps", "2", "--step-fn", "train_step", "--step-deadline", "3")
+    code, output, told = _warm(tmp_path, WRONG_NAME, "--steps", "2", "--step-fn", "train_step")
+    took = time.monotonic() - start
+    assert code == 2, output
+    reason = "no function named 'train_step' was jitted, while 'update' was already called 20 times"
+    assert reason in told["error"] and "jitted functions seen: init, update" in told["error"], told
+    assert entry_files(tmp_path / "cache") == []
+    # No deadline stopped it (600 s by default): the loop's own calls did, within seconds.
+    assert took < 60, f"the warm-up took {took:.0f}s"
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_without_patience_the_deadline_stops_a_wrong_step_fn_naming_the_jitted_functions(tmp_path: Path) -> None:
+    start = time.monotonic()
+    flags = ("--steps", "2", "--step-fn", "train_step", "--step-deadline", "3")
+    code, output, told = _warm(tmp_path, WRONG_NAME, *flags, env={"COMPILECACHE_STEP_PATIENCE": "0"})
     took = time.monotonic() - start
     assert code == 2, output
     assert "'train_step' was not called within 3s of the start (--step-deadline)" in told["error"], told

@@ -72,6 +72,10 @@ WARMUP_ENV = "COMPILECACHE_WARMUP"
 # enough for data loading, initialisation and a checkpoint restore before the first step (the
 # step's own compile runs inside its call and is not counted); a wrong --step-fn costs this much.
 DEFAULT_STEP_DEADLINE = 600.0
+# A wrong step name must not run a whole training: once another jitted function has been called this
+# many times while no function of the step's name was ever jitted, the loop is running without it.
+STEP_PATIENCE_ENV = "COMPILECACHE_STEP_PATIENCE"
+DEFAULT_STEP_PATIENCE = 20
 # `--steps auto`: run whole epochs, bounded by a time budget instead of a step count.
 AUTO = "auto"
 # Seconds the auto mode runs after the first step returned. The shipped examples reach their first
@@ -159,6 +163,9 @@ class StepCounter:
         self.first_done: float | None = None  # when the first call's result was ready
         self.stopped: str | None = None  # stop_reason's answer, once it stopped the run
         self.seen: list[str] = []  # names of every function given to jax.jit, first seen first
+        self.patience = _patience(os.environ)  # 0: wait for the deadline only
+        self.other_calls: dict[str, int] = {}  # calls of other jitted functions while the step is unknown
+        self.abandoned: str | None = None  # the function whose calls showed the loop runs without the step
 
     def install(self) -> None:
         """Wrap ``jax.jit`` so that jitting ``step_fn`` returns a counting function."""
@@ -176,9 +183,11 @@ class StepCounter:
             if (name or "<unnamed>") not in counter.seen:
                 counter.seen.append(name or "<unnamed>")
             if name != counter.step_fn:
-                return jitted
+                if counter.wrapped or not counter.patience:
+                    return jitted
+                return _CountingJitted(jitted, after=functools.partial(counter.other_call, name or "<unnamed>"))
             counter.wrapped += 1
-            return _CountingJitted(jitted, counter)
+            return _CountingJitted(jitted, before=counter.before_call, after=counter.after_call)
 
         # Patched on the module before the entrypoint imports anything, so both
         # `jax.jit(...)` and `from jax import jit` in its code get the counting one.
@@ -194,8 +203,21 @@ class StepCounter:
             "jitted": self.wrapped,
             "seen": list(self.seen),
             "stopped": self.stopped,  # None: the entrypoint ended by itself
+            "abandoned": [self.abandoned, self.other_calls.get(self.abandoned, 0)] if self.abandoned else None,
             "seconds": None if self.first_done is None else round(time.monotonic() - self.first_done, 3),
         }
+
+    def before_call(self, _: Any = None) -> None:
+        self.started += 1
+
+    def other_call(self, name: str, _: Any) -> None:
+        """Another jitted function ran; stop the entrypoint if its loop plainly runs without the step."""
+        if self.wrapped:  # the step was jitted meanwhile: it will be called
+            return
+        self.other_calls[name] = self.other_calls.get(name, 0) + 1
+        if self.other_calls[name] >= self.patience:
+            self.abandoned = name
+            raise StopWarm("abandoned", self.step_fn)
 
     def after_call(self, result: Any) -> None:
         """One step ran; when the rule says so, wait for its result and stop the entrypoint."""
@@ -222,16 +244,23 @@ def _function_name(fun: Any) -> str | None:
 
 
 class _CountingJitted:
-    """A jitted function that counts its calls; everything else (``lower``…) is the original's."""
+    """A jitted function that reports its calls; everything else (``lower``…) is the original's."""
 
-    def __init__(self, jitted: Any, counter: StepCounter) -> None:
-        self._jitted, self._counter = jitted, counter
+    def __init__(
+        self,
+        jitted: Any,
+        *,
+        after: Callable[[Any], None],
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        self._jitted, self._before, self._after = jitted, before, after
         functools.update_wrapper(self, jitted)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._counter.started += 1
+        if self._before is not None:
+            self._before()
         result = self._jitted(*args, **kwargs)
-        self._counter.after_call(result)
+        self._after(result)
         return result
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -306,8 +335,10 @@ def main(argv: Sequence[str]) -> int:
     with CacheEvents() as events, events.attribute_to(run), script_progress(shown, run):
         try:
             _run_entry(entry)
-        except StopWarm:
+        except StopWarm as stop:
             code, stopped = 0, True
+            if stop.reason == "abandoned":  # a wrong step name: fail now, not after the whole training
+                stopped = False
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
             if code:
@@ -406,6 +437,14 @@ def _run_entry(entry: str) -> None:
     obj()
 
 
+def _patience(environ: Mapping[str, str]) -> int:
+    """``COMPILECACHE_STEP_PATIENCE``: calls of another jitted function before a wrong step name fails (0: never)."""
+    try:
+        return max(0, int(environ.get(STEP_PATIENCE_ENV, DEFAULT_STEP_PATIENCE)))
+    except ValueError:
+        return DEFAULT_STEP_PATIENCE
+
+
 def step_failure(stepped: Mapping[str, Any], deadline: float | None = None) -> str:
     """The one-line reason an exact-mode run did not reach its N-th step (for the pool's status).
 
@@ -415,6 +454,12 @@ def step_failure(stepped: Mapping[str, Any], deadline: float | None = None) -> s
     others = [name for name in stepped.get("seen") or [] if name != step_fn]
     listed = ", ".join(others[:12]) + (f" (+{len(others) - 12} more)" if len(others) > 12 else "")
     seen = f"jitted functions seen: {listed}" if others else "no other jax.jit was seen"
+    if stepped.get("abandoned"):
+        name, calls = stepped["abandoned"]
+        return (
+            f"--steps {steps}: no function named {step_fn!r} was jitted, while {name!r} was already called "
+            f"{calls} times: the training loop runs without it; {seen}; name the step with --step-fn (stepFn)"
+        )
     if deadline is not None:
         return (
             f"--steps {steps}: the step function {step_fn!r} was not called within {deadline:g}s of the start "
