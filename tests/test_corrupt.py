@@ -2,7 +2,9 @@
 
 Real JAX on the CPU, the real ``compilecache warm`` and a real training process that loads the
 trainer plugin as a training image does. The entry's bytes are damaged as a torn write or a bad
-disk would: cut short, or one byte flipped (zlib's "incorrect data check" when JAX reads it).
+disk would: cut short, one byte flipped (zlib's "incorrect data check" when JAX reads it), or a
+sound zlib stream whose executable does not parse ("Failed to parse SerializedXlaExecutableMetadata"),
+listed in a manifest or not.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,10 @@ import pytest
 
 from compilecache import trainer
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
-from compilecache.cache.store import MANIFESTS_DIR
+from compilecache.cache.entries import entry_name
+from compilecache.cache.store import MANIFESTS_DIR, Listing, StoredFile
+from compilecache.jobtools.compiler import TargetRun
+from compilecache.jobtools.warm import UNREADABLE, unreadable_entries
 from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli
 
 WORKLOAD = """
@@ -50,10 +56,22 @@ def test_a_miss_whose_entry_was_present_is_entry_corrupt_not_another_key() -> No
     assert trainer.ENTRY_CORRUPT.startswith("entry corrupt")
 
 
+def test_the_warm_replaces_a_published_entry_jax_missed_although_it_was_there() -> None:
+    there, absent, damaged = (f"jit_{name}-{digit * 64}" for name, digit in (("a", "1"), ("b", "2"), ("c", "3")))
+    listing = Listing(files=tuple(StoredFile(entry_name(key), 10, 0.0) for key in (there, damaged)))
+    run = TargetRun("wl", "t", keys_missed=[there, absent, damaged], keys_hit=[])
+    damaged_entries = {entry_name(damaged): "zlib stream is corrupt"}  # replaced already, for its own reason
+    assert unreadable_entries(listing, [run], damaged_entries) == {entry_name(there): UNREADABLE}
+    assert unreadable_entries(listing, [TargetRun("wl", "t", keys_hit=[there])], {}) == {}
+    assert UNREADABLE.startswith("entry corrupt")
+
+
 def _damage(path: Path, how: str) -> None:
     data = path.read_bytes()
     if how == "truncated":
         path.write_bytes(data[: len(data) // 2])
+    elif how == "unparsable":  # a sound zlib stream and a plausible header; the executable does not parse
+        path.write_bytes(zlib.compress(b"\x00\x00\x00\x01" + b"not an executable" * 64))
     else:  # one byte of the compressed body: the stream's checksum no longer matches
         flipped = bytearray(data)
         flipped[len(data) // 2] ^= 0xFF
@@ -78,7 +96,10 @@ def _train(cache: Path, code: Path, plugin: Path, termination: Path) -> tuple[di
 
 @pytest.mark.slow
 @pytest.mark.jax
-@pytest.mark.parametrize(("how", "listed"), [("truncated", True), ("flipped", True), ("flipped", False)])
+@pytest.mark.parametrize(
+    ("how", "listed"),
+    [("truncated", True), ("flipped", True), ("flipped", False), ("unparsable", False), ("unparsable", True)],
+)
 def test_a_corrupt_entry_is_named_by_the_trainer_and_replaced_by_the_next_warm(
     tmp_path: Path, how: str, listed: bool
 ) -> None:
