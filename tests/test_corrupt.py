@@ -24,6 +24,7 @@ from compilecache import trainer
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.cache.entries import entry_name
 from compilecache.cache.store import MANIFESTS_DIR, Listing, StoredFile
+from compilecache.controller import trainer as consumer_report
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.warm import UNREADABLE, unreadable_entries
 from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli
@@ -122,6 +123,9 @@ def test_a_corrupt_entry_is_named_by_the_trainer_and_replaced_by_the_next_warm(
     missed = {item["name"]: item["reason"] for item in report["missed"]}
     assert missed.get("train_step") == trainer.ENTRY_CORRUPT, report  # jnp.ones' programs: "not warmed"
     assert "train_step (entry corrupt" in str(report["summary"]), report
+    # What status.consumers.lastMissReason takes from the termination message: the first miss.
+    parsed = consumer_report.parse(json.dumps(report))
+    assert parsed is not None and parsed.miss_reason == f"train_step: {trainer.ENTRY_CORRUPT}", parsed
 
     second = run_cli(warm, clean_env({}, [code]))
     assert second.returncode == 0, second.stdout + second.stderr  # verify passed
