@@ -15,7 +15,8 @@ comes from the run manifests in the cache (read only): a key-relevant setting th
 the warm-up's (:mod:`compilecache.cache.keysettings`), what differs from the program the warm-up
 recorded under the same name (:func:`compilecache.cache.keydiff.closest_difference`; this process's
 side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
-program warmed under another key, or a program not warmed at all.
+program warmed under another key, or a program not warmed at all; an entry that was in the cache
+but JAX could not read is "entry corrupt" (:func:`_entry_present`), whatever the manifests say.
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
 60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
