@@ -15,7 +15,8 @@ comes from the run manifests in the cache (read only): a key-relevant setting th
 the warm-up's (:mod:`compilecache.cache.keysettings`), what differs from the program the warm-up
 recorded under the same name (:func:`compilecache.cache.keydiff.closest_difference`; this process's
 side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
-program warmed under another key, or a program not warmed at all.
+program warmed under another key, or a program not warmed at all; an entry that was in the cache
+but JAX could not read is "entry corrupt" (:func:`_entry_present`), whatever the manifests say.
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
 60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
@@ -50,11 +51,14 @@ REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 HITS_EVENT = "/jax/compilation_cache/cache_hits"
 NOT_WARMED = "not warmed"
 KEY_DIFFERS = "warmed under another key: arguments, shardings, donation or program differ"
+# The key matched (the entry was in the cache before the request) but JAX could not read it: a
+# truncated or bit-flipped file ("incorrect data check") or an executable that does not parse.
+ENTRY_CORRUPT = "entry corrupt: the key matched but the entry could not be read; the next warm replaces it"
 MAX_MISSED = 10
 MAX_BYTES = 4096  # Kubernetes truncates a termination message beyond this
 _COMPILER_LOGGER = "jax._src.compiler"
 # jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
-_MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)'")
+_MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)' with key '([^']*)'")
 _TRUE = ("1", "true", "yes", "on")
 SETTLE = "COMPILECACHE_REPORT_SETTLE_SECS"
 DEFAULT_SETTLE_SECS = 60.0
@@ -69,6 +73,8 @@ class Tally:
     missed: list[str] = field(default_factory=list)  # the module name of each miss JAX logged, in order
     # What each missed program was lowered with (compilecache.cache.keydiff), where it could be read.
     signatures: list[dict[str, Any] | None] = field(default_factory=list)
+    # Indices into ``missed`` whose entry was in the cache when JAX asked for it: unreadable, not absent.
+    corrupt: set[int] = field(default_factory=set)
 
 
 class Recorder(logging.Filter):
@@ -106,7 +112,10 @@ class Recorder(logging.Filter):
             match = _MISS.search(record.getMessage())
             if match:
                 signature = _missed_signature()  # on a miss only: the hot path of a hit pays nothing
+                corrupt = _entry_present(match[2])
                 with self._lock:
+                    if corrupt:
+                        self.tally.corrupt.add(len(self.tally.missed))
                     self.tally.missed.append(match[1])
                     self.tally.signatures.append(signature)
         if not self.lowered_level:
@@ -125,7 +134,13 @@ class Recorder(logging.Filter):
     def snapshot(self) -> Tally:
         """A copy of the counts (events may still arrive from other threads)."""
         with self._lock:
-            return Tally(self.tally.requests, self.tally.hits, list(self.tally.missed), list(self.tally.signatures))
+            return Tally(
+                self.tally.requests,
+                self.tally.hits,
+                list(self.tally.missed),
+                list(self.tally.signatures),
+                set(self.tally.corrupt),
+            )
 
 
 _recorder: Recorder | None = None
@@ -218,8 +233,13 @@ def verdict(
     """
     signatures = tally.signatures + [None] * (len(tally.missed) - len(tally.signatures))
     reasons = [
-        (_one_line(display_name(name)), _one_line(miss_reason(name, here, manifests, signature, unreadable)))
-        for name, signature in zip(tally.missed, signatures, strict=True)
+        (
+            _one_line(display_name(name)),
+            ENTRY_CORRUPT
+            if index in tally.corrupt
+            else _one_line(miss_reason(name, here, manifests, signature, unreadable)),
+        )
+        for index, (name, signature) in enumerate(zip(tally.missed, signatures, strict=True))
     ]
     misses = tally.requests - tally.hits
     unnamed = max(0, misses - len(reasons))
@@ -353,6 +373,26 @@ def _recorded_signatures(manifest: Mapping[str, Any], module: str) -> Iterable[M
         if isinstance(single, Mapping) and single and any(entry_module(entry_name(key)) == module for key in keys):
             # Settings were compared first (keysettings); static args are not seen at the compile request.
             yield {**single, "settings": {}, "static": {}}
+
+
+def _entry_present(cache_key: str) -> bool:
+    """Whether the entry for ``cache_key`` is in a local cache dir (never raises).
+
+    JAX logs the miss before it compiles and writes (``compiler.py`` ``compile_or_get_cached``), and
+    logs it for a key whose entry exists only when reading it failed (``_cache_read`` warns "Error
+    reading persistent compilation cache entry", then the lookup counts as a miss): one ``stat`` on a
+    miss tells a corrupt entry from an absent one. A ``gs://`` cache is not asked (a remote call on
+    the training thread); its corrupt entries read as another key.
+    """
+    try:
+        import jax
+
+        cache_dir = str(getattr(jax.config, "jax_compilation_cache_dir", None) or "")
+        if not cache_dir or "://" in cache_dir:
+            return False
+        return os.path.isfile(os.path.join(cache_dir, entry_name(cache_key)))
+    except Exception:  # the count and the name stand without the cause
+        return False
 
 
 def _missed_signature() -> dict[str, Any] | None:

@@ -16,7 +16,8 @@ with a one-line error before anything reaches the live cache:
    recorded, whatever fails later. A published entry this run could hit whose
    bytes are damaged (truncated, corrupt, or not the sha256 its manifest recorded)
    is kept out of the run's sight in step 1 and replaced here by the fresh one,
-   atomically (``rename`` over it; on GCS, deleted first);
+   atomically (``rename`` over it; on GCS, deleted first); so is one whose bytes look sound but
+   that JAX could not read (it missed a key whose entry was there), after one more compile pass;
 4. with ``--verify``: in a fresh process, compile every target again against
    the published cache and require a hit;
 5. replace the pending manifest with the complete one, write the ``--report`` JSON.
@@ -76,6 +77,8 @@ _ENV_STEP_DEADLINE = "COMPILECACHE_STEP_DEADLINE"
 _ENV_BUDGET = "COMPILECACHE_WARM_BUDGET"
 # A group compiles in every process (see _compile).
 _ENV_SHARE_BINARY = "JAX_SHARE_BINARY_BETWEEN_HOSTS"
+# Why an entry JAX missed although it was there is replaced (see unreadable_entries).
+UNREADABLE = "entry corrupt: JAX could not read it (the executable does not parse) and compiled it again"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -334,6 +337,17 @@ def _warm(
         # Nothing is published before every process has compiled.
         try:
             runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
+            unreadable = unreadable_entries(listing, runs, damaged)
+            if unreadable and group is None:
+                # JAX never overwrites an entry it could not read: set it aside and compile once more,
+                # so that JAX writes the fresh one. Only the first pass is recorded (its compile times;
+                # the second hits everything else). A group re-forming its JAX group is not done yet.
+                store.set_aside(workdir, unreadable)
+                for name, why in sorted(unreadable.items()):
+                    print(f"  replacing damaged entry {name}: {why}")
+                _forget_compiled()
+                _compile(args, script_args, base_env, staging_env, group)
+                damaged = {**damaged, **unreadable}
         except WriteFailed as failed:
             # GCS: the entries JAX did write are live already; without a manifest they would lose their sha256.
             # Best effort: the refused write is the run's error, whatever else GCS refuses now.
@@ -448,6 +462,26 @@ def _damaged_entries(store: CacheStore, listing: Listing) -> dict[str, str]:
         if is_entry_name(item.name) and (installed is None or build is None or (build.jax, build.jaxlib) == installed):
             names.append(item.name)
     return unsound_entries(store, names, expected_digests(index))
+
+
+def unreadable_entries(listing: Listing, runs: Sequence[Any], damaged: Mapping[str, str]) -> dict[str, str]:
+    """Published entries JAX missed although they were there: name → why (pure).
+
+    JAX logs a miss for a key whose entry exists only when reading it failed (jax/_src/compiler.py
+    ``_cache_read`` warns "Error reading persistent compilation cache entry" and compiles): an
+    executable that decompresses but does not parse, which the byte check of
+    :func:`_damaged_entries` cannot see. Listed in a manifest or not.
+    """
+    present = {item.name for item in listing.files if is_entry_name(item.name)}
+    missed = {entry_name(key) for run in runs for key in run.keys_missed}
+    return {name: UNREADABLE for name in sorted(missed & present) if name not in damaged}
+
+
+def _forget_compiled() -> None:
+    """Drop JAX's in-memory executables (if this process imported JAX): a compile asks the cache again."""
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.clear_caches()
 
 
 def _installed_versions() -> tuple[str, str] | None:
