@@ -9,7 +9,9 @@ MLP; ``examples/train.py`` as a 2-process ``jax.distributed`` group where the ma
 on the CPU), in fresh processes with the product's cache settings (``jax_cache_env``):
 
 * cold: an empty cache (compile, then JAX writes the entries);
-* warm: the same run again on the cache the cold run filled;
+* warm: the same run again on the cache the cold run filled (for the group: on a cache filled by
+  the product's 2-process warm-up, as bench/multihost.py fills it; JAX alone writes process 0's
+  entries only);
 
 and prints the first-step seconds (each example's own figure), per-function backend
 compile-or-load seconds (``/jax/core/compile/backend_compile_duration`` by ``fun_name``), the
@@ -33,13 +35,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests"), str(REPO / "bench")]
 
+import multihost  # noqa: E402  (bench/multihost.py: the same group, and its warm-up)
 from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
 from compilecache.demo import train_result  # noqa: E402
 from groupharness import distributed_cpu_problem, free_port, require_success, run_processes  # noqa: E402
@@ -96,24 +99,15 @@ def run_one(script: str, argv: Sequence[str], env: Mapping[str, str]) -> dict[st
     return parse_run(done.stdout + "\n" + done.stderr)
 
 
-def run_group(script: str, argv: Sequence[str], env: Mapping[str, str], run_dir: Path) -> dict[str, Any]:
-    """A 2-process group of ``script`` (one CPU device each); process 0's figures, both processes' hits."""
+def run_group(script: str, argv: Sequence[str], cache: Path, layers: int, run_dir: Path) -> dict[str, Any]:
+    """A 2-process group of ``script`` (one CPU device each, as bench/multihost.py runs it).
+
+    Process 0's figures, with both processes' hits and requests.
+    """
     port = free_port()
-    envs = []
-    for index in range(2):
-        one = dict(env)
-        one.update(
-            {
-                "JAX_PLATFORMS": "cpu",
-                "MODEL_SHARDED": "1",
-                "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
-                "COMPILECACHE_NUM_PROCESSES": "2",
-                "JOB_COMPLETION_INDEX": str(index),
-            }
-        )
-        envs.append(one)
+    envs = [multihost.group_env(cache, layers, port, index) for index in range(multihost.PROCESSES)]
     command = [sys.executable, "-c", RUNNER, str(REPO / script), *argv]
-    finished = run_processes([command] * 2, envs, run_dir, TIMEOUT_S, cwd=REPO)
+    finished = run_processes([command] * multihost.PROCESSES, envs, run_dir, TIMEOUT_S, cwd=REPO)
     require_success(finished, script, TIMEOUT_S)
     results = [parse_run(one.log.read_text()) for one in finished]
     first = results[0]
@@ -127,20 +121,33 @@ def cache_bytes(cache: Path) -> int:
     return sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
 
 
-def measure(name: str, runner: Any, model: Mapping[str, str], repeat: int, scratch: Path) -> dict[str, Any]:
-    """Cold (and, on a GPU, cold without autotuning) then warm runs of one example; medians."""
+# runner(cache, run_dir, extra XLA flags) → one run's figures; fill(cache, run_dir) → warm a cache.
+Runner = Callable[[Path, Path, str], dict[str, Any]]
+Fill = Callable[[Path, Path], None]
+
+
+def measure(name: str, runner: Runner, fill: Fill | None, repeat: int, scratch: Path) -> dict[str, Any]:
+    """Cold (and, on a GPU, cold without autotuning) then warm runs of one example; every run kept.
+
+    The warm run reads the cache the cold run filled, or with ``fill`` one the product's warm-up
+    filled (a group: JAX alone writes process 0's entries only).
+    """
     colds, warms, no_autotune = [], [], []
     caches = []
     for index in range(repeat):
         cache = scratch / f"{name}-{index}"
         cache.mkdir()
+        colds.append(runner(cache, scratch / f"{name}-cold-{index}", ""))
+        if fill is not None:
+            cache = scratch / f"{name}-warmed-{index}"
+            cache.mkdir()
+            fill(cache, scratch / f"{name}-fill-{index}")
         caches.append(cache)
-        colds.append(runner(example_env(cache, model), scratch / f"{name}-cold-{index}"))
-        warms.append(runner(example_env(cache, model), scratch / f"{name}-warm-{index}"))
+        warms.append(runner(cache, scratch / f"{name}-warm-{index}", ""))
         if colds[-1]["backend"] == "gpu":
             off = scratch / f"{name}-noautotune-{index}"
             off.mkdir()
-            no_autotune.append(runner(example_env(off, model, AUTOTUNE_OFF), scratch / f"{name}-off-{index}"))
+            no_autotune.append(runner(off, scratch / f"{name}-off-{index}", AUTOTUNE_OFF))
     return {
         "name": name,
         "backend": colds[0]["backend"],
@@ -194,7 +201,7 @@ def multihost_keys_answer(backend: str) -> str:
             "multihost-keys: needs a GPU (on the CPU: per-process keys differ, and one 4-device process "
             "does not produce a 2x2 group's keys; measured by tests/test_multihost_keys.py)"
         )
-    return "multihost-keys: not measured by this version on a GPU (open: issue 21 item 7)"
+    return "multihost-keys: not measured yet on a GPU by this benchmark (see docs/benchmarks.md)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,24 +211,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="smallest models, one step: the CI smoke run")
     parser.add_argument("--no-multihost", action="store_true", help="skip the 2-process example")
     args = parser.parse_args(argv)
-    layers, width = (1, "16") if args.tiny else (args.layers, "64")
-    transformer = {"MODEL_LAYERS": str(layers), "MODEL_WIDTH": width}
+    layers = 1 if args.tiny else args.layers
+    transformer = {"MODEL_LAYERS": str(layers)}
     flax = {"FLAX_WIDTH": "16"} if args.tiny else {}
     steps = ["--steps", "1", "--json"]
+
+    def single(script: str, model: Mapping[str, str]) -> Runner:
+        return lambda cache, _dir, flags: run_one(script, steps, example_env(cache, model, flags))
+
+    def group(cache: Path, run_dir: Path, flags: str) -> dict[str, Any]:
+        return run_group("examples/train.py", steps, cache, layers, run_dir)
+
     with tempfile.TemporaryDirectory(prefix="bench-firststep-") as folder:
         scratch = Path(folder)
-        examples: list[tuple[str, Any, Mapping[str, str]]] = [
-            ("transformer", lambda env, _dir: run_one("examples/train.py", steps, env), transformer),
-            ("flax-mlp", lambda env, _dir: run_one("examples/train_flax.py", steps, env), flax),
+        examples: list[tuple[str, Runner, Fill | None]] = [
+            ("transformer", single("examples/train.py", transformer), None),
+            ("flax-mlp", single("examples/train_flax.py", flax), None),
         ]
         problem = None if args.no_multihost else distributed_cpu_problem()
         if not args.no_multihost and problem is None:
-            examples.append(
-                ("multihost-2proc", lambda env, d: run_group("examples/train.py", steps, env, d), transformer)
-            )
+            # The group runs on the CPU (one device per process): a 1-GPU machine cannot hold two.
+            examples.append(("multihost-2proc", group, lambda cache, d: multihost.warm(cache, layers, d)))
         backend = "?"
-        for name, runner, model in examples:
-            figures = measure(name, runner, model, args.repeat, scratch)
+        for name, runner, fill in examples:
+            figures = measure(name, runner, fill, args.repeat, scratch)
             backend = figures["backend"]
             print("\n".join(summary(figures)), flush=True)
         if args.no_multihost or problem is not None:
