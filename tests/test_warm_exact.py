@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.keydiff import first_difference
 from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.verify import miss_messages, self_consistency_only
+from compilecache.jobtools.verify import donation_unchecked, miss_messages, self_consistency_only
 from jaxhelpers import FOUR_CPUS, clean_env, entry_files, run_cli, run_flax_train, write_module
 
 
@@ -298,6 +298,35 @@ def no_donation():
     config, mesh, create, real = _setup()
     args = (compilecache.abstract(jax.eval_shape(create)), *abstract_batch(config, mesh))
     return [Target("train_step", make_train_step(donate=False), args, training_fn=make_train_step())]
+
+
+def no_donation_args():
+    # Training's real arrays, but the warmer's own jit: its donation cannot come from the arrays.
+    config, mesh, create, real = _setup()
+    args = (compilecache.abstract(jax.eval_shape(create)), *abstract_batch(config, mesh))
+    return [Target("train_step", make_train_step(donate=False), args, training_args=real)]
+
+
+def no_donation_plain():
+    # No training side at all: verify re-checks the warmer against itself; the trainer names it.
+    config, mesh, create, real = _setup()
+    args = (compilecache.abstract(jax.eval_shape(create)), *abstract_batch(config, mesh))
+    return [Target("train_step", make_train_step(donate=False), args)]
+
+
+def weak_type_plain():
+    config, mesh, create, real = _setup()
+    naive = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), jax.eval_shape(create))
+    return [Target("train_step", make_train_step(), (naive, *abstract_batch(config, mesh)))]
+
+
+def unsharded_plain():
+    config, mesh, create, real = _setup()
+    state = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type), jax.eval_shape(create)
+    )
+    plain = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in abstract_batch(config, mesh)]
+    return [Target("train_step", make_train_step(), (state, *plain))]
 """
 
 
@@ -325,6 +354,38 @@ def test_each_aot_trap_ends_in_a_hit_or_a_named_difference(tmp_path: Path, trap:
     else:
         assert done.returncode == 3, done.stderr
         assert f"differs from what the warmer compiled: {named}" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_missing_donation_with_only_training_args_fails_verify_naming_the_argument(tmp_path: Path) -> None:
+    # Issue 21: "missing donation, with training_args: verify passed (exit 0), and training missed".
+    folder = write_module(tmp_path / "mods", "traps", TRAPS)
+    done = run_cli(
+        ["warm", "--cache-dir", str(tmp_path / "cache"), "--workload", "traps:no_donation_args"],
+        clean_env(FLAX_ENV, pythonpath=[folder]),
+    )
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    line = "train_step arg 0 (.step): int32[] donated=False but returned updated"
+    assert f"target 'train_step' of workload traps:no_donation_args: {line}" in done.stderr, done.stderr
+
+
+def test_donation_is_unchecked_only_for_training_args_through_the_warmer_s_own_jit() -> None:
+    state = {"path": "[0][0].step", "type": "int32[]", "sharding": "P()", "donated": False}
+    batch = {"path": "[0][1]", "type": "float32[8,4]", "sharding": "P('data',)", "donated": False}
+    signature = {"args": [batch, state], "outputs": ["int32[]", "float32[]"]}
+
+    def run(**fields: Any) -> TargetRun:
+        return TargetRun("traps:x", "train_step", signature=fields.pop("signature", signature), **fields)
+
+    named = donation_unchecked(run(checks_training=True))
+    assert named is not None and named.startswith("train_step arg 0 (.step): int32[] donated=False"), named
+    assert donation_unchecked(run(checks_training=True, lowers_training_fn=True)) is None  # training's own jit
+    assert donation_unchecked(run()) is None  # self-consistency only: reported as such
+    donated = {"args": [batch, {**state, "donated": True}], "outputs": signature["outputs"]}
+    assert donation_unchecked(run(checks_training=True, signature=donated)) is None
+    nothing_returned = {"args": [batch, state], "outputs": ["float32[]"]}
+    assert donation_unchecked(run(checks_training=True, signature=nothing_returned)) is None
 
 
 def test_cli_parses_the_exact_mode_flags() -> None:

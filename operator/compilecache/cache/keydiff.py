@@ -46,14 +46,15 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
     for arg in mine_args:
         theirs = theirs_by_path.get(arg["path"])
         if theirs is None:
-            return f"{name} arg {_path(arg['path'])}: present in the warmer only (argument structure differs)"
+            return f"{name} arg {arg_label(arg['path'])}: present in the warmer only (argument structure differs)"
         for field in ("type", "weak_type", "sharding", "donated"):
             if arg.get(field) != theirs.get(field):
                 what = "" if field == "type" else f"{arg.get('type')} {field}="
-                return f"{name} arg {_path(arg['path'])}: {what}{_show(arg.get(field))} vs {_show(theirs.get(field))}"
+                shown = f"{_show(arg.get(field))} vs {_show(theirs.get(field))}"
+                return f"{name} arg {arg_label(arg['path'])}: {what}{shown}"
     extra = [arg["path"] for arg in their_args if arg["path"] not in {a["path"] for a in mine_args}]
     if extra:
-        return f"{name} arg {_path(extra[0])}: present in training only (argument structure differs)"
+        return f"{name} arg {arg_label(extra[0])}: present in training only (argument structure differs)"
     if warmer.get("mesh_axes") != other.get("mesh_axes"):
         return f"{name}: mesh axis names {_show(warmer.get('mesh_axes'))} vs {_show(other.get('mesh_axes'))}"
     static_mine, static_theirs = warmer.get("static", {}), other.get("static", {})
@@ -97,6 +98,8 @@ def signature_of(lowered: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | 
         )
     return {
         "args": entries,
+        # What the program returns (types only): an argument returned updated is what training donates.
+        "outputs": _output_types(lowered),
         "static": _static_args(args, kwargs or {}),
         "mesh_axes": axes,
         "settings": keysettings.current(),
@@ -190,6 +193,17 @@ def _differing_args(warmer: Mapping[str, Any], other: Mapping[str, Any]) -> int:
     return differing + (warmer.get("mesh_axes") != other.get("mesh_axes"))
 
 
+def _output_types(lowered: Any) -> list[str]:
+    """``lowered.out_info``'s leaves written as the arguments' types (public in jax 0.10; read defensively)."""
+    import jax
+
+    try:
+        leaves = jax.tree_util.tree_leaves(lowered.out_info)
+    except AttributeError:
+        return []
+    return [str(jax.core.ShapedArray(leaf.shape, leaf.dtype).str_short()) for leaf in leaves]
+
+
 def _in_shardings(lowered: Any, count: int) -> list[Any] | None:
     try:
         shardings = list(lowered._lowering.compile_args["in_shardings"])
@@ -227,7 +241,7 @@ def _is_array_tree(value: Any) -> bool:
     return all(hasattr(leaf, "shape") and hasattr(leaf, "dtype") for leaf in leaves)
 
 
-def _path(path: str) -> str:
+def arg_label(path: str) -> str:
     """``[0][0]['step']`` (args_info is ``(args, kwargs)``) → ``0 (['step'])``: the index first."""
     group, _, rest = path.partition("]")
     if group in ("[0", "[1") and rest.startswith("[") and "]" in rest:

@@ -68,6 +68,7 @@ def run_to_dict(run: TargetRun) -> dict[str, Any]:
         "miss_log": run.miss_log,
         "signature": run.signature,
         "checks_training": run.checks_training,
+        "lowers_training_fn": run.lowers_training_fn,
         "signatures": run.signatures,
     }
 

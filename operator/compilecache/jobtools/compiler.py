@@ -58,6 +58,8 @@ class TargetRun:
     signature: dict[str, Any] = field(default_factory=dict)
     # Whether this compile used training's side (Target.training_args/training_fn).
     checks_training: bool = False
+    # Whether verify lowered training's own jit (Target.training_fn): only then is donation training's.
+    lowers_training_fn: bool = False
     # Exact mode: every program the entrypoint compiled, module name → its distinct signatures.
     signatures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -242,6 +244,7 @@ def compile_targets(
                 f"target {target.name!r} of workload {workload}: training_args raised {one_line(error)}"
             ) from error
         run.checks_training = target.checks_training
+        run.lowers_training_fn = training and target.training_fn is not None
         if progress is not None:
             progress.begin(index, f"{workload} {target.name}", index + 1, len(items))
         with events.attribute_to(run):

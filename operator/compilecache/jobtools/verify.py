@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cache.entries import entry_module, entry_name
-from compilecache.cache.keydiff import closest_difference, display_name, first_difference
+from compilecache.cache.keydiff import arg_label, closest_difference, display_name, first_difference
 from compilecache.jobtools.compiler import SETUP_TARGET, TargetRun
 from compilecache.target import Target
 
@@ -48,6 +48,10 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
             problems.append(f"target {warm.name!r} of workload {warm.workload} was not produced again")
             continue
         if run.hit:
+            unchecked = donation_unchecked(run)
+            if unchecked is not None:
+                problems.append(f"target {warm.name!r} of workload {warm.workload}: {unchecked}")
+                continue
             unmade = _compiles_not_made_again(warm, run)
             if unmade:
                 problems.append(
@@ -79,6 +83,31 @@ def miss_messages(expected: Sequence[TargetRun], verified: Sequence[TargetRun]) 
             f"process ({run.misses}/{run.requests} requests): {detail}{hint}"
         )
     return problems
+
+
+def donation_unchecked(fresh: TargetRun) -> str | None:
+    """A target verified from ``training_args`` through the warmer's own jit that donates nothing.
+
+    Donation and aliasing live in training's ``jax.jit(..., donate_argnums=...)``, not in its
+    arrays: lowered through the warmer's ``fn``, verify's key is the warmer's by construction,
+    so a warmer that forgot ``donate_argnums`` would pass here and miss in training. The sign
+    that training donates is an argument the step returns updated (same type in and out, the
+    state); such a target must show training's jit (``training_fn``) or donate as it does.
+    """
+    if not fresh.checks_training or fresh.lowers_training_fn or fresh.workload.startswith("script:"):
+        return None
+    args = fresh.signature.get("args") or []
+    if any(arg.get("donated") for arg in args):
+        return None
+    outputs = list(fresh.signature.get("outputs") or [])
+    for arg in args:
+        if arg.get("type") in outputs and arg.get("sharding") != "unused":
+            return (
+                f"{fresh.name} arg {arg_label(arg['path'])}: {arg['type']} donated=False but returned updated: "
+                "training that donates it (donate_argnums) misses; give Target(training_fn=<the jit training "
+                "calls>) so verify lowers training's donation, or donate in fn as training does"
+            )
+    return None
 
 
 def script_difference(expected: Sequence[TargetRun], fresh: TargetRun) -> str | None:
