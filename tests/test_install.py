@@ -9,6 +9,7 @@ here, so ``docker``, ``kubectl`` and ``helm install/upgrade`` themselves are not
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 import subprocess
@@ -68,7 +69,12 @@ def test_the_readme_takes_its_steps_from_the_install_doc():
 
 
 def make_n(*args: str) -> list[str]:
-    done = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    # As a user types it: under `make test` (CI) the parent make's variables would make this one a
+    # sub-make, which prints "make[1]: Entering directory ..." among the commands.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    done = subprocess.run(
+        ["make", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
