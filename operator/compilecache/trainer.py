@@ -51,6 +51,7 @@ HITS_EVENT = "/jax/compilation_cache/cache_hits"
 NOT_WARMED = "not warmed"
 KEY_DIFFERS = "warmed under another key: arguments, shardings, donation or program differ"
 MAX_MISSED = 10
+MAX_NAMED = 5  # distinct function names per reason in the one line; the rest are "+k more functions"
 MAX_BYTES = 4096  # Kubernetes truncates a termination message beyond this
 _COMPILER_LOGGER = "jax._src.compiler"
 # jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
@@ -269,7 +270,7 @@ def miss_reason(
 
 
 def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], unnamed: int = 0) -> str:
-    """``compilecache: 10/26 compiles hit; missed: train_step (XLA_FLAGS differs: ...), 16 programs (not warmed)``."""
+    """``compilecache: 10/26 compiles hit; missed: train_step ×2 (XLA_FLAGS differs: ...), eval_step (not warmed)``."""
     line = f"compilecache: {hits}/{requests} compiles hit"
     if requests == 0:
         return line + " (no compile used the persistent cache)"
@@ -278,15 +279,26 @@ def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], u
         groups.setdefault(reason, []).append(name)
     parts = []
     for reason in sorted(groups, key=lambda r: r == NOT_WARMED):  # the informative reasons first
-        names = list(dict.fromkeys(groups[reason]))
-        count = len(groups[reason])
-        who = ", ".join(names) if count <= 3 and len(names) == count else _programs(count)
-        parts.append(f"{who} ({reason})")
+        parts.append(f"{functions_named(groups[reason])} ({reason})")
     if unnamed:
         parts.append(f"{_programs(unnamed)} (not named: JAX's miss log was off)")
     if parts:
         line += "; missed: " + ", ".join(parts)
     return _cut(line, 1500)
+
+
+def functions_named(names: Sequence[str], limit: int = MAX_NAMED) -> str:
+    """``train_step ×2, eval_step, +3 more functions``: each distinct function once, with how many of
+    its programs missed, never a bare count; past ``limit`` distinct functions, the first ``limit``
+    and how many more (a user acts on a name: two misses of one reason are often one function)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    shown = [name if count == 1 else f"{name} ×{count}" for name, count in list(counts.items())[:limit]]
+    more = len(counts) - limit
+    if more > 0:
+        shown.append(f"+{more} more function" + ("" if more == 1 else "s"))
+    return ", ".join(shown)
 
 
 def fit(result: dict[str, Any]) -> dict[str, Any]:
