@@ -70,6 +70,9 @@ class Tally:
     missed: list[str] = field(default_factory=list)  # the module name of each miss JAX logged, in order
     # What each missed program was lowered with (compilecache.cache.keydiff), where it could be read.
     signatures: list[dict[str, Any] | None] = field(default_factory=list)
+    # The environment's key settings at the first miss (keysettings.from_environment): what that
+    # compile's key hashed, even if the script restores XLA_FLAGS before it exits.
+    environment: dict[str, Any] | None = None
 
 
 class Recorder(logging.Filter):
@@ -107,9 +110,12 @@ class Recorder(logging.Filter):
             match = _MISS.search(record.getMessage())
             if match:
                 signature = _missed_signature()  # on a miss only: the hot path of a hit pays nothing
+                environment = _environment() if self.tally.environment is None else None
                 with self._lock:
                     self.tally.missed.append(match[1])
                     self.tally.signatures.append(signature)
+                    if self.tally.environment is None:
+                        self.tally.environment = environment
         if not self.lowered_level:
             return True
         # Our DEBUG level stands in for the level the logger inherited (from "jax" or the root):
@@ -126,7 +132,8 @@ class Recorder(logging.Filter):
     def snapshot(self) -> Tally:
         """A copy of the counts (events may still arrive from other threads)."""
         with self._lock:
-            return Tally(self.tally.requests, self.tally.hits, list(self.tally.missed), list(self.tally.signatures))
+            tally = self.tally
+            return Tally(tally.requests, tally.hits, list(tally.missed), list(tally.signatures), tally.environment)
 
 
 _recorder: Recorder | None = None
@@ -207,7 +214,7 @@ def current_verdict(tally: Tally | None = None) -> dict[str, Any]:
 
     cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
     manifests, unreadable = _read_manifests(str(cache_dir)) if cache_dir and tally.missed else ([], None)
-    return verdict(tally, keysettings.current(), manifests, unreadable)
+    return verdict(tally, keysettings.current() | (tally.environment or {}), manifests, unreadable)
 
 
 def verdict(
@@ -375,6 +382,14 @@ def _missed_signature() -> dict[str, Any] | None:
     try:
         return signature_of_computation(computation)[1]
     except Exception:  # private JAX fields may move: the miss is still counted and named
+        return None
+
+
+def _environment() -> dict[str, Any] | None:
+    """This process's environment key settings now, inside a missed compile, or None (never raises)."""
+    try:
+        return keysettings.from_environment()
+    except Exception:  # a report never breaks a compile: the settings are then read at exit
         return None
 
 

@@ -1,0 +1,93 @@
+"""Issue 21 items 3 and 5: a script that sets XLA_FLAGS itself before JAX starts is warmed under those
+flags and its manifest records them (what the compile used, read in the script's own process); a
+trainer without them is told ``XLA_FLAGS differs`` for its step function by name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
+from jaxhelpers import clean_env, declare_trainer_plugin, run_cli
+
+FLAG = "--xla_cpu_enable_fast_math=false"
+
+# As the Flax FSDP example does: the script sets XLA_FLAGS itself, before importing JAX.
+# It restores the environment when training ends (a context manager, unittest.mock.patch.dict...):
+# what the compiles used is then no longer in os.environ when the run ends.
+SCRIPT = """
+import os
+before = os.environ.get("XLA_FLAGS")
+flags = os.environ.get("TRAIN_FLAGS", "{flag}")  # not in argv: a --xla_* word there changes JAX's key
+if flags:
+    os.environ["XLA_FLAGS"] = flags
+try:
+    import jax, jax.numpy as jnp
+
+    @jax.jit
+    def train_step(x):
+        return jnp.tanh(x @ x).sum()
+
+    x = jnp.ones((16, 16), jnp.float32)
+    for _ in range(3):
+        train_step(x).block_until_ready()
+finally:
+    os.environ.pop("XLA_FLAGS", None)
+    if before is not None:
+        os.environ["XLA_FLAGS"] = before
+"""
+
+
+def manifests(cache: Path) -> list[dict[str, Any]]:
+    folder = cache / ".compilecache" / "manifests"
+    return [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_flags_a_script_sets_itself_are_recorded_and_a_trainer_without_them_is_told(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(textwrap.dedent(SCRIPT.format(flag=FLAG)))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    argv = ["warm", "--cache-dir", str(cache), "--script", str(code / "train.py"), "--steps", "2", "--no-resume"]
+    done = run_cli(argv, clean_env({}, [code]))  # no XLA_FLAGS in the warm-up's own environment
+    assert done.returncode == 0, done.stderr
+    recorded = [m["settings"].get("xla_flags") for m in manifests(cache) if m.get("state") != "pending"]
+    assert recorded and all(flags == FLAG for flags in recorded), recorded
+
+    plugin = declare_trainer_plugin(tmp_path / "plugin")
+    termination = tmp_path / "termination-log"
+    termination.touch()
+    env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {TERMINATION_LOG: str(termination)}
+
+    def train(flags: str) -> dict[str, Any]:
+        termination.write_text("")
+        trained = subprocess.run(
+            [sys.executable, str(code / "train.py")],
+            env=clean_env({**env, "TRAIN_FLAGS": flags}, [plugin, code]),
+            cwd=code,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert trained.returncode == 0, trained.stderr
+        result: dict[str, Any] = json.loads(termination.read_text())
+        return result
+
+    assert f"train_step (XLA_FLAGS differs: (none) vs {FLAG})" in train("")["summary"]
+    # The trainer's own flags are read at its miss too, not at exit, after the script restored them.
+    other = "--xla_cpu_enable_fast_min_max=true"
+    summary = train(other)["summary"]
+    assert f"train_step (XLA_FLAGS differs: {other} vs {FLAG})" in summary, summary
+    # The same flags as the warm-up's: every compile hits.
+    same = train(FLAG)
+    assert same["misses"] == 0 and same["requests"] > 0, same["summary"]
