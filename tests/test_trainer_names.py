@@ -102,3 +102,49 @@ def test_flags_a_script_sets_itself_are_recorded_and_a_trainer_without_them_is_t
     # The same flags as the warm-up's: every compile hits.
     same = train(FLAG)
     assert same["misses"] == 0 and same["requests"] > 0, same["summary"]
+
+
+SHAPES = """
+import os
+import jax, jax.numpy as jnp
+
+@jax.jit
+def train_step(w, batch):
+    return jnp.tanh(batch["image"].reshape(batch["image"].shape[0], -1) @ w).sum()
+
+n = int(os.environ.get("BATCH", "64"))
+w = jnp.ones((28 * 28, 4), jnp.float32)
+batch = {"image": jnp.ones((n, 28, 28, 1), jnp.float32), "label": jnp.zeros((n,), jnp.int32)}
+for _ in range(3):
+    train_step(w, batch).block_until_ready()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_shape_miss_names_the_function_the_parameter_and_both_shapes(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "shapes.py").write_text(textwrap.dedent(SHAPES))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    argv = ["warm", "--cache-dir", str(cache), "--script", str(code / "shapes.py"), "--steps", "2", "--no-resume"]
+    done = run_cli(argv, clean_env({}, [code]))
+    assert done.returncode == 0, done.stderr
+    plugin = declare_trainer_plugin(tmp_path / "plugin")
+    termination = tmp_path / "termination-log"
+    termination.touch()
+    env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {TERMINATION_LOG: str(termination), "BATCH": "128"}
+    trained = subprocess.run(
+        [sys.executable, str(code / "shapes.py")],
+        env=clean_env(env, [plugin, code]),
+        cwd=code,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert trained.returncode == 0, trained.stderr
+    summary = json.loads(termination.read_text())["summary"]
+    # Values read warm-up vs training (keydiff.first_difference).
+    assert "train_step (arg 1 (batch['image']): float32[64,28,28,1] vs float32[128,28,28,1])" in summary, summary
