@@ -170,7 +170,7 @@ def test_the_compile_hook_reads_the_program_being_compiled_with_jax_argument_nam
         ("[0][1]", "float32[2]", False, True),
     ]
     named = first_difference("ramp_step", fresh, restored)
-    assert named == "ramp_step arg 0 (['step']): int32[] weak_type=True vs False"
+    assert named == "ramp_step arg 0 (state['step']): int32[] weak_type=True vs False"
 
 
 # ---- slow: the Flax TrainState restored from a checkpoint -----------------------------------------
@@ -232,7 +232,7 @@ def test_a_restart_misses_train_step_without_the_resumed_run_and_hits_everything
         else:
             assert again["hits"] == again["requests"] - 1, (again, line)
             # Named by what differs from the program the warm-up recorded for train_step (its manifest).
-            assert line.endswith("missed: train_step (arg 0 (.step): int32[] weak_type=True vs False)"), line
+            assert line.endswith("missed: train_step (arg 0 (state.step): int32[] weak_type=True vs False)"), line
 
 
 @pytest.mark.slow
@@ -258,11 +258,11 @@ def test_a_script_that_restores_only_when_asked_gets_the_resume_args(tmp_path: P
         # weak_type of TrainState.step does not reach this program: training hits, with or without training_args.
         ("weak_type", "", None),
         ("weak_type_plain", "", None),
-        ("unsharded", "", "train_step (arg 0 (.step): int32[] sharding=unspecified vs P())"),
-        ("unsharded_plain", "", "train_step (arg 0 (.step): int32[] sharding=unspecified vs P())"),
-        ("no_donation", "", "train_step (arg 0 (.step): int32[] donated=False vs True)"),
-        ("no_donation_args", "", "train_step (arg 0 (.step): int32[] donated=False vs True)"),
-        ("no_donation_plain", "", "train_step (arg 0 (.step): int32[] donated=False vs True)"),
+        ("unsharded", "", "train_step (arg 0 (state.step): int32[] sharding=unspecified vs P())"),
+        ("unsharded_plain", "", "train_step (arg 0 (state.step): int32[] sharding=unspecified vs P())"),
+        ("no_donation", "", "train_step (arg 0 (state.step): int32[] donated=False vs True)"),
+        ("no_donation_args", "", "train_step (arg 0 (state.step): int32[] donated=False vs True)"),
+        ("no_donation_plain", "", "train_step (arg 0 (state.step): int32[] donated=False vs True)"),
         # Other XLA flags in training: every key differs, the setting is named (verify cannot see it).
         (
             "weak_type",

@@ -183,7 +183,11 @@ def test_consumer_counts_over_finished_training_pods():
         _trainer_pod("c", _verdict(9, 9), phase="Running"),  # not finished: its file may still change
         _trainer_pod("d", "Error: OOM"),
     ]
-    assert trainer.consumer_counts(pods) == {"hits": 14, "requests": 30, "lastMissReason": "train_step: not warmed"}
+    assert trainer.consumer_counts(pods) == {
+        "hits": 14,
+        "requests": 30,
+        "lastMissReason": f"train_step: not warmed: {trainer.NOT_WARMED_FIX}",
+    }
     assert trainer.consumer_counts([]) == {}
 
 

@@ -136,13 +136,43 @@ def test_summary_line_groups_misses_by_reason() -> None:
     result = trainer.verdict(tally, HERE, [manifest])
     assert result["summary"] == (
         "compilecache: 10/27 compiles hit; missed: train_step (XLA_FLAGS differs: --xla_b=2 vs --xla_a=1), "
-        "15 programs (not warmed), 1 program (not named: JAX's miss log was off)"
+        "op0, op1, op2, op3, op4, +10 more functions (not warmed), 1 program (not named: JAX's miss log was off)"
     )
     assert (result["requests"], result["hits"], result["misses"]) == (27, 10, 17)
     assert result["missed"][0] == {"name": "train_step", "reason": "XLA_FLAGS differs: --xla_b=2 vs --xla_a=1"}
     assert len(result["missed"]) == trainer.MAX_MISSED
     assert trainer.summary_line(3, 3, []) == "compilecache: 3/3 compiles hit"
     assert "no compile used" in trainer.summary_line(0, 0, [])
+
+
+def test_misses_of_one_function_are_named_with_how_many_never_as_a_bare_count() -> None:
+    reasons = [("train_step", "device count differs: 2 vs 4")] * 2 + [("eval_step", trainer.NOT_WARMED)] * 4
+    assert trainer.summary_line(8, 2, reasons) == (
+        "compilecache: 2/8 compiles hit; missed: train_step ×2 (device count differs: 2 vs 4), "
+        "eval_step ×4 (not warmed)"
+    )
+
+
+@settings(derandomize=True, max_examples=80, deadline=None)
+@given(
+    missed=st.lists(
+        st.tuples(
+            st.sampled_from(["train_step", "eval_step", "_mean", "stack", "_reduce_sum", "gather"]),
+            st.sampled_from([trainer.NOT_WARMED, "XLA_FLAGS differs: --a vs (none)", "arg 0 (.step): x"]),
+        ),
+        max_size=30,
+    )
+)
+def test_the_line_names_every_missed_function_up_to_the_limit(missed: list[tuple[str, str]]) -> None:
+    line = trainer.summary_line(len(missed) + 1, 1, missed)
+    assert " programs" not in line and " program " not in line  # every miss here has a name
+    for reason in {reason for _, reason in missed}:
+        functions = list(dict.fromkeys(name for name, why in missed if why == reason))
+        named = functions[: trainer.MAX_NAMED]
+        for name in named:
+            assert name in line
+        if len(functions) > trainer.MAX_NAMED:
+            assert f"+{len(functions) - trainer.MAX_NAMED} more function" in line
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)

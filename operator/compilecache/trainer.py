@@ -55,6 +55,7 @@ KEY_DIFFERS = "warmed under another key: arguments, shardings, donation or progr
 # truncated or bit-flipped file ("incorrect data check") or an executable that does not parse.
 ENTRY_CORRUPT = "entry corrupt: the key matched but the entry could not be read; the next warm replaces it"
 MAX_MISSED = 10
+MAX_NAMED = 5  # distinct function names per reason in the one line; the rest are "+k more functions"
 MAX_BYTES = 4096  # Kubernetes truncates a termination message beyond this
 _COMPILER_LOGGER = "jax._src.compiler"
 # jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
@@ -75,6 +76,9 @@ class Tally:
     signatures: list[dict[str, Any] | None] = field(default_factory=list)
     # Indices into ``missed`` whose entry was in the cache when JAX asked for it: unreadable, not absent.
     corrupt: set[int] = field(default_factory=set)
+    # The environment's key settings at the first miss (keysettings.from_environment): what that
+    # compile's key hashed, even if the script restores XLA_FLAGS before it exits.
+    environment: dict[str, Any] | None = None
 
 
 class Recorder(logging.Filter):
@@ -113,11 +117,14 @@ class Recorder(logging.Filter):
             if match:
                 signature = _missed_signature()  # on a miss only: the hot path of a hit pays nothing
                 corrupt = _entry_present(match[2])
+                environment = _environment() if self.tally.environment is None else None
                 with self._lock:
                     if corrupt:
                         self.tally.corrupt.add(len(self.tally.missed))
                     self.tally.missed.append(match[1])
                     self.tally.signatures.append(signature)
+                    if self.tally.environment is None:
+                        self.tally.environment = environment
         if not self.lowered_level:
             return True
         # Our DEBUG level stands in for the level the logger inherited (from "jax" or the root):
@@ -134,12 +141,14 @@ class Recorder(logging.Filter):
     def snapshot(self) -> Tally:
         """A copy of the counts (events may still arrive from other threads)."""
         with self._lock:
+            tally = self.tally
             return Tally(
-                self.tally.requests,
-                self.tally.hits,
-                list(self.tally.missed),
-                list(self.tally.signatures),
-                set(self.tally.corrupt),
+                tally.requests,
+                tally.hits,
+                list(tally.missed),
+                list(tally.signatures),
+                corrupt=set(tally.corrupt),
+                environment=tally.environment,
             )
 
 
@@ -221,7 +230,7 @@ def current_verdict(tally: Tally | None = None) -> dict[str, Any]:
 
     cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
     manifests, unreadable = _read_manifests(str(cache_dir)) if cache_dir and tally.missed else ([], None)
-    return verdict(tally, keysettings.current(), manifests, unreadable)
+    return verdict(tally, keysettings.current() | (tally.environment or {}), manifests, unreadable)
 
 
 def verdict(
@@ -289,7 +298,7 @@ def miss_reason(
 
 
 def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], unnamed: int = 0) -> str:
-    """``compilecache: 10/26 compiles hit; missed: train_step (XLA_FLAGS differs: ...), 16 programs (not warmed)``."""
+    """``compilecache: 10/26 compiles hit; missed: train_step ×2 (XLA_FLAGS differs: ...), eval_step (not warmed)``."""
     line = f"compilecache: {hits}/{requests} compiles hit"
     if requests == 0:
         return line + " (no compile used the persistent cache)"
@@ -298,15 +307,26 @@ def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], u
         groups.setdefault(reason, []).append(name)
     parts = []
     for reason in sorted(groups, key=lambda r: r == NOT_WARMED):  # the informative reasons first
-        names = list(dict.fromkeys(groups[reason]))
-        count = len(groups[reason])
-        who = ", ".join(names) if count <= 3 and len(names) == count else _programs(count)
-        parts.append(f"{who} ({reason})")
+        parts.append(f"{functions_named(groups[reason])} ({reason})")
     if unnamed:
         parts.append(f"{_programs(unnamed)} (not named: JAX's miss log was off)")
     if parts:
         line += "; missed: " + ", ".join(parts)
     return _cut(line, 1500)
+
+
+def functions_named(names: Sequence[str], limit: int = MAX_NAMED) -> str:
+    """``train_step ×2, eval_step, +3 more functions``: each distinct function once, with how many of
+    its programs missed, never a bare count; past ``limit`` distinct functions, the first ``limit``
+    and how many more (a user acts on a name: two misses of one reason are often one function)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    shown = [name if count == 1 else f"{name} ×{count}" for name, count in list(counts.items())[:limit]]
+    more = len(counts) - limit
+    if more > 0:
+        shown.append(f"+{more} more function" + ("" if more == 1 else "s"))
+    return ", ".join(shown)
 
 
 def fit(result: dict[str, Any]) -> dict[str, Any]:
@@ -403,6 +423,14 @@ def _missed_signature() -> dict[str, Any] | None:
     try:
         return signature_of_computation(computation)[1]
     except Exception:  # private JAX fields may move: the miss is still counted and named
+        return None
+
+
+def _environment() -> dict[str, Any] | None:
+    """This process's environment key settings now, inside a missed compile, or None (never raises)."""
+    try:
+        return keysettings.from_environment()
+    except Exception:  # a report never breaks a compile: the settings are then read at exit
         return None
 
 

@@ -46,15 +46,18 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
     for arg in mine_args:
         theirs = theirs_by_path.get(arg["path"])
         if theirs is None:
-            return f"{name} arg {arg_label(arg['path'])}: present in the warmer only (argument structure differs)"
+            label = _label(arg["path"], arg.get("name"))
+            return f"{name} arg {label}: present in the warmer only (argument structure differs)"
         for field in ("type", "weak_type", "sharding", "donated"):
             if arg.get(field) != theirs.get(field):
                 what = "" if field == "type" else f"{arg.get('type')} {field}="
-                shown = f"{_show(arg.get(field))} vs {_show(theirs.get(field))}"
-                return f"{name} arg {arg_label(arg['path'])}: {what}{shown}"
-    extra = [arg["path"] for arg in their_args if arg["path"] not in {a["path"] for a in mine_args}]
+                label = _label(arg["path"], theirs.get("name") or arg.get("name"))
+                return f"{name} arg {label}: {what}{_show(arg.get(field))} vs {_show(theirs.get(field))}"
+    known = {a["path"] for a in mine_args}
+    extra = [arg for arg in their_args if arg["path"] not in known]
     if extra:
-        return f"{name} arg {arg_label(extra[0])}: present in training only (argument structure differs)"
+        label = _label(extra[0]["path"], extra[0].get("name"))
+        return f"{name} arg {label}: present in training only (argument structure differs)"
     if warmer.get("mesh_axes") != other.get("mesh_axes"):
         return f"{name}: mesh axis names {_show(warmer.get('mesh_axes'))} vs {_show(other.get('mesh_axes'))}"
     static_mine, static_theirs = warmer.get("static", {}), other.get("static", {})
@@ -141,9 +144,12 @@ def signature_of_computation(computation: Any) -> tuple[str, Signature]:
         for axis in getattr(getattr(sharding, "mesh", None), "axis_names", ()) or ():
             if str(axis) not in axes:
                 axes.append(str(axis))
+        arg_name = names[position] if position < len(names) else ""
         entries.append(
             {
-                "path": _path_of_name(names[position] if position < len(names) else "", position, tops),
+                "path": _path_of_name(arg_name, position, tops),
+                # JAX's own name of the argument (``batch['image']``): a message names the parameter by it.
+                **({"name": arg_name} if _path_of_name(arg_name, position, []) != f"[{position}]" else {}),
                 "type": str(aval.str_short()) if hasattr(aval, "str_short") else str(aval),
                 "weak_type": bool(getattr(aval, "weak_type", False)),
                 "sharding": "unused" if index is None else _describe_sharding(sharding),
@@ -249,6 +255,14 @@ def arg_label(path: str) -> str:
         head = head if group == "[0" else f"kwarg {head}"
         return f"{head} ({tail})" if tail else head
     return path
+
+
+def _label(path: str, arg_name: Any) -> str:
+    """``1 (batch['image'])``: the argument's index and, where JAX named it, the parameter's own name."""
+    shown = arg_label(path)
+    if not arg_name or not path.startswith("[0]"):  # a keyword argument is named by its path already
+        return shown
+    return f"{shown.split(' ', 1)[0]} ({arg_name})"
 
 
 def _show(value: Any) -> str:

@@ -75,11 +75,20 @@ def current() -> dict[str, Any]:
         "device_kind": devices[0].device_kind if devices else "",
         "device_count": jax.device_count(),
         "process_count": jax.process_count(),
-        # JAX hashes the whitespace-split words of XLA_FLAGS, sorted, but for a few it leaves out.
-        "xla_flags": normal_flags(os.environ.get("XLA_FLAGS", ""), _excluded_flags()),
         "xla_caches": str(getattr(jax.config, "jax_persistent_cache_enable_xla_caches", "")),
         "x64": bool(getattr(jax.config, "jax_enable_x64", False)),
         "matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", None) or ""),
+        **from_environment(),
+    }
+
+
+def from_environment() -> dict[str, Any]:
+    """The settings JAX reads from ``os.environ`` each time it computes a key (``XLA_FLAGS``,
+    ``LIBTPU_INIT_ARGS``: jax/_src/cache_key.py ``_hash_xla_flags``). Cheap (tens of µs), so a
+    process reads them at a compile: a script may set or restore them itself, around its training."""
+    return {
+        # JAX hashes the whitespace-split words of XLA_FLAGS, sorted, but for a few it leaves out.
+        "xla_flags": normal_flags(os.environ.get("XLA_FLAGS", ""), _excluded_flags()),
         "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
         "xla_flags_hash": _xla_flags_hash(),
     }

@@ -21,6 +21,8 @@ from typing import Any
 SCHEMA = "compilecache.dev/trainer/v1"
 FINISHED_PHASES = ("Succeeded", "Failed")
 REASON_CHARS = 300  # status.consumers.lastMissReason (the CRD's maxLength)
+NOT_WARMED = "not warmed"  # compilecache.trainer.NOT_WARMED (that module imports JAX's side; this one never)
+NOT_WARMED_FIX = "it runs after the warmed steps; warm whole epochs (steps: auto) or more steps"
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,15 @@ class Report:
 
     @property
     def miss_reason(self) -> str:
-        """One line on the first miss (``name: reason``), or ``""`` when everything hit."""
+        """One line on the first miss (``name: reason``, with what to change when the reason alone does
+        not say it), or ``""`` when everything hit."""
         if not self.missed:
             return ""
         name, reason = self.missed[0]
+        if reason == NOT_WARMED:
+            # The trainer cannot tell at which step (JAX runs a jitted step from C++, uncounted): the
+            # program ran after the warmed steps (an epoch-end evaluation, a gather every k steps).
+            return f"{name}: {reason}: {NOT_WARMED_FIX}"
         return f"{name}: {reason}" if reason else name
 
 

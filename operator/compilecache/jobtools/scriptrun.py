@@ -276,7 +276,7 @@ def main(argv: Sequence[str]) -> int:
     from compilecache.cache import compilehook
     from compilecache.cache.keydiff import signature_of_computation
     from compilecache.jobtools.childproc import run_to_dict, write_result
-    from compilecache.jobtools.compiler import CacheEvents, TargetRun, one_line
+    from compilecache.jobtools.compiler import CacheEvents, TargetRun, environment_facts, one_line
     from compilecache.jobtools.progress import script_progress
 
     request: dict[str, Any] = json.loads(Path(argv[0]).read_text())
@@ -326,10 +326,18 @@ def main(argv: Sequence[str]) -> int:
         watch = _watch_first_call(counter, deadline, expired)
     stopped = False
 
+    used: dict[str, Any] = {}  # the key settings read at the first compile
+
     def record(computation: Any) -> None:
         # Every program the entrypoint compiles, by module name: the trainer names a miss against it.
         with contextlib.suppress(Exception):  # private JAX fields may move: explaining never fails a warm-up
             run.add_signature(*signature_of_computation(computation))
+        if not used:
+            # JAX hashes os.environ's XLA_FLAGS into each key when it computes it (jax/_src/cache_key.py
+            # _hash_xla_flags), so what a script set itself is read here, right after that compile in
+            # the same thread: the script may restore its environment before the run ends.
+            with contextlib.suppress(Exception):
+                used.update(environment_facts())
 
     compilehook.install(record)
     with CacheEvents() as events, events.attribute_to(run), script_progress(shown, run):
@@ -378,9 +386,7 @@ def main(argv: Sequence[str]) -> int:
             )
     facts = None
     if "jax" in sys.modules:
-        from compilecache.jobtools.compiler import environment_facts
-
-        facts = environment_facts()
+        facts = used or environment_facts()
     write_result(
         result_path,
         {
