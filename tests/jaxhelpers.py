@@ -68,6 +68,27 @@ def run_cli(args: Sequence[str], env: Mapping[str, str], cwd: Path = REPO) -> su
     )
 
 
+def run_trainer(script: Path, env: Mapping[str, str], termination: Path) -> tuple[dict[str, Any], str]:
+    """Run a training ``script`` (in its folder) as a training pod would; its trainer's report and stderr.
+
+    ``termination`` is the pod's termination-message file, emptied first: the trainer writes only
+    into an empty one.
+    """
+    termination.write_text("")
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=dict(env),
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(termination.read_text())
+    return report, done.stderr
+
+
 def declare_trainer_plugin(folder: Path) -> Path:
     """A throwaway ``*.dist-info`` in ``folder`` declaring the package's ``jax_plugins`` entry point
     (as pyproject.toml does): with ``folder`` on ``PYTHONPATH`` JAX loads the trainer's report even

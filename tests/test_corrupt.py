@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import textwrap
 import zlib
 from pathlib import Path
@@ -27,19 +25,8 @@ from compilecache.cache.store import MANIFESTS_DIR, Listing, StoredFile
 from compilecache.controller import trainer as consumer_report
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.warm import UNREADABLE, unreadable_entries
-from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli
-
-WORKLOAD = """
-import jax, jax.numpy as jnp
-from compilecache import Target
-
-@jax.jit
-def train_step(x):
-    return jnp.tanh(x @ x).sum()
-
-def targets():
-    return [Target("train_step", train_step, (jax.ShapeDtypeStruct((16, 16), jnp.float32),))]
-"""
+from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli, run_trainer
+from test_trainer import WORKLOAD  # the same AOT workload the trainer's own tests warm
 
 TRAIN = """
 import jax, jax.numpy as jnp
@@ -80,19 +67,8 @@ def _damage(path: Path, how: str) -> None:
 
 
 def _train(cache: Path, code: Path, plugin: Path, termination: Path) -> tuple[dict[str, Any], str]:
-    termination.write_text("")
     env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {TERMINATION_LOG: str(termination), REPORT: "1"}
-    done = subprocess.run(
-        [sys.executable, str(code / "train.py")],
-        env=clean_env(env, [plugin, code]),
-        cwd=code,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(termination.read_text()), done.stderr
+    return run_trainer(code / "train.py", clean_env(env, [plugin, code]), termination)
 
 
 @pytest.mark.slow

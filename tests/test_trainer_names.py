@@ -5,8 +5,6 @@ trainer without them is told ``XLA_FLAGS differs`` for its step function by name
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ import pytest
 from compilecache import trainer
 from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.controller import trainer as consumers
-from jaxhelpers import clean_env, declare_trainer_plugin, run_cli
+from jaxhelpers import clean_env, declare_trainer_plugin, run_cli, run_trainer
 
 FLAG = "--xla_cpu_enable_fast_math=false"
 
@@ -76,23 +74,10 @@ def test_flags_a_script_sets_itself_are_recorded_and_a_trainer_without_them_is_t
 
     plugin = declare_trainer_plugin(tmp_path / "plugin")
     termination = tmp_path / "termination-log"
-    termination.touch()
     env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {TERMINATION_LOG: str(termination)}
 
     def train(flags: str) -> dict[str, Any]:
-        termination.write_text("")
-        trained = subprocess.run(
-            [sys.executable, str(code / "train.py")],
-            env=clean_env({**env, "TRAIN_FLAGS": flags}, [plugin, code]),
-            cwd=code,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert trained.returncode == 0, trained.stderr
-        result: dict[str, Any] = json.loads(termination.read_text())
-        return result
+        return run_trainer(code / "train.py", clean_env({**env, "TRAIN_FLAGS": flags}, [plugin, code]), termination)[0]
 
     assert f"train_step (XLA_FLAGS differs: (none) vs {FLAG})" in train("")["summary"]
     # The trainer's own flags are read at its miss too, not at exit, after the script restored them.
@@ -133,18 +118,7 @@ def test_a_shape_miss_names_the_function_the_parameter_and_both_shapes(tmp_path:
     assert done.returncode == 0, done.stderr
     plugin = declare_trainer_plugin(tmp_path / "plugin")
     termination = tmp_path / "termination-log"
-    termination.touch()
     env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {TERMINATION_LOG: str(termination), "BATCH": "128"}
-    trained = subprocess.run(
-        [sys.executable, str(code / "shapes.py")],
-        env=clean_env(env, [plugin, code]),
-        cwd=code,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert trained.returncode == 0, trained.stderr
-    summary = json.loads(termination.read_text())["summary"]
+    summary = run_trainer(code / "shapes.py", clean_env(env, [plugin, code]), termination)[0]["summary"]
     # Values read warm-up vs training (keydiff.first_difference).
     assert "train_step (arg 1 (batch['image']): float32[64,28,28,1] vs float32[128,28,28,1])" in summary, summary
