@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests")]
 
-from compilecache.demo import train_result  # noqa: E402
+from compilecache.local.demo import train_result  # noqa: E402
 from groupharness import cpu_env, distributed_cpu_problem, free_port, require_success, run_processes  # noqa: E402
 
 PROCESSES = 2

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, format_env, jax_cache_env, trainer_env
-from compilecache.cli import main
+from compilecache.cli.main import main
 from jaxhelpers import clean_env
 from specs import cache_spec
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from compilecache import trainer
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.cache.entries import entry_name
 from compilecache.cache.store import MANIFESTS_DIR, Listing, StoredFile
-from compilecache.controller import trainer as consumer_report
+from compilecache.controller import reports as consumer_report
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.warm import UNREADABLE, unreadable_entries
+from compilecache.training import verdict
 from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli, run_trainer
 from test_trainer import WORKLOAD  # the same AOT workload the trainer's own tests warm
 
@@ -36,12 +36,12 @@ corruptwl.train_step(jnp.ones((16, 16), jnp.float32)).block_until_ready()
 
 
 def test_a_miss_whose_entry_was_present_is_entry_corrupt_not_another_key() -> None:
-    tally = trainer.Tally(requests=2, hits=0, missed=["jit_train_step", "jit_eval"], corrupt={0})
-    result = trainer.verdict(tally, {}, [{"entries": [{"file": "jit_eval-" + "0" * 64 + "-cache"}]}])
-    assert result["missed"][0] == {"name": "train_step", "reason": trainer.ENTRY_CORRUPT}, result
-    assert result["missed"][1]["reason"] == trainer.KEY_DIFFERS, result
-    assert f"train_step ({trainer.ENTRY_CORRUPT})" in result["summary"], result["summary"]
-    assert trainer.ENTRY_CORRUPT.startswith("entry corrupt")
+    tally = verdict.Tally(requests=2, hits=0, missed=["jit_train_step", "jit_eval"], corrupt={0})
+    result = verdict.verdict(tally, {}, [{"entries": [{"file": "jit_eval-" + "0" * 64 + "-cache"}]}])
+    assert result["missed"][0] == {"name": "train_step", "reason": verdict.ENTRY_CORRUPT}, result
+    assert result["missed"][1]["reason"] == verdict.KEY_DIFFERS, result
+    assert f"train_step ({verdict.ENTRY_CORRUPT})" in result["summary"], result["summary"]
+    assert verdict.ENTRY_CORRUPT.startswith("entry corrupt")
 
 
 def test_the_warm_replaces_a_published_entry_jax_missed_although_it_was_there() -> None:
@@ -97,11 +97,11 @@ def test_a_corrupt_entry_is_named_by_the_trainer_and_replaced_by_the_next_warm(
     report, stderr = _train(cache, code, plugin, tmp_path / "termination-log")
     assert "Error reading persistent compilation cache entry" in stderr, stderr  # JAX's own warning
     missed = {item["name"]: item["reason"] for item in report["missed"]}
-    assert missed.get("train_step") == trainer.ENTRY_CORRUPT, report  # jnp.ones' programs: "not warmed"
+    assert missed.get("train_step") == verdict.ENTRY_CORRUPT, report  # jnp.ones' programs: "not warmed"
     assert "train_step (entry corrupt" in str(report["summary"]), report
     # What status.consumers.lastMissReason takes from the termination message: the first miss.
     parsed = consumer_report.parse(json.dumps(report))
-    assert parsed is not None and parsed.miss_reason == f"train_step: {trainer.ENTRY_CORRUPT}", parsed
+    assert parsed is not None and parsed.miss_reason == f"train_step: {verdict.ENTRY_CORRUPT}", parsed
 
     second = run_cli(warm, clean_env({}, [code]))
     assert second.returncode == 0, second.stdout + second.stderr  # verify passed

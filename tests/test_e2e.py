@@ -27,9 +27,9 @@ import pytest
 import yaml
 
 import gcsemulator
-from compilecache.demo import train_result
 from compilecache.local.client import KubeError
 from compilecache.local.cluster import LocalCluster, Operator, chart_webhooks, free_port, run_operator
+from compilecache.local.demo import train_result
 from compilecache.local.jobrunner import is_finished
 from test_examples import EXAMPLE_POLICIES
 

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compilecache import cli
+from compilecache.cli import main as cli
 from compilecache.controller import api, expiryjob
 
 ROOT = Path(__file__).resolve().parent.parent

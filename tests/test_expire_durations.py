@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from compilecache.cache import units
 from compilecache.cache.errors import WarmError
 from compilecache.cache.expiry import Policy
-from compilecache.cli import build_parser
+from compilecache.cli.main import build_parser
 from compilecache.jobtools.expirecmd import policy_from_args
 
 _NUMBERS = st.integers(0, 10**9).map(str) | st.tuples(st.integers(0, 10**6), st.integers(0, 999)).map(

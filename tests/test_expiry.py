@@ -22,7 +22,7 @@ from compilecache.cache.expiry import (
     plan_expiry,
 )
 from compilecache.cache.store import Listing, LocalStore, StoredFile
-from compilecache.cli import main
+from compilecache.cli.main import main
 from compilecache.jobtools.expirecmd import TERMINATION_LIMIT, termination_message
 
 DAY = 86400.0

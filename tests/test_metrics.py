@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from compilecache.controller import handlers, metrics, trainer
+from compilecache.controller import handlers, metrics, reports
 
 
 def samples(m: metrics.Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -56,7 +56,7 @@ def pod(uid: str, *, requests: int = 0, hits: int = 0, released: str | None = No
         meta["annotations"]["compilecache.dev/released"] = released
     body: dict = {"metadata": meta, "status": {"phase": "Running"}}
     if requests:
-        message = json.dumps({"schema": trainer.SCHEMA, "requests": requests, "hits": hits, "misses": requests - hits})
+        message = json.dumps({"schema": reports.SCHEMA, "requests": requests, "hits": hits, "misses": requests - hits})
         state = {"name": "t", "state": {"terminated": {"exitCode": 0, "message": message}}}
         body["status"] = {"phase": "Succeeded", "containerStatuses": [state]}
     return body

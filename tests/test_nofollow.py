@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from compilecache.cache import nofollow
-from compilecache.cli import main
+from compilecache.cli.main import main
 
 OLD = time.time() - 30 * 86400
 

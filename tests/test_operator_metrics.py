@@ -18,7 +18,7 @@ import pytest
 from kopf.testing import KopfRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from compilecache.controller import gates, handlers, metrics, trainer
+from compilecache.controller import gates, handlers, metrics, reports
 from compilecache.jobtools.warm import termination_summary
 from specs import cluster
 from test_gates import create_pod, gate_names
@@ -112,7 +112,7 @@ def training_pod(kube: Any, name: str, requests: int, hits: int, reason: str) ->
     }
     kube.create("v1/pods", pod, NS)
     verdict = {
-        "schema": trainer.SCHEMA,
+        "schema": reports.SCHEMA,
         "requests": requests,
         "hits": hits,
         "misses": requests - hits,

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from compilecache import trainer
 from compilecache.cache import compilehook
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.cache.keydiff import closest_difference, first_difference, signature_of_computation
-from compilecache.cli import build_parser
+from compilecache.cli.main import build_parser
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
 from compilecache.jobtools.verify import miss_messages
+from compilecache.training import verdict
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli, write_module
 from test_warm_exact import FLAX_ENV, TRAPS
 
@@ -103,15 +103,15 @@ WARMED = {
 
 def test_the_trainer_names_the_resumed_state_difference_against_the_recorded_signature() -> None:
     here: dict[str, Any] = {}
-    reason = trainer.miss_reason("jit_train_step", here, [WARMED], RESTORED)
+    reason = verdict.miss_reason("jit_train_step", here, [WARMED], RESTORED)
     assert reason == "arg 0 (.step): int32[] weak_type=True vs False"
-    tally = trainer.Tally(requests=3, hits=2, missed=["jit_train_step"], signatures=[RESTORED])
-    line = trainer.verdict(tally, here, [WARMED])["summary"]
+    tally = verdict.Tally(requests=3, hits=2, missed=["jit_train_step"], signatures=[RESTORED])
+    line = verdict.verdict(tally, here, [WARMED])["summary"]
     assert line == "compilecache: 2/3 compiles hit; missed: train_step (arg 0 (.step): int32[] weak_type=True vs False)"
     # Without a signature (JAX internals moved), or a manifest without one: the general reason.
-    assert trainer.miss_reason("jit_train_step", here, [WARMED], None) == trainer.KEY_DIFFERS
+    assert verdict.miss_reason("jit_train_step", here, [WARMED], None) == verdict.KEY_DIFFERS
     bare = {**WARMED, "targets": [{"name": "t.py"}]}
-    assert trainer.miss_reason("jit_train_step", here, [bare], RESTORED) == trainer.KEY_DIFFERS
+    assert verdict.miss_reason("jit_train_step", here, [bare], RESTORED) == verdict.KEY_DIFFERS
 
 
 def test_an_aot_target_s_signature_is_compared_when_its_key_is_the_module_s() -> None:
@@ -121,9 +121,9 @@ def test_an_aot_target_s_signature_is_compared_when_its_key_is_the_module_s() ->
     target = {"name": "train_step", "cache_keys": [key], "signature": recorded}
     aot = {**WARMED, "targets": [target]}
     # Settings and static args are the manifest's and the key's business: the argument is what is named.
-    named = trainer.miss_reason("jit_train_step", {}, [aot], RESTORED)
+    named = verdict.miss_reason("jit_train_step", {}, [aot], RESTORED)
     assert named == "arg 0 (.step): int32[] weak_type=True vs False"
-    assert trainer.miss_reason("jit_eval_step", {}, [aot], RESTORED) == trainer.NOT_WARMED
+    assert verdict.miss_reason("jit_eval_step", {}, [aot], RESTORED) == verdict.NOT_WARMED
 
 
 def test_the_nearest_recorded_variant_is_compared() -> None:

@@ -1,4 +1,4 @@
-"""compilecache.runtime.enable: the same settings as the env, through jax.config."""
+"""compilecache.training.runtime.enable: the same settings as the env, through jax.config."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.runtime import config_updates, enable
+from compilecache.training.runtime import config_updates, enable
 from jaxhelpers import clean_env, entry_files
 
 
@@ -32,7 +32,7 @@ def test_enable_without_a_dir_is_an_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 ENABLE_AND_COMPILE = """
 import json, sys, jax, jax.numpy as jnp
-from compilecache import runtime
+from compilecache.training import runtime
 hits = []
 jax.monitoring.register_event_listener(lambda e, **_: hits.append(e) if e.endswith("cache_hits") else None)
 runtime.enable(sys.argv[1] if sys.argv[1] != "-" else None)

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache.controller import status, trainer
+from compilecache.controller import reports, status
 from compilecache.controller.plan import plan
 from compilecache.controller.snapshot import Cache, Snapshot
 from compilecache.jobtools.warm import TERMINATION_LIMIT, TERMINATION_SCHEMA, termination_summary
@@ -155,7 +155,7 @@ def _trainer_pod(uid: str, message: str, phase: str = "Succeeded", finished: str
 def _verdict(requests: int, hits: int, missed=()) -> str:
     return json.dumps(
         {
-            "schema": trainer.SCHEMA,
+            "schema": reports.SCHEMA,
             "requests": requests,
             "hits": hits,
             "misses": requests - hits,
@@ -169,11 +169,11 @@ def test_trainer_report_is_the_last_line_of_its_schema():
     text = (
         "some other output\n" + _verdict(26, 10, [("train_step", "arg 3 sharding differs")]) + '\n{"schema": "other"}\n'
     )
-    report = trainer.parse(text)
+    report = reports.parse(text)
     assert report is not None and (report.requests, report.hits) == (26, 10)
     assert report.miss_reason == "train_step: arg 3 sharding differs"
     for bad in ("", "plain text", '{"schema": "compilecache.dev/trainer/v1", "requests": -1, "hits": 0}', "{broken"):
-        assert trainer.parse(bad) is None
+        assert reports.parse(bad) is None
 
 
 def test_consumer_counts_over_finished_training_pods():
@@ -183,12 +183,12 @@ def test_consumer_counts_over_finished_training_pods():
         _trainer_pod("c", _verdict(9, 9), phase="Running"),  # not finished: its file may still change
         _trainer_pod("d", "Error: OOM"),
     ]
-    assert trainer.consumer_counts(pods) == {
+    assert reports.consumer_counts(pods) == {
         "hits": 14,
         "requests": 30,
-        "lastMissReason": f"train_step: not warmed: {trainer.NOT_WARMED_FIX}",
+        "lastMissReason": f"train_step: not warmed: {reports.NOT_WARMED_FIX}",
     }
-    assert trainer.consumer_counts([]) == {}
+    assert reports.consumer_counts([]) == {}
 
 
 def test_printer_columns_entries_and_size_resolve_on_the_status_after_the_warm_up():

@@ -1,4 +1,4 @@
-"""The trainer's own verdict (compilecache.trainer): pure parts here, then real JAX processes.
+"""The trainer's own verdict (compilecache.training.verdict): pure parts here, then real JAX processes.
 
 The real-JAX tests load the report exactly as a training image does, through JAX's
 ``jax_plugins`` entry-point discovery: a throwaway ``*.dist-info`` on ``PYTHONPATH`` declares
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache import trainer
 from compilecache.cache import keysettings
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.training import verdict
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, entry_files, run_cli
 
 HERE = {
@@ -49,30 +49,30 @@ WARMED = {
 
 def test_the_entry_point_is_declared_for_the_trainer_module() -> None:
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["jax_plugins"]
-    assert declared == {"compilecache_report": "compilecache.trainer"}
-    assert callable(trainer.initialize)
+    assert declared == {"compilecache_report": "compilecache.training.verdict"}
+    assert callable(verdict.initialize)
 
 
 def test_installed_distribution_registers_the_entry_point() -> None:
     found = [ep.value for ep in entry_points(group="jax_plugins")]
-    if "compilecache.trainer" not in found:
+    if "compilecache.training.verdict" not in found:
         pytest.skip(f"the installed package predates the entry point (jax_plugins: {found}); pip install -e .")
-    assert found.count("compilecache.trainer") == 1
+    assert found.count("compilecache.training.verdict") == 1
 
 
 def test_miss_reasons_name_a_differing_setting_another_key_or_not_warmed() -> None:
     old_manifest = {**WARMED, "settings": {"xla_flags": "--xla_a=1", "xla_caches": "none"}}
-    assert trainer.miss_reason("jit_train_step", HERE, [old_manifest]) == "XLA_FLAGS differs: --xla_b=2 vs --xla_a=1"
+    assert verdict.miss_reason("jit_train_step", HERE, [old_manifest]) == "XLA_FLAGS differs: --xla_b=2 vs --xla_a=1"
     same = {**WARMED, "settings": {"xla_flags": "--xla_b=2"}}
-    assert trainer.miss_reason("jit_train_step", HERE, [same]) == trainer.KEY_DIFFERS
-    assert trainer.miss_reason("jit_eval_step", HERE, [same]) == trainer.KEY_DIFFERS  # a key the warm-up hit
-    assert trainer.miss_reason("jit_train", HERE, [same]) == trainer.NOT_WARMED  # a prefix is not a name
+    assert verdict.miss_reason("jit_train_step", HERE, [same]) == verdict.KEY_DIFFERS
+    assert verdict.miss_reason("jit_eval_step", HERE, [same]) == verdict.KEY_DIFFERS  # a key the warm-up hit
+    assert verdict.miss_reason("jit_train", HERE, [same]) == verdict.NOT_WARMED  # a prefix is not a name
     eight = {**same, "device_count": 8}
-    assert trainer.miss_reason("jit_train_step", HERE, [eight]) == "device count differs: 1 vs 8"
+    assert verdict.miss_reason("jit_train_step", HERE, [eight]) == "device count differs: 1 vs 8"
     # The newest run that warmed the program decides.
     newer = {**same, "finished_at": "2026-11-22T05:00:00Z"}
-    assert trainer.miss_reason("jit_train_step", HERE, [old_manifest, newer]) == trainer.KEY_DIFFERS
-    assert trainer.miss_reason("jit_train_step", HERE, []) == trainer.NOT_WARMED
+    assert verdict.miss_reason("jit_train_step", HERE, [old_manifest, newer]) == verdict.KEY_DIFFERS
+    assert verdict.miss_reason("jit_train_step", HERE, []) == verdict.NOT_WARMED
 
 
 CUDA = {
@@ -87,21 +87,21 @@ CUDA = {
 def test_a_trainer_on_another_pjrt_plugin_or_platform_is_told_so_by_name() -> None:
     older = "jax-cuda12-pjrt 0.10.1, jax-cuda12-plugin 0.10.1"
     plugin = {**WARMED, "settings": {**CUDA, "pjrt_plugins": older}}
-    assert trainer.miss_reason("jit_train_step", CUDA, [plugin]) == (
+    assert verdict.miss_reason("jit_train_step", CUDA, [plugin]) == (
         f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs {older}"
     )
     platform = {**WARMED, "settings": {**CUDA, "platform_version": "PJRT C API\ncuda 12080"}}
-    assert trainer.miss_reason("jit_train_step", CUDA, [platform]).startswith("platform version differs: ")
+    assert verdict.miss_reason("jit_train_step", CUDA, [platform]).startswith("platform version differs: ")
     # A warm-up without any plugin (a CPU image) and a trainer with one: "(none)", not a blank.
     cpu = {**WARMED, "settings": {**CUDA, "pjrt_plugins": ""}}
     assert (
-        trainer.miss_reason("jit_train_step", CUDA, [cpu]) == f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs (none)"
+        verdict.miss_reason("jit_train_step", CUDA, [cpu]) == f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs (none)"
     )
     # A manifest written before these were recorded says nothing about them.
-    assert trainer.miss_reason("jit_train_step", CUDA, [{**WARMED, "settings": HERE}]).startswith("backend differs")
+    assert verdict.miss_reason("jit_train_step", CUDA, [{**WARMED, "settings": HERE}]).startswith("backend differs")
     # jaxlib first: it explains every miss, and the plugin is released with it.
     both = {**WARMED, "settings": {**CUDA, "jaxlib": "0.10.1", "pjrt_plugins": older}}
-    assert trainer.miss_reason("jit_train_step", CUDA, [both]) == "jaxlib version differs: 0.10.2 vs 0.10.1"
+    assert verdict.miss_reason("jit_train_step", CUDA, [both]) == "jaxlib version differs: 0.10.2 vs 0.10.1"
 
 
 def test_pjrt_plugins_are_found_by_distribution_name() -> None:
@@ -131,23 +131,23 @@ def test_settings_differences_follow_how_jax_hashes_the_flags() -> None:
 
 
 def test_summary_line_groups_misses_by_reason() -> None:
-    tally = trainer.Tally(requests=27, hits=10, missed=["jit_train_step", *[f"jit_op{i}" for i in range(15)]])
+    tally = verdict.Tally(requests=27, hits=10, missed=["jit_train_step", *[f"jit_op{i}" for i in range(15)]])
     manifest = {**WARMED, "settings": {"xla_flags": "--xla_a=1"}}
-    result = trainer.verdict(tally, HERE, [manifest])
+    result = verdict.verdict(tally, HERE, [manifest])
     assert result["summary"] == (
         "compilecache: 10/27 compiles hit; missed: train_step (XLA_FLAGS differs: --xla_b=2 vs --xla_a=1), "
         "op0, op1, op2, op3, op4, +10 more functions (not warmed), 1 program (not named: JAX's miss log was off)"
     )
     assert (result["requests"], result["hits"], result["misses"]) == (27, 10, 17)
     assert result["missed"][0] == {"name": "train_step", "reason": "XLA_FLAGS differs: --xla_b=2 vs --xla_a=1"}
-    assert len(result["missed"]) == trainer.MAX_MISSED
-    assert trainer.summary_line(3, 3, []) == "compilecache: 3/3 compiles hit"
-    assert "no compile used" in trainer.summary_line(0, 0, [])
+    assert len(result["missed"]) == verdict.MAX_MISSED
+    assert verdict.summary_line(3, 3, []) == "compilecache: 3/3 compiles hit"
+    assert "no compile used" in verdict.summary_line(0, 0, [])
 
 
 def test_misses_of_one_function_are_named_with_how_many_never_as_a_bare_count() -> None:
-    reasons = [("train_step", "device count differs: 2 vs 4")] * 2 + [("eval_step", trainer.NOT_WARMED)] * 4
-    assert trainer.summary_line(8, 2, reasons) == (
+    reasons = [("train_step", "device count differs: 2 vs 4")] * 2 + [("eval_step", verdict.NOT_WARMED)] * 4
+    assert verdict.summary_line(8, 2, reasons) == (
         "compilecache: 2/8 compiles hit; missed: train_step ×2 (device count differs: 2 vs 4), "
         "eval_step ×4 (not warmed)"
     )
@@ -158,21 +158,21 @@ def test_misses_of_one_function_are_named_with_how_many_never_as_a_bare_count() 
     missed=st.lists(
         st.tuples(
             st.sampled_from(["train_step", "eval_step", "_mean", "stack", "_reduce_sum", "gather"]),
-            st.sampled_from([trainer.NOT_WARMED, "XLA_FLAGS differs: --a vs (none)", "arg 0 (.step): x"]),
+            st.sampled_from([verdict.NOT_WARMED, "XLA_FLAGS differs: --a vs (none)", "arg 0 (.step): x"]),
         ),
         max_size=30,
     )
 )
 def test_the_line_names_every_missed_function_up_to_the_limit(missed: list[tuple[str, str]]) -> None:
-    line = trainer.summary_line(len(missed) + 1, 1, missed)
+    line = verdict.summary_line(len(missed) + 1, 1, missed)
     assert " programs" not in line and " program " not in line  # every miss here has a name
     for reason in {reason for _, reason in missed}:
         functions = list(dict.fromkeys(name for name, why in missed if why == reason))
-        named = functions[: trainer.MAX_NAMED]
+        named = functions[: verdict.MAX_NAMED]
         for name in named:
             assert name in line
-        if len(functions) > trainer.MAX_NAMED:
-            assert f"+{len(functions) - trainer.MAX_NAMED} more function" in line
+        if len(functions) > verdict.MAX_NAMED:
+            assert f"+{len(functions) - verdict.MAX_NAMED} more function" in line
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
@@ -184,31 +184,31 @@ def test_the_line_names_every_missed_function_up_to_the_limit(missed: list[tuple
 def test_the_termination_message_is_always_one_json_object_under_4096_bytes(
     names: list[str], flags: str, hits: int
 ) -> None:
-    tally = trainer.Tally(requests=hits + len(names), hits=hits, missed=names)
+    tally = verdict.Tally(requests=hits + len(names), hits=hits, missed=names)
     manifest = {**WARMED, "entries": [{"file": f"{name}-x-cache"} for name in names], "settings": {"xla_flags": flags}}
-    result = trainer.verdict(tally, HERE, [manifest])
+    result = verdict.verdict(tally, HERE, [manifest])
     text = json.dumps(result, separators=(",", ":"))
-    assert len(text.encode()) < trainer.MAX_BYTES
-    assert json.loads(text)["schema"] == trainer.SCHEMA and result["misses"] == len(names)
-    assert len(result["missed"]) <= trainer.MAX_MISSED and "\n" not in result["summary"]
+    assert len(text.encode()) < verdict.MAX_BYTES
+    assert json.loads(text)["schema"] == verdict.SCHEMA and result["misses"] == len(names)
+    assert len(result["missed"]) <= verdict.MAX_MISSED and "\n" not in result["summary"]
 
 
 def test_the_termination_message_goes_only_into_an_existing_empty_file(tmp_path: Path) -> None:
-    result = {"schema": trainer.SCHEMA, "summary": "x"}
-    assert not trainer.write_termination_message(result, str(tmp_path / "missing"))
+    result = {"schema": verdict.SCHEMA, "summary": "x"}
+    assert not verdict.write_termination_message(result, str(tmp_path / "missing"))
     assert not (tmp_path / "missing").exists()
     taken = tmp_path / "taken"
     taken.write_text("the container's own message")
-    assert not trainer.write_termination_message(result, str(taken))
+    assert not verdict.write_termination_message(result, str(taken))
     assert taken.read_text() == "the container's own message"
     empty = tmp_path / "empty"
     empty.touch()
-    assert trainer.write_termination_message(result, str(empty))
+    assert verdict.write_termination_message(result, str(empty))
     assert json.loads(empty.read_text()) == result
 
 
 def test_the_filter_keeps_the_names_and_drops_only_the_debug_it_caused() -> None:
-    recorder = trainer.Recorder()
+    recorder = verdict.Recorder()
     logger = logging.getLogger("jax._src.compiler")
     text = "PERSISTENT COMPILATION CACHE MISS for '%s' with key %r"
     miss = logger.makeRecord(logger.name, logging.DEBUG, "f", 1, text, ("jit_f", "k"), None)
@@ -312,13 +312,13 @@ def test_a_trainer_with_the_cache_env_reports_counts_equal_to_jax_monitoring(
     assert result["misses"] == counts["requests"] - counts["hits"] > 0
     assert line == result["summary"] and line.startswith(f"compilecache: {counts['hits']}/{counts['requests']} ")
     missed = {item["name"]: item["reason"] for item in result["missed"]}
-    assert missed.get("scale") == trainer.NOT_WARMED and "train_step" not in missed, result
+    assert missed.get("scale") == verdict.NOT_WARMED and "train_step" not in missed, result
     assert "DEBUG" not in stderr, stderr  # whatever logging the workload configured
 
     # No COMPILECACHE_REPORT, no report (the plugin is the mechanism).
     assert verdict_lines(train({k: v for k, v in env.items() if k != REPORT}, code, [plugin])[1]) == []
     # Without our dist-info on the path, the line comes only from the package's own entry point.
-    installed = any(point.value == "compilecache.trainer" for point in entry_points(group="jax_plugins"))
+    installed = any(point.value == "compilecache.training.verdict" for point in entry_points(group="jax_plugins"))
     assert bool(verdict_lines(train(env, code, [])[1])) == installed
 
 
@@ -390,7 +390,7 @@ def test_runtime_enable_installs_the_report(warmed: tuple[Path, Path, Path], tmp
     cache, code, _ = warmed
     script = code / "enable_then_train.py"
     script.write_text(
-        "from compilecache import runtime\n"
+        "from compilecache.training import runtime\n"
         f"runtime.enable({str(cache)!r}, read_only=True)\n" + (code / "train.py").read_text()
     )
     env = clean_env({}, [code])
@@ -406,9 +406,9 @@ def test_runtime_enable_installs_the_report(warmed: tuple[Path, Path, Path], tmp
 EARLY = """
 import sys, time
 exec(open(sys.argv[1]).read())  # train.py: compiles train_step and scale, prints its counts
-from compilecache import trainer
+from compilecache.training import verdict
 deadline = time.monotonic() + 60
-while trainer._recorder.printed is None:  # bounded: the settle time is 0.2 s
+while verdict._recorder.printed is None:  # bounded: the settle time is 0.2 s
     assert time.monotonic() < deadline, "no early report within 60 s"
     time.sleep(0.05)
 print("EARLY-SEEN", file=sys.stderr, flush=True)
@@ -424,7 +424,7 @@ def test_the_line_comes_once_compiling_settles_and_again_at_exit_only_if_counts_
     warmed: tuple[Path, Path, Path], then: str
 ) -> None:
     cache, code, plugin = warmed
-    env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {trainer.SETTLE: "0.2"}
+    env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {verdict.SETTLE: "0.2"}
     argv = [sys.executable, "-c", EARLY, str(code / "train.py"), then]
     done = subprocess.run(
         argv, env=clean_env(env, [plugin, code]), cwd=code, capture_output=True, text=True, timeout=240, check=False
@@ -442,16 +442,16 @@ def test_the_line_comes_once_compiling_settles_and_again_at_exit_only_if_counts_
 
 def test_unreadable_manifests_are_said_not_blamed_on_the_warm_up(tmp_path: Path) -> None:
     # An image without gcsfs/etils, or a cache that is not a folder: nothing can be told about a miss.
-    reason = trainer.miss_reason("jit_train_step", HERE, [], None, "ModuleNotFoundError: No module named 'gcsfs'")
+    reason = verdict.miss_reason("jit_train_step", HERE, [], None, "ModuleNotFoundError: No module named 'gcsfs'")
     assert reason.startswith("reason unknown: the cache's manifests could not be read (ModuleNotFoundError")
-    assert reason != trainer.NOT_WARMED
-    manifests, problem = trainer._read_manifests("s3://bucket/cache")  # a store this package has not
+    assert reason != verdict.NOT_WARMED
+    manifests, problem = verdict._read_manifests("s3://bucket/cache")  # a store this package has not
     assert manifests == [] and problem is not None and "only local paths and gs://" in problem, problem
     linked = tmp_path / "cache"
     (linked / ".compilecache").mkdir(parents=True)
     (linked / ".compilecache" / "manifests").symlink_to(tmp_path)  # never followed out of the cache
-    manifests, problem = trainer._read_manifests(str(linked))
+    manifests, problem = verdict._read_manifests(str(linked))
     assert manifests == [] and problem is not None and "manifests not read" in problem, problem
-    tally = trainer.Tally(requests=2, hits=1, missed=["jit_train_step"])
-    line = trainer.verdict(tally, HERE, manifests, problem)["summary"]
+    tally = verdict.Tally(requests=2, hits=1, missed=["jit_train_step"])
+    line = verdict.verdict(tally, HERE, manifests, problem)["summary"]
     assert "train_step (reason unknown: the cache's manifests could not be read" in line, line

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from compilecache import trainer
 from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
-from compilecache.controller import trainer as consumers
+from compilecache.controller import reports as consumers
+from compilecache.training import verdict
 from jaxhelpers import clean_env, declare_trainer_plugin, run_cli, run_trainer
 
 FLAG = "--xla_cpu_enable_fast_math=false"
@@ -46,8 +46,8 @@ finally:
 
 def test_the_status_tells_what_to_change_for_a_program_not_warmed() -> None:
     # The controller keeps its own copy of the reason (it never loads the trainer's side): the same words.
-    assert consumers.NOT_WARMED == trainer.NOT_WARMED
-    report = consumers.Report(8, 6, (("eval_step", trainer.NOT_WARMED), ("train_step", "arg 0 (.step): x")))
+    assert consumers.NOT_WARMED == verdict.NOT_WARMED
+    report = consumers.Report(8, 6, (("eval_step", verdict.NOT_WARMED), ("train_step", "arg 0 (.step): x")))
     assert report.miss_reason == f"eval_step: not warmed: {consumers.NOT_WARMED_FIX}"
     assert "steps: auto" in report.miss_reason and len(report.miss_reason) <= consumers.REASON_CHARS
     assert consumers.Report(8, 6, (("train_step", "arg 0 (.step): x"),)).miss_reason == "train_step: arg 0 (.step): x"

@@ -18,12 +18,12 @@ from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.entries import EntryError, check_entry, entry_module, is_entry_name
 from compilecache.cache.errors import WarmError
 from compilecache.cache.store import LocalStore, StagedEntry, open_store
-from compilecache.cli import build_parser
+from compilecache.cli.main import build_parser
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.manifest import build_manifest, build_report, manifest_name, new_run_id
+from compilecache.jobtools.target import Target, check_target
 from compilecache.jobtools.verify import differing_components, miss_messages
 from compilecache.jobtools.workload import parse_spec
-from compilecache.target import Target, check_target
 from jaxhelpers import (
     REPO,
     TINY_MODEL,
@@ -284,7 +284,7 @@ def test_a_warm_up_never_reports_as_a_trainer(tmp_path: Path) -> None:
     """A shell that ran `eval "$(compilecache env ...)"` carries COMPILECACHE_REPORT=1 into `warm`."""
     from importlib.metadata import entry_points
 
-    if not any(point.value == "compilecache.trainer" for point in entry_points(group="jax_plugins")):
+    if not any(point.value == "compilecache.training.verdict" for point in entry_points(group="jax_plugins")):
         pytest.skip("the package's jax_plugins entry point is not installed (pip install -e .)")
     folder = write_module(tmp_path / "wl", "tiny", TINY_WORKLOAD)
     env = clean_env({"COMPILECACHE_REPORT": "1"}, pythonpath=[folder])
@@ -583,7 +583,15 @@ def test_unusable_cache_dir_is_a_one_line_error(tmp_path: Path, where: str) -> N
 
 
 def test_warm_module_does_not_import_jax() -> None:
-    modules = "compilecache, compilecache.jobtools.warm, compilecache.envcmd, compilecache.demo, compilecache.runtime"
+    modules = ", ".join(
+        [
+            "compilecache",
+            "compilecache.jobtools.warm",
+            "compilecache.training.envcmd",
+            "compilecache.local.demo",
+            "compilecache.training.runtime",
+        ]
+    )
     code = f"import sys, {modules}; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"

@@ -24,7 +24,7 @@ import yaml
 
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.cache.errors import WarmError
-from compilecache.cli import build_parser
+from compilecache.cli.main import build_parser
 from compilecache.controller import jobs, status
 from compilecache.controller.api import parse_spec
 from compilecache.jobtools.scriptrun import DEFAULT_BUDGET, StopRule, stop_reason

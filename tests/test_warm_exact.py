@@ -389,7 +389,7 @@ def test_donation_is_unchecked_only_for_training_args_through_the_warmer_s_own_j
 
 
 def test_cli_parses_the_exact_mode_flags() -> None:
-    from compilecache.cli import build_parser
+    from compilecache.cli.main import build_parser
 
     args = build_parser().parse_args(
         ["warm", "--cache-dir", "/c", "--script", "pkg.train:main", "--steps", "3", "--step-fn", "step", "--", "-x"]

@@ -68,7 +68,7 @@ def test_verify_that_requested_fewer_compiles_than_the_warm_fails() -> None:
 
 def test_the_step_deadline_comes_from_the_flag_else_the_environment() -> None:
     from compilecache.cache.errors import WarmError
-    from compilecache.cli import build_parser
+    from compilecache.cli.main import build_parser
     from compilecache.jobtools.warm import _exact_mode_from_env, _script_request
 
     def parsed(*flags: str) -> argparse.Namespace:

@@ -3,6 +3,6 @@
 Importing the package loads no JAX: the operator imports it too.
 """
 
-from compilecache.target import Target, abstract
+from compilecache.jobtools.target import Target, abstract
 
 __all__ = ["Target", "abstract"]

@@ -2,7 +2,7 @@
 
 JAX's cache events (``jax.monitoring``) and its miss log name a program only by its module name and
 a hash. To say *what* differs on a miss, the warm-up (exact mode: :mod:`compilecache.jobtools.scriptrun`)
-and the trainer (:mod:`compilecache.trainer`) need the arguments of the program being compiled. In
+and the trainer (:mod:`compilecache.training.verdict`) need the arguments of the program being compiled. In
 jax 0.10 every ``jax.jit`` call that compiles, and every ``lowered.compile()``, goes through
 ``pxla.MeshComputation.compile``, which calls ``compiler.compile_or_get_cached`` (the persistent
 cache lookup: its request, hit and miss events and log lines) in the same thread. :func:`install`

@@ -13,7 +13,7 @@ over JSON-able dicts (tested without JAX).
 (the exact mode's warm-up and the trainer, :mod:`compilecache.cache.compilehook`).
 It imports JAX only inside the function: this module belongs to the cache
 format, which the operator imports too. Users: the warmer and verify
-(:mod:`compilecache.jobtools`) and the trainer's own verdict (:mod:`compilecache.runtime`).
+(:mod:`compilecache.jobtools`) and the trainer's own verdict (:mod:`compilecache.training.runtime`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from compilecache.cache import expiry
-from compilecache.controller import gates, podstate, trainer
+from compilecache.controller import gates, podstate, reports
 from compilecache.controller import status as status_
 
 logger = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class Metrics:
         released = str((meta.get("annotations") or {}).get(gates.ANNOTATION_RELEASED) or "")
         if released.startswith(gates.GATE_TIMEOUT) and _first_time(seen.timeouts, uid):
             self.gate_timeouts.labels(*key).inc()
-        report = trainer.pod_report(pod)
+        report = reports.pod_report(pod)
         if report is not None and _first_time(seen.pods, uid):
             self.training_requests.labels(*key).inc(report.requests)
             self.training_hits.labels(*key).inc(report.hits)

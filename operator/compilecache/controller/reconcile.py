@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.controller import act, gates, metrics, trainer
+from compilecache.controller import act, gates, metrics, reports
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
 from compilecache.controller.policy import DEFAULT, Policy, bounded
@@ -72,8 +72,8 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     consumers = act.release(client, cache, decided, pods)
     new = dict(decided.status)
     if consumers is not None:  # else the last counts stand
-        # What finished training pods reported (trainer.py) joins the gate counts.
-        new["consumers"] = consumers | trainer.consumer_counts(pods)
+        # What finished training pods reported (reports.py) joins the gate counts.
+        new["consumers"] = consumers | reports.consumer_counts(pods)
     try:
         act.record(client, cache, new, decided.events)
     except ApiError as exc:

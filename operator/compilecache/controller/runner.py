@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if not {"-h", "--help"} & set(args.passthrough):
         problem = credentials_problem(os.environ, Path.home(), Path.is_file)
         if problem:
-            from compilecache.clierrors import UsageError
+            from compilecache.cli.errors import UsageError
 
             raise UsageError(problem)
     import kopf.cli  # here, not at the top: `compilecache warm` must not pay for kopf

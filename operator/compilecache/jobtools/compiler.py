@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compilecache.cache.errors import WarmError
-from compilecache.target import Target
+from compilecache.jobtools.target import Target
 
 if TYPE_CHECKING:
     from compilecache.jobtools.progress import Progress

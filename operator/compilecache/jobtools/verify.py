@@ -19,7 +19,7 @@ from typing import Any
 from compilecache.cache.entries import entry_module, entry_name
 from compilecache.cache.keydiff import arg_label, closest_difference, display_name, first_difference
 from compilecache.jobtools.compiler import SETUP_TARGET, TargetRun
-from compilecache.target import Target
+from compilecache.jobtools.target import Target
 
 # Verify must never write into the live cache: JAX writes with a plain write.
 # The minimum entry size is not part of the cache key, so raising it turns the

@@ -34,7 +34,7 @@ succeeded (:mod:`compilecache.jobtools.multihost`; docs/multihost.md).
 
 Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment (a full disk included),
 3 verify found a miss, 4 an unsound entry (nothing published), 130 interrupted
-(:mod:`compilecache.clierrors`). Progress lines go to stdout (:mod:`compilecache.jobtools.progress`).
+(:mod:`compilecache.cli.errors`). Progress lines go to stdout (:mod:`compilecache.jobtools.progress`).
 """
 
 from __future__ import annotations
@@ -537,9 +537,9 @@ def _compile_workloads(
     os.environ.update(staging_env)
     from compilecache.jobtools.compiler import CacheEvents, TargetRun, compile_targets, environment_facts
     from compilecache.jobtools.progress import Progress, local_entry_bytes
+    from compilecache.jobtools.target import Target, check_unique
     from compilecache.jobtools.workload import load_targets
-    from compilecache.runtime import apply_env
-    from compilecache.target import Target, check_unique
+    from compilecache.training.runtime import apply_env
 
     apply_env(dict(staging_env))
     if group is not None:

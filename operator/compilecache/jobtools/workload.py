@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from compilecache.cache.errors import WarmError
-from compilecache.target import Target, check_target
+from compilecache.jobtools.target import Target, check_target
 
 _SPEC = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
 

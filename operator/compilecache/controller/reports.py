@@ -21,7 +21,7 @@ from typing import Any
 SCHEMA = "compilecache.dev/trainer/v1"
 FINISHED_PHASES = ("Succeeded", "Failed")
 REASON_CHARS = 300  # status.consumers.lastMissReason (the CRD's maxLength)
-NOT_WARMED = "not warmed"  # compilecache.trainer.NOT_WARMED (that module imports JAX's side; this one never)
+NOT_WARMED = "not warmed"  # compilecache.training.verdict.NOT_WARMED (that module imports JAX's side; this one never)
 NOT_WARMED_FIX = "it runs after the warmed steps; warm whole epochs (steps: auto) or more steps"
 
 

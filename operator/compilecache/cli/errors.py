@@ -69,7 +69,7 @@ def guarded(prog: str, command: Callable[[], int]) -> int:
         return error.exit_code
 
 
-def known_env_names(roots: Iterable[Path] = (Path(__file__).parent,)) -> set[str]:
+def known_env_names(roots: Iterable[Path] = (Path(__file__).parent.parent,)) -> set[str]:
     """Every ``COMPILECACHE_*`` name the package's source mentions: the variables something reads.
 
     Read from the source rather than kept as a list, so that a module that starts reading a new

@@ -1,9 +1,9 @@
 """What a training process calls if it prefers a call to environment variables.
 
-``compilecache.runtime.enable()`` applies exactly the settings of
+``compilecache.training.runtime.enable()`` applies exactly the settings of
 :func:`compilecache.cache.cacheenv.trainer_env` through ``jax.config``, so a process
 configured either way computes the same cache keys as the warmer, and installs the trainer's
-report (:mod:`compilecache.trainer`: one line of hits and misses at exit).
+report (:mod:`compilecache.training.verdict`: one line of hits and misses at exit).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def enable(
         del env[REPORT]
     apply_env(env)
     if report:
-        from compilecache import trainer
+        from compilecache.training import verdict
 
-        trainer.install()
+        verdict.install()
     return env

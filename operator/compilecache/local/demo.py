@@ -323,7 +323,7 @@ def _model_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _repo_root(given: str | None) -> Path:
-    candidates = [Path(given)] if given else [Path.cwd(), Path(__file__).resolve().parents[2]]
+    candidates = [Path(given)] if given else [Path.cwd(), Path(__file__).resolve().parents[3]]
     for candidate in candidates:
         if (candidate / "examples" / "workloads" / "transformer.py").is_file():
             return candidate.resolve()

@@ -4,7 +4,7 @@ Loaded with no change to the training code: the package declares this module und
 ``jax_plugins`` entry-point group, and JAX imports it and calls :func:`initialize` when it first
 initialises its backends (``jax/_src/xla_bridge.py`` ``discover_pjrt_plugins``). It does nothing
 unless the process has ``COMPILECACHE_REPORT`` set (the webhook and ``compilecache env`` set it;
-warm-up Jobs do not). :func:`compilecache.runtime.enable` installs it too.
+warm-up Jobs do not). :func:`compilecache.training.runtime.enable` installs it too.
 
 Counting is JAX's own: the ``jax.monitoring`` events ``compile_requests_use_cache`` and
 ``cache_hits`` (misses = requests − hits; JAX's ``cache_misses`` event fires only on a write). The

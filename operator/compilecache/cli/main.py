@@ -4,7 +4,7 @@ Each sub-command module exposes ``add_arguments(parser)`` and ``run(args) -> int
 A module that sets ``PASSES_UNKNOWN_ARGS = True`` gets the arguments it does not
 declare in ``args.passthrough`` (``compilecache operator`` hands them to ``kopf run``).
 No module may import JAX or kopf at its top: every one is imported to build the parser.
-How a command fails (one-line errors, exit codes, Ctrl-C) lives in :mod:`compilecache.clierrors`.
+How a command fails (one-line errors, exit codes, Ctrl-C) lives in :mod:`compilecache.cli.errors`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compilecache.clierrors import EXIT_CODES_HELP, OneLineParser, guarded, warn_unread_env
+from compilecache.cli.errors import EXIT_CODES_HELP, OneLineParser, guarded, warn_unread_env
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Command:
 GROUPS: dict[str, dict[str, Command]] = {
     "Try it on this machine": {
         "demo": Command(
-            "compilecache.demo",
+            "compilecache.local.demo",
             "the whole loop on a local cluster: operator, warm-up and expiry Jobs, a training pod",
             "compilecache demo",
         ),
@@ -58,7 +58,7 @@ GROUPS: dict[str, dict[str, Command]] = {
     },
     "On the training side": {
         "env": Command(
-            "compilecache.envcmd",
+            "compilecache.training.envcmd",
             "print the JAX cache environment a training process needs",
             'eval "$(compilecache env --cache-dir /var/cache/compilecache)"',
         ),
@@ -134,7 +134,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     warn_unread_env(prog)
     code: int = guarded(prog, lambda: args._module.run(args))
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
