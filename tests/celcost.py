@@ -180,7 +180,9 @@ def touched(rule: str, self_schema: Schema, *, root: bool = False) -> list[Schem
 
 def _estimate(rule: str, self_schema: Schema, *, root: bool) -> tuple[int, list[Schema]]:
     schema = _with_object_meta(self_schema) if root else self_schema
-    coster = _Coster({"self": Value(schema=schema, kind=_kind(schema))})
+    # A transition rule's oldSelf is the same node of the stored object: same schema, same bounds.
+    value = Value(schema=schema, kind=_kind(schema))
+    coster = _Coster({"self": value, "oldSelf": value})
     cost, _ = coster.cost(_PARSER.parse(rule))
     return cost, coster.touched
 

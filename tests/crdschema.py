@@ -396,6 +396,31 @@ def compile_rule(rule: str) -> celpy.Runner:
     return env.program(env.compile(rule))
 
 
+def is_transition_rule(rule: str) -> bool:
+    """Whether ``rule`` compares with the stored object (reads ``oldSelf``)."""
+    return re.search(r"\boldSelf\b", rule) is not None
+
+
+def update_violations(schema: Schema, old: Any, new: Any) -> list[Violation]:
+    """The transition rules an update from ``old`` to ``new`` (both defaulted) breaks.
+
+    kube-apiserver binds ``oldSelf`` to the stored value at the rule's node and skips the rule
+    where the stored object has no value there (Kubernetes docs, "Transition rules").
+    """
+    before = {where: value for where, _, value in _iter_values(schema, old, "")}
+    found: list[Violation] = []
+    for where, node, value in _iter_values(schema, new, ""):
+        for rule in node.get("x-kubernetes-validations", []):
+            if not is_transition_rule(rule["rule"]) or where not in before:
+                continue
+            bound = {"self": json_to_cel(value), "oldSelf": json_to_cel(before[where])}
+            result = compile_rule(rule["rule"]).evaluate(bound)
+            if not (isinstance(result, BoolType) and bool(result)):
+                message = rule.get("message") or f"failed rule: {rule['rule']}"
+                found.append(Violation(where, "cel", " ".join(message.split())))
+    return found
+
+
 def eval_rule(rule: str, value: Any) -> bool:
     """Evaluate ``rule`` with ``self`` bound to ``value`` (JSON data).
 
@@ -421,6 +446,11 @@ def cel_violations(schema: Schema, obj: Any, path: str = "") -> list[Violation]:
     found: list[Violation] = []
     for where, node, value in _iter_values(schema, obj, path):
         for rule in node.get("x-kubernetes-validations", []):
+            if is_transition_rule(rule["rule"]):
+                # Validation here is of a creation: kube-apiserver runs a rule that reads oldSelf only on
+                # an update, when the old object has a value there ("Transition rules", Kubernetes docs:
+                # "CustomResourceDefinition ... Validation rules ... Transition rules").
+                continue
             try:
                 ok = eval_rule(rule["rule"], value)
             except CELEvalError as error:

@@ -31,6 +31,7 @@ from crdschema import (
     schema_violations,
     structural_violations,
     undescribed_fields,
+    update_violations,
     validate,
 )
 
@@ -758,10 +759,28 @@ def test_bad_spec_is_rejected(mutate: Callable[[dict[str, Any]], None], path: st
     assert text in found[0].message
 
 
+# Updates the transition rules (oldSelf) refuse: (id, field changed, old value, new value, message start).
+BAD_UPDATES: list[tuple[str, str, Any, Any, str]] = [
+    ("framework-changed", "framework", "jax", "pytorch", "framework cannot be changed"),
+]
+
+
+@pytest.mark.parametrize(("field", "old", "new", "text"), [c[1:] for c in BAD_UPDATES], ids=[c[0] for c in BAD_UPDATES])
+def test_bad_update_is_rejected_and_an_unchanged_one_is_not(field: str, old: Any, new: Any, text: str) -> None:
+    before, after = copy.deepcopy(BASE), copy.deepcopy(BASE)
+    _set(field, old)(before)
+    _set(field, new)(after)
+    assert validate(SCHEMA, after) == [], "the new object alone must be valid: only the change is refused"
+    found = update_violations(SCHEMA, apply_defaults(SCHEMA, before), apply_defaults(SCHEMA, after))
+    assert [(v.path, v.kind) for v in found] == [(f"spec.{field}", "cel")], [str(v) for v in found]
+    assert found[0].message.startswith(text)
+    assert update_violations(SCHEMA, apply_defaults(SCHEMA, after), apply_defaults(SCHEMA, after)) == []
+
+
 def test_every_rule_is_exercised_by_a_bad_case() -> None:
     # A rule no bad case trips could be always-true (e.g. a typo'd field under has()).
     messages = {" ".join(rule["message"].split()) for _, rule in iter_rules(SCHEMA)}
-    tripped = {text for _, _, _, kind, text in BAD_CASES if kind == "cel"}
+    tripped = {text for _, _, _, kind, text in BAD_CASES if kind == "cel"} | {c[-1] for c in BAD_UPDATES}
     untested = {m for m in messages if not any(m.startswith(t) for t in tripped)}
     assert untested == set()
 

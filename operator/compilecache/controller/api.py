@@ -275,6 +275,8 @@ class Consumers:
 
 # spec.concurrencyPolicy, as a CronJob's (no Allow: two warm-ups of one cache would race on its entries).
 CONCURRENCY_POLICIES = ("Forbid", "Replace")
+# spec.framework: whose compile cache the resource warms (fixed at creation by the CRD's CEL rule).
+FRAMEWORKS = ("jax", "pytorch")
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,7 @@ class CacheSpec:
     concurrency_policy: str = "Forbid"  # a slot while a refresh runs: skip it (Forbid) or replace the run (Replace)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     consumers: Consumers = field(default_factory=Consumers)
+    framework: str = "jax"
 
     @property
     def cache_dir(self) -> str:
@@ -381,7 +384,11 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     concurrency = spec.get("concurrencyPolicy", "Forbid")
     if concurrency not in CONCURRENCY_POLICIES:
         raise SpecError("spec.concurrencyPolicy", f"must be one of {list(CONCURRENCY_POLICIES)}, got {concurrency!r}")
+    framework = spec.get("framework", "jax")
+    if framework not in FRAMEWORKS:
+        raise SpecError("spec.framework", f"must be one of {list(FRAMEWORKS)}, got {framework!r}")
     return CacheSpec(
+        framework=framework,
         pvc=pvc,
         gcs=gcs,
         mount_path=mount_path,
