@@ -55,6 +55,7 @@ import copy
 import dataclasses
 import datetime
 import json
+import logging
 import random
 import re
 import uuid
@@ -208,6 +209,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        # aiohttp logs every request at INFO ("aiohttp.access"): with an operator's logging set up in
+        # the same process, each watch and patch became a line of noise in tests and the demo.
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
         # kmock guesses no action for PUT, so it would fall through to "endpoint not found".
         self.fallback[kmock.method.PUT] << self._serve_replace
 
