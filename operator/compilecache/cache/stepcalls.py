@@ -52,6 +52,8 @@ class CountingJitted:
     ) -> None:
         self._jitted, self._before, self._after = jitted, before, after
         functools.update_wrapper(self, jitted)
+        # The original's own: code that reaches the plain function (`train_step.__wrapped__(x)`) still does.
+        self.__wrapped__ = getattr(jitted, "__wrapped__", jitted)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._before is not None:
