@@ -9,6 +9,11 @@ operator reads it from the pods a pass lists anyway, and training pods need no A
 credentials. A container may write other text there too: the last line that parses
 as the schema counts. ``status.consumers`` gets the totals over the finished pods
 that exist now (as its other counts); ``metrics.py`` counts each pod once.
+
+Where the trainer counted calls of the warm-up's step function, each missed item carries the
+``step`` it was first missed at and the report the ``warmed_steps`` (N or ``auto``):
+``lastMissReason`` then says what to change (:func:`not_warmed_fix`: ``set steps >= 18``, or raise
+the budget) instead of the general advice.
 """
 
 from __future__ import annotations

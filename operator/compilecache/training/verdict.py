@@ -17,6 +17,9 @@ recorded under the same name (:func:`compilecache.cache.keydiff.closest_differen
 side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
 program warmed under another key, or a program not warmed at all; an entry that was in the cache
 but JAX could not read is "entry corrupt" (:func:`_entry_present`), whatever the manifests say.
+Each miss also records at which step it came: the calls of the exact warm-up's step function
+that had returned (:mod:`compilecache.training.stepcount`, installed here when the manifests name
+one; left out otherwise).
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
 60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
