@@ -8,10 +8,11 @@ a script path (run as ``__main__``) or ``module:function`` (called with no
 arguments, ``sys.argv`` set to ARGS).
 
 The exact warm mode: with ``"steps": N`` in the request, the jitted function
-named ``"step_fn"`` (``jax.jit(f)`` with ``f.__name__ == step_fn``) is counted,
-and once its N-th call has returned and its result is ready the entrypoint is
-stopped with :class:`StopWarm` (a ``SystemExit(0)``). Every compile the first N
-steps needed has then happened, and JAX writes each entry right after
+named ``"step_fn"`` (``jax.jit(f)`` with ``f.__name__ == step_fn``) is counted (by the wrapper
+the trainer uses too, :mod:`compilecache.cache.stepcalls`; the run's manifest records the step
+function and the steps, so that a trainer counts the same calls), and once its N-th call has
+returned and its result is ready the entrypoint is stopped with :class:`StopWarm` (a
+``SystemExit(0)``). Every compile the first N steps needed has then happened, and JAX writes each entry right after
 compiling it, before running it — so nothing is lost by stopping; the parent
 checks and publishes the staged entries only after this process has exited.
 
