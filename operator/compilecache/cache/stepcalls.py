@@ -111,7 +111,10 @@ def own_modules(modules: Mapping[str, ModuleType] | None = None) -> list[ModuleT
     for name, module in modules.items():
         if name == "__main__" or name.split(".")[0] in ("compilecache", "jax", "jaxlib"):
             continue
-        where = getattr(module, "__file__", None)
+        try:
+            where = getattr(module, "__file__", None)
+        except Exception:  # a module-level __getattr__ that raises
+            continue
         if isinstance(where, str) and not where.startswith(installed) and module not in found:
             found.append(module)
     return found
@@ -130,7 +133,11 @@ def rebind_globals(modules: Iterable[ModuleType], names: Iterable[str], wrap: Ca
         if not isinstance(namespace, dict):
             continue
         for key, value in list(namespace.items()):
-            if jitted_name(value) in wanted:
+            try:
+                name = jitted_name(value)
+            except Exception:  # a lazy proxy whose attributes raise: not a jitted function of ours
+                continue
+            if name in wanted:
                 namespace[key] = wrap(value)
                 rebound += 1
     return rebound
