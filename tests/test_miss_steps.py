@@ -248,3 +248,23 @@ def test_rebinding_reaches_jitted_globals_only() -> None:
     assert isinstance(module.train_step, CountingJitted) and module.plain is train_step
     assert jitted_name(module.train_step) is None  # never wrapped twice
     assert module.train_step.lower(1.0) is not None and module.train_step.__wrapped__ is train_step
+
+
+def test_the_script_s_own_modules_are_searched_not_installed_packages() -> None:
+    import sysconfig
+
+    from compilecache.cache.stepcalls import own_modules
+
+    def module(name: str, where: str | None) -> types.ModuleType:
+        made = types.ModuleType(name)
+        made.__file__ = where
+        return made
+
+    main = module("__main__", "/app/train.py")
+    mine = module("model", "/app/model.py")
+    installed = module("flax.linen", f"{sysconfig.get_paths()['purelib']}/flax/linen/__init__.py")
+    stdlib = module("json", f"{sysconfig.get_paths()['stdlib']}/json/__init__.py")
+    ours = module("compilecache.training.verdict", "/src/operator/compilecache/training/verdict.py")
+    built_in = module("sys", None)
+    found = own_modules({m.__name__: m for m in (main, mine, installed, stdlib, ours, built_in)})
+    assert found == [main, mine]
