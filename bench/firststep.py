@@ -20,10 +20,10 @@ run with ``--xla_gpu_autotune_level=0`` against the plain cold run; ``n/a`` else
 figure is printed with its ratio to the cold run of the same invocation. Lines are
 ``key=value`` pairs, so CI (tests/test_bench_firststep.py) parses them.
 
-The multi-host key questions (do two processes of one job ask for the same keys? does one
-process compiling with ``jax_mock_gpu_topology`` produce the keys an N-process run asks for?)
-need a GPU; on the CPU the answers are measured by tests/test_multihost_keys.py, and this prints
-that instead.
+Part two, the multi-host key questions (do two processes of one job ask for the same keys? does
+one process compiling with ``jax_mock_gpu_topology`` produce the keys an N-process run asks for?),
+is ``bench/multihost_keys.py``, run here after the examples unless ``--no-multihost`` (it also runs
+alone). Its groups run on the CPU; the GPU answers are still to be measured.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests"), str(REPO / "bench")]
 
 import multihost  # noqa: E402  (bench/multihost.py: the same group, and its warm-up)
+import multihost_keys  # noqa: E402  (bench/multihost_keys.py: part two)
 from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
 from compilecache.local.demo import train_result  # noqa: E402
 from groupharness import distributed_cpu_problem, free_port, require_success, run_processes  # noqa: E402
@@ -194,16 +195,6 @@ def _ratio(value: float, base: float) -> str:
     return f"{value / base:.3f}" if base > 0 else "n/a"
 
 
-def multihost_keys_answer(backend: str) -> str:
-    """Part two: the multi-host key questions, answered only where they can be (see the docstring)."""
-    if backend != "gpu":
-        return (
-            "multihost-keys: needs a GPU (on the CPU: per-process keys differ, and one 4-device process "
-            "does not produce a 2x2 group's keys; measured by tests/test_multihost_keys.py)"
-        )
-    return "multihost-keys: not measured yet on a GPU by this benchmark (see docs/benchmarks.md)"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4, help="transformer layers (MODEL_LAYERS)")
@@ -232,14 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_multihost and problem is None:
             # The group runs on the CPU (one device per process): a 1-GPU machine cannot hold two.
             examples.append(("multihost-2proc", group, lambda cache, d: multihost.warm(cache, layers, d)))
-        backend = "?"
         for name, runner, fill in examples:
             figures = measure(name, runner, fill, args.repeat, scratch)
-            backend = figures["backend"]
             print("\n".join(summary(figures)), flush=True)
         if args.no_multihost or problem is not None:
             print(f"example=multihost-2proc skipped: {problem or '--no-multihost'}")
-        print(multihost_keys_answer(backend))
+            print(f"multihost-keys skipped: {problem or '--no-multihost'} (bench/multihost_keys.py alone answers them)")
+        else:
+            # Part two: the key questions, on the CPU whatever the backend (docs/benchmarks.md).
+            print("\n".join(multihost_keys.report(multihost_keys.measure(scratch / "keys"))), flush=True)
     return 0
 
 

@@ -7,7 +7,10 @@
   executable, so nothing but the wrapper is timed against the bare method;
 - the cost of reading a missed program's signature (:func:`signature_of_computation`), which the
   trainer pays only on a miss, for a state of ``--leaves`` arrays (Flax lm1b's ``TrainState`` has 90);
-- the cold compile time of that program, the cost the signature is compared with.
+- the cold compile time of that program, the cost the signature is compared with;
+- the cost, on every call of the step function, of counting its calls (the trainer's step count:
+  :class:`compilecache.cache.stepcalls.CountingJitted` around the jitted step), against a bare call
+  of the same compiled step.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def main() -> None:
 
     from compilecache.cache import compilehook
     from compilecache.cache.keydiff import signature_of_computation
+    from compilecache.cache.stepcalls import CountingJitted
 
     state = {"step": 0, "params": [jnp.ones((16, 16)) for _ in range(args.leaves - 1)]}
 
@@ -59,12 +63,38 @@ def main() -> None:
     hooked = _per_call(lambda: hooked_method(lowering), args.repeat)
     signature = _per_call(lambda: signature_of_computation(lowering), max(1, args.repeat // 20))
     hook_us = max(0.0, hooked - unhooked) * 1e6
+    # The smallest step (one tiny array), so that the wrapper is not lost in the step's own dispatch;
+    # rounds alternate between the bare and the counting call and the fastest round of each counts.
+    jitted = jax.jit(lambda x: x + 1.0)
+    tiny = jnp.ones((4,))
+    jax.block_until_ready(jitted(tiny))  # compiled once: both sides below time dispatch only
+    calls = [0]
+
+    def after(_: Any) -> None:  # what the trainer's counter does on each step (training/stepcount.py)
+        calls[0] += 1
+
+    counting = CountingJitted(jitted, after=after)
+    bare_rounds: list[float] = []
+    counted_rounds: list[float] = []
+    for _ in range(7):
+        for fn, rounds in ((jitted, bare_rounds), (counting, counted_rounds)):
+            start = time.perf_counter()
+            for _ in range(args.repeat):
+                fn(tiny)
+            jax.block_until_ready(fn(tiny))
+            rounds.append((time.perf_counter() - start) / (args.repeat + 1))
+    bare_step, counted_step = min(bare_rounds), min(counted_rounds)
+    count_us = max(0.0, counted_step - bare_step) * 1e6
     print(f"backend {jax.default_backend()}, {jax.device_count()} device(s), jax {jax.__version__}")
     print(f"cold compile of a {args.leaves}-leaf train_step: {compile_seconds * 1e3:.1f} ms")
     print(f"hook, every compile: {hook_us:.2f} us ({hook_us / (compile_seconds * 1e6) * 100:.4f} % of that compile)")
     print(
         f"signature, on a miss only: {signature * 1e3:.3f} ms "
         f"({signature / compile_seconds * 100:.2f} % of that compile)"
+    )
+    print(
+        f"step count, every step call: {count_us:.2f} us "
+        f"(a bare call of a one-array step: {bare_step * 1e6:.1f} us; a training step takes milliseconds)"
     )
 
 

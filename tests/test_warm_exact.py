@@ -420,11 +420,11 @@ def test_the_step_is_found_by_name_through_partials() -> None:
     """lm1b and the example transformer jit a functools.partial of their step: it has no __name__."""
     import functools
 
-    from compilecache.jobtools.scriptrun import _function_name
+    from compilecache.cache.stepcalls import function_name
 
     def _train_step(params: Any, batch: Any, *, lr: float) -> Any:
         return params
 
-    assert _function_name(_train_step) == "_train_step"
-    assert _function_name(functools.partial(functools.partial(_train_step, lr=0.1), None)) == "_train_step"
-    assert _function_name(object()) is None
+    assert function_name(_train_step) == "_train_step"
+    assert function_name(functools.partial(functools.partial(_train_step, lr=0.1), None)) == "_train_step"
+    assert function_name(object()) is None

@@ -9,6 +9,11 @@ operator reads it from the pods a pass lists anyway, and training pods need no A
 credentials. A container may write other text there too: the last line that parses
 as the schema counts. ``status.consumers`` gets the totals over the finished pods
 that exist now (as its other counts); ``metrics.py`` counts each pod once.
+
+Where the trainer counted calls of the warm-up's step function, each missed item carries the
+``step`` it was first missed at and the report the ``warmed_steps`` (N or ``auto``):
+``lastMissReason`` then says what to change (:func:`not_warmed_fix`: ``set steps >= 18``, or raise
+the budget) instead of the general advice.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 REASON_CHARS = 300  # status.consumers.lastMissReason (the CRD's maxLength)
 NOT_WARMED = "not warmed"  # compilecache.training.verdict.NOT_WARMED (that module imports JAX's side; this one never)
 NOT_WARMED_FIX = "it runs after the warmed steps; warm whole epochs (steps: auto) or more steps"
+# The trainer counted calls of the warm-up's step function (training/stepcount.py): ``step`` is how
+# many had returned when the program first missed.
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,9 @@ class Report:
     missed: tuple[tuple[str, str], ...] = ()  # (compile name, why), at most 10
     summary: str = ""
     finished_at: str = ""
+    first_step: int | None = None  # calls of the step function returned at the first miss, when counted
+    step_fn: str = ""  # the step function whose calls were counted
+    warmed_steps: int | str | None = None  # what the warm-up ran: N steps, or "auto" (a budget)
 
     @property
     def miss_reason(self) -> str:
@@ -42,11 +53,32 @@ class Report:
         if not self.missed:
             return ""
         name, reason = self.missed[0]
+        step = self.first_step
         if reason == NOT_WARMED:
-            # The trainer cannot tell at which step (JAX runs a jitted step from C++, uncounted): the
-            # program ran after the warmed steps (an epoch-end evaluation, a gather every k steps).
-            return f"{name}: {reason}: {NOT_WARMED_FIX}"
+            return f"{name}: {reason}{not_warmed_fix(step, self.step_fn, self.warmed_steps)}"
+        if step:
+            reason = f"{reason} (at step {step})" if reason else f"at step {step}"
         return f"{name}: {reason}" if reason else name
+
+
+def not_warmed_fix(step: int | None, step_fn: str, warmed_steps: int | str | None) -> str:
+    """What to change for a program the warm-up never compiled, from the step it first missed at.
+
+    A warm-up with ``steps: N`` stops once the N-th call of the step function has returned, so a
+    program first compiled after k calls is cached by ``steps >= k + 1``. Without a counted step
+    (an AOT warm-up, a step function out of the trainer's reach) the advice stays general.
+    """
+    if step is None:
+        return f": {NOT_WARMED_FIX}"
+    if step == 0:
+        return (
+            ", compiled before the first step returned: the warm-up's run of the script never reached it "
+            "(skipped under COMPILECACHE_WARMUP, or other arguments)"
+        )
+    at = f", first compiled at step {step} (after {step} calls of {step_fn or 'the step function'})"
+    if warmed_steps == AUTO:
+        return f"{at}: the warm-up's budget ran out before it; raise workloads[].budget"
+    return f"{at}: set steps >= {step + 1}"
 
 
 def parse(message: str | None) -> Report | None:
@@ -75,12 +107,20 @@ def _report(document: Any) -> Report | None:
     requests, hits = _count(document.get("requests")), _count(document.get("hits"))
     if requests is None or hits is None:
         return None
+    items = [item for item in (document.get("missed") or [])[:10] if isinstance(item, dict)]
     missed = tuple(
-        (str(item.get("name") or "")[:REASON_CHARS], str(item.get("reason") or "")[:REASON_CHARS])
-        for item in (document.get("missed") or [])[:10]
-        if isinstance(item, dict)
+        (str(item.get("name") or "")[:REASON_CHARS], str(item.get("reason") or "")[:REASON_CHARS]) for item in items
     )
-    return Report(requests, min(hits, requests), missed, str(document.get("summary") or "")[:REASON_CHARS])
+    warmed = document.get("warmed_steps")
+    return Report(
+        requests,
+        min(hits, requests),
+        missed,
+        str(document.get("summary") or "")[:REASON_CHARS],
+        first_step=_count(items[0].get("step")) if items else None,
+        step_fn=str(document.get("step_fn") or "")[:100],
+        warmed_steps=warmed if warmed == AUTO or _count(warmed) is not None else None,
+    )
 
 
 def _count(value: Any) -> int | None:

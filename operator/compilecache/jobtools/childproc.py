@@ -70,6 +70,8 @@ def run_to_dict(run: TargetRun) -> dict[str, Any]:
         "checks_training": run.checks_training,
         "lowers_training_fn": run.lowers_training_fn,
         "signatures": run.signatures,
+        "step_fn": run.step_fn,
+        "steps": run.steps,
     }
 
 

@@ -62,6 +62,10 @@ class TargetRun:
     lowers_training_fn: bool = False
     # Exact mode: every program the entrypoint compiled, module name → its distinct signatures.
     signatures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Exact mode: the step function counted and the steps asked (N or "auto"); a trainer counts the
+    # same function's calls to say at which step it missed, and the status what to change.
+    step_fn: str = ""
+    steps: int | str | None = None
 
     def add_signature(self, module: str, signature: dict[str, Any]) -> None:
         """Record one compiled program's signature (each distinct one once)."""

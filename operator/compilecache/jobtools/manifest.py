@@ -63,6 +63,8 @@ def target_record(run: TargetRun, sizes: Mapping[str, int]) -> dict[str, Any]:
         "signature": dict(run.signature),
         # Exact mode: each program the entrypoint compiled (by module name), for the trainer's miss reasons.
         **({"signatures": dict(run.signatures)} if run.signatures else {}),
+        # Exact mode: which function's calls are the steps, and how many the warm-up ran ("auto": a budget).
+        **({"step_fn": run.step_fn, "steps": run.steps} if run.step_fn else {}),
     }
 
 

@@ -8,10 +8,11 @@ a script path (run as ``__main__``) or ``module:function`` (called with no
 arguments, ``sys.argv`` set to ARGS).
 
 The exact warm mode: with ``"steps": N`` in the request, the jitted function
-named ``"step_fn"`` (``jax.jit(f)`` with ``f.__name__ == step_fn``) is counted,
-and once its N-th call has returned and its result is ready the entrypoint is
-stopped with :class:`StopWarm` (a ``SystemExit(0)``). Every compile the first N
-steps needed has then happened, and JAX writes each entry right after
+named ``"step_fn"`` (``jax.jit(f)`` with ``f.__name__ == step_fn``) is counted (by the wrapper
+the trainer uses too, :mod:`compilecache.cache.stepcalls`; the run's manifest records the step
+function and the steps, so that a trainer counts the same calls), and once its N-th call has
+returned and its result is ready the entrypoint is stopped with :class:`StopWarm` (a
+``SystemExit(0)``). Every compile the first N steps needed has then happened, and JAX writes each entry right after
 compiling it, before running it — so nothing is lost by stopping; the parent
 checks and publishes the staged entries only after this process has exited.
 
@@ -62,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compilecache.cache.stepcalls import CountingJitted, patch_jit
 from compilecache.jobtools.resume import RESUMED_SUFFIX
 from compilecache.jobtools.workload import parse_spec
 
@@ -169,30 +171,21 @@ class StepCounter:
 
     def install(self) -> None:
         """Wrap ``jax.jit`` so that jitting ``step_fn`` returns a counting function."""
-        import jax
-
-        original = jax.jit
         counter = self
 
-        @functools.wraps(original)
-        def jit(fun: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if fun is None:  # jax.jit(donate_argnums=...) used as a decorator factory
-                return functools.partial(jit, *args, **kwargs)
-            jitted = original(fun, *args, **kwargs)
-            name = _function_name(fun)
+        def choose(_: Any, name: str | None, jitted: Any) -> Any:
             if (name or "<unnamed>") not in counter.seen:
                 counter.seen.append(name or "<unnamed>")
             if name != counter.step_fn:
                 if counter.wrapped or not counter.patience:
                     return jitted
-                return _CountingJitted(jitted, after=functools.partial(counter.other_call, name or "<unnamed>"))
+                return CountingJitted(jitted, after=functools.partial(counter.other_call, name or "<unnamed>"))
             counter.wrapped += 1
-            return _CountingJitted(jitted, before=counter.before_call, after=counter.after_call)
+            return CountingJitted(jitted, before=counter.before_call, after=counter.after_call)
 
-        # Patched on the module before the entrypoint imports anything, so both
-        # `jax.jit(...)` and `from jax import jit` in its code get the counting one.
-        # The jitted function itself is the original: same program, same cache key.
-        jax.jit = jit
+        # Patched before the entrypoint imports anything, so both `jax.jit(...)` and
+        # `from jax import jit` in its code get the counting one.
+        patch_jit(choose)
 
     def stepped(self) -> dict[str, Any]:
         """What the result reports of the step counting (read by :func:`step_failure`)."""
@@ -235,42 +228,6 @@ class StepCounter:
             raise StopWarm(reason, self.step_fn)
 
 
-def _function_name(fun: Any) -> str | None:
-    """The name of the function ``jax.jit`` was given, through ``functools.partial`` (lm1b's steps are partials)."""
-    while isinstance(fun, functools.partial):
-        fun = fun.func
-    name = getattr(fun, "__name__", None)
-    return name if isinstance(name, str) else None
-
-
-class _CountingJitted:
-    """A jitted function that reports its calls; everything else (``lower``…) is the original's."""
-
-    def __init__(
-        self,
-        jitted: Any,
-        *,
-        after: Callable[[Any], None],
-        before: Callable[[], None] | None = None,
-    ) -> None:
-        self._jitted, self._before, self._after = jitted, before, after
-        functools.update_wrapper(self, jitted)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._before is not None:
-            self._before()
-        result = self._jitted(*args, **kwargs)
-        self._after(result)
-        return result
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        # As jax's own jitted functions do: a jitted method binds its instance.
-        return self if obj is None else functools.partial(self, obj)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._jitted, name)
-
-
 def main(argv: Sequence[str]) -> int:
     """Child entry point."""
     from compilecache.cache import compilehook
@@ -289,6 +246,8 @@ def main(argv: Sequence[str]) -> int:
         if rule is not None
         else None
     )
+    if counter is not None:  # recorded in the manifest: the trainer counts the same function's calls
+        run.step_fn, run.steps = counter.step_fn, request.get("steps")
     if request.get("resumed"):  # the second run of a pair: its own target, matched by verify's second run
         run.name += RESUMED_SUFFIX
     code = 0

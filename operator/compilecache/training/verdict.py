@@ -17,6 +17,9 @@ recorded under the same name (:func:`compilecache.cache.keydiff.closest_differen
 side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
 program warmed under another key, or a program not warmed at all; an entry that was in the cache
 but JAX could not read is "entry corrupt" (:func:`_entry_present`), whatever the manifests say.
+Each miss also records at which step it came: the calls of the exact warm-up's step function
+that had returned (:mod:`compilecache.training.stepcount`, installed here when the manifests name
+one; left out otherwise).
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
 60, after the first: the first steps have compiled), it prints the line to stderr, so a run of
@@ -44,6 +47,7 @@ from compilecache.cache import compilehook, keysettings
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
 from compilecache.cache.entries import entry_module, entry_name
 from compilecache.cache.keydiff import closest_difference, display_name, signature_of_computation
+from compilecache.training.stepcount import StepCount, warmed_steps
 
 SCHEMA = "compilecache.dev/trainer/v1"
 # The same events jobtools/compiler.py counts for the warmer.
@@ -79,6 +83,11 @@ class Tally:
     # The environment's key settings at the first miss (keysettings.from_environment): what that
     # compile's key hashed, even if the script restores XLA_FLAGS before it exits.
     environment: dict[str, Any] | None = None
+    # Per miss: calls of the step function that had returned (stepcount), None where not counted.
+    steps: list[int | None] = field(default_factory=list)
+    # The step function(s) whose calls were counted, and the steps the warm-up ran (N or "auto").
+    step_fn: str = ""
+    warmed_steps: int | str | None = None
 
 
 class Recorder(logging.Filter):
@@ -95,6 +104,8 @@ class Recorder(logging.Filter):
         self._last_request = 0.0
         self._settled = threading.Condition(self._lock)
         self._watcher: threading.Thread | None = None
+        self.step_count: StepCount | None = None  # counting the warm-up's step function, if it recorded one
+        self.warmed: dict[str, Any] = {}  # step function → the steps the warm-up ran (stepcount.warmed_steps)
 
     def on_event(self, event: str, **_: object) -> None:
         """A ``jax.monitoring`` listener."""
@@ -118,11 +129,13 @@ class Recorder(logging.Filter):
                 signature = _missed_signature()  # on a miss only: the hot path of a hit pays nothing
                 corrupt = _entry_present(match[2])
                 environment = _environment() if self.tally.environment is None else None
+                step = self.step_count.calls if self.step_count is not None else None
                 with self._lock:
                     if corrupt:
                         self.tally.corrupt.add(len(self.tally.missed))
                     self.tally.missed.append(match[1])
                     self.tally.signatures.append(signature)
+                    self.tally.steps.append(step)
                     if self.tally.environment is None:
                         self.tally.environment = environment
         if not self.lowered_level:
@@ -142,6 +155,9 @@ class Recorder(logging.Filter):
         """A copy of the counts (events may still arrive from other threads)."""
         with self._lock:
             tally = self.tally
+            counter = self.step_count
+            counted = counter is not None and counter.counted
+            step_fn = ", ".join(counter.called) if counter is not None and counted else ""
             return Tally(
                 tally.requests,
                 tally.hits,
@@ -149,6 +165,10 @@ class Recorder(logging.Filter):
                 list(tally.signatures),
                 corrupt=set(tally.corrupt),
                 environment=tally.environment,
+                # A step function never called through a wrapper: its steps are unknown, not 0.
+                steps=list(tally.steps) if counted else [],
+                step_fn=step_fn,
+                warmed_steps=self.warmed.get(counter.called[0]) if counter is not None and counted else None,
             )
 
 
@@ -185,9 +205,26 @@ def install() -> Recorder:
         logger.addFilter(recorder)
         # Which program each compile request is for: read only when it misses (see _missed_signature).
         compilehook.install()
+        _count_steps(recorder)
         atexit.register(report_at_exit)
         _recorder = recorder
         return recorder
+
+
+def _count_steps(recorder: Recorder) -> None:
+    """Count calls of the step function the warm-up recorded, if it recorded one (never raises)."""
+    try:
+        import jax
+
+        cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
+        manifests = _read_manifests(str(cache_dir))[0] if cache_dir else []
+        recorder.warmed = warmed_steps(manifests)
+        if recorder.warmed:  # AOT targets only: no step function, no step to tell
+            counter = StepCount(recorder.warmed)
+            counter.install()
+            recorder.step_count = counter
+    except Exception as error:  # the counts and reasons stand without the steps
+        print(f"compilecache: steps not counted ({type(error).__name__}: {error})", file=sys.stderr, flush=True)
 
 
 def report_at_exit() -> None:
@@ -238,18 +275,29 @@ def verdict(
 ) -> dict[str, Any]:
     """The JSON result (pure): counts, up to 10 missed programs with a reason, and the one line.
 
-    ``unreadable``: why the cache's manifests could not be read, if they could not.
+    ``unreadable``: why the cache's manifests could not be read, if they could not. Where the step
+    function's calls were counted (``tally.steps``), each missed item carries ``step``: the calls
+    that had returned when it missed (0: before the first step returned), and the line says it
+    for a program first missed after the first step: ``eval_step (not warmed, first compiled at step 17)``.
     """
     signatures = tally.signatures + [None] * (len(tally.missed) - len(tally.signatures))
-    reasons = [
+    steps = tally.steps + [None] * (len(tally.missed) - len(tally.steps))
+    missed = [
         (
             _one_line(display_name(name)),
             ENTRY_CORRUPT
             if index in tally.corrupt
             else _one_line(miss_reason(name, here, manifests, signature, unreadable)),
+            step,
         )
-        for index, (name, signature) in enumerate(zip(tally.missed, signatures, strict=True))
+        for index, (name, signature, step) in enumerate(zip(tally.missed, signatures, steps, strict=True))
     ]
+    first_step: dict[tuple[str, str], int] = {}
+    for name, reason, step in missed:
+        if step is not None:
+            first_step.setdefault((name, reason), step)
+    # The line names each function once per reason, with the step its first miss came at.
+    reasons = [(name, _at_step(reason, first_step.get((name, reason)))) for name, reason, _ in missed]
     misses = tally.requests - tally.hits
     unnamed = max(0, misses - len(reasons))
     result: dict[str, Any] = {
@@ -257,10 +305,21 @@ def verdict(
         "requests": tally.requests,
         "hits": tally.hits,
         "misses": misses,
-        "missed": [{"name": _cut(name, 200), "reason": _cut(reason, 300)} for name, reason in _first(reasons)],
+        "missed": [
+            {"name": _cut(name, 200), "reason": _cut(reason, 300), **({} if step is None else {"step": step})}
+            for name, reason, step in _first(missed)
+        ],
         "summary": summary_line(tally.requests, tally.hits, reasons, unnamed),
     }
+    if tally.step_fn:  # what the steps count, and what the warm-up ran: the status says what to change
+        result["step_fn"] = _cut(tally.step_fn, 100)
+        result["warmed_steps"] = tally.warmed_steps
     return fit(result)
+
+
+def _at_step(reason: str, step: int | None) -> str:
+    """``not warmed, first compiled at step 17``; a miss before the first step returned reads as before."""
+    return reason if not step else f"{reason}, first compiled at step {step}"
 
 
 def miss_reason(
@@ -306,7 +365,7 @@ def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], u
     for name, reason in reasons:
         groups.setdefault(reason, []).append(name)
     parts = []
-    for reason in sorted(groups, key=lambda r: r == NOT_WARMED):  # the informative reasons first
+    for reason in sorted(groups, key=lambda r: r.startswith(NOT_WARMED)):  # the informative reasons first
         parts.append(f"{functions_named(groups[reason])} ({reason})")
     if unnamed:
         parts.append(f"{_programs(unnamed)} (not named: JAX's miss log was off)")
@@ -434,10 +493,13 @@ def _environment() -> dict[str, Any] | None:
         return None
 
 
-def _first(reasons: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    # The informative reasons first, each (name, reason) once, at most MAX_MISSED.
-    unique = list(dict.fromkeys(reasons))
-    return sorted(unique, key=lambda item: item[1] == NOT_WARMED)[:MAX_MISSED]
+def _first(missed: Sequence[tuple[str, str, int | None]]) -> list[tuple[str, str, int | None]]:
+    # The informative reasons first, each (name, reason) once with its first step, at most MAX_MISSED.
+    unique: dict[tuple[str, str], int | None] = {}
+    for name, reason, step in missed:
+        unique.setdefault((name, reason), step)
+    items = [(name, reason, step) for (name, reason), step in unique.items()]
+    return sorted(items, key=lambda item: item[1] == NOT_WARMED)[:MAX_MISSED]
 
 
 def _programs(count: int) -> str:
