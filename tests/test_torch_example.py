@@ -55,8 +55,9 @@ def test_the_examples_warm_and_train_the_same_model_with_the_same_threads() -> N
 
 
 def test_the_demo_table_reads_torchs_counts() -> None:
-    cold = {"first_step_seconds": 20.0, "fxgraph_hits": 0, "fxgraph_misses": 3, "autograd_hits": 0, "autograd_misses": 2}
-    warm = {"first_step_seconds": 4.0, "fxgraph_hits": 3, "fxgraph_misses": 0, "autograd_hits": 2, "autograd_misses": 0}
+    counts = ("fxgraph_hits", "fxgraph_misses", "autograd_hits", "autograd_misses")
+    cold = {"first_step_seconds": 20.0, **dict(zip(counts, (0, 3, 0, 2), strict=True))}
+    warm = {"first_step_seconds": 4.0, **dict(zip(counts, (3, 0, 2, 0), strict=True))}
     table = torchdemo.format_table(cold, warm, {"entries": 5, "bytes": 1234567})
     assert "FX graph hits/lookups     0/3                 3/3" in table
     assert "5.0x" in table and "5, 1,234,567" in table
