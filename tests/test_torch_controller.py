@@ -4,6 +4,7 @@ mutation of PyTorch consumers, and the refusal of JAX-only options (pure functio
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import kubernetes_validate
@@ -19,13 +20,17 @@ from compilecache.cache.cacheenv import (
     TORCH_SOURCE,
     torch_cache_env,
 )
-from compilecache.controller import admission, expiryjob, jobs
+from compilecache.controller import admission, expiryjob, jobs, plan, status
 from compilecache.controller.api import SpecError, parse_spec
+from compilecache.controller.kube import JOBS
 from compilecache.controller.pools import resolve_pools
+from crdschema import apply_defaults, load_crd, openapi_schema, validate
 from k8snames import KUBERNETES_VERSIONS
 from specs import cache, cache_spec, cluster
+from torchhelpers import ROOT
 
 MOUNT = "/var/cache/compilecache"
+SCHEMA = openapi_schema(load_crd(ROOT / "crds" / "compilecache.yaml"), "v1alpha1")
 SCRIPT = {"name": "train", "script": "examples/pytorch/train.py", "steps": 3, "args": ["--layers", "2"]}
 
 
@@ -197,12 +202,13 @@ def test_jax_consumers_are_unchanged() -> None:
     ("change", "field"),
     [
         ({"jax": {"xlaFlags": "--xla_foo=1"}}, "spec.warmup.jax.xlaFlags"),
-        ({"jax": {"minCompileTimeSecs": 0}}, "spec.warmup.jax.minCompileTimeSecs"),
+        ({"jax": {"minCompileTimeSecs": 1}}, "spec.warmup.jax.minCompileTimeSecs"),
         ({"workloads": [{"name": "aot", "entrypoint": "m:targets"}]}, "spec.warmup.workloads[0].entrypoint"),
         ({"workloads": [SCRIPT, {**SCRIPT, "name": "b", "stepFn": "step"}]}, "spec.warmup.workloads[1].stepFn"),
         ({"workloads": [{**SCRIPT, "resume": False}]}, "spec.warmup.workloads[0].resume"),
         ({"workloads": [{**SCRIPT, "resumeArgs": ["--restore"]}]}, "spec.warmup.workloads[0].resumeArgs"),
         ({"topologies": [{"hosts": 1}, {"hosts": 2}]}, "spec.warmup.topologies[1].hosts"),
+        ({"jobs": 4}, "spec.warmup.jobs"),
     ],
 )
 def test_jax_only_options_are_refused_for_pytorch_naming_the_field(change: dict[str, Any], field: str) -> None:
@@ -214,3 +220,54 @@ def test_jax_only_options_are_refused_for_pytorch_naming_the_field(change: dict[
     assert "pytorch" in str(caught.value)
     obj["spec"]["framework"] = "jax"
     parse_spec(obj["spec"])  # the same options are JAX's own
+
+
+def test_a_pytorch_spec_as_the_api_server_defaults_it_is_accepted() -> None:
+    """The CRD's defaults (``jax: {minCompileTimeSecs: 0, ...}``, ``jobs: 1``) are in every stored object."""
+    obj = apply_defaults(SCHEMA, torch_cache())
+    assert obj["spec"]["warmup"]["jax"] == {"minCompileTimeSecs": 0, "minEntrySizeBytes": 0}
+    assert obj["spec"]["warmup"]["jobs"] == 1 and obj["spec"]["warmup"]["topologies"] == [{"hosts": 1}]
+    assert [str(v) for v in validate(SCHEMA, obj)] == []
+    assert parse_spec(obj["spec"]).framework == "pytorch"
+
+
+def _through_the_loop(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """``plan()`` pass after pass, every Job finishing: (phase, status, created manifests) per pass."""
+    from test_plan import NOW, OURS, SUMMARY, expiry_pod, job_from, snapshot, with_status
+
+    claim = {"metadata": {"name": "jax-cache", "labels": OURS}, "status": {"phase": "Bound"}}
+    first = plan.plan(snapshot(obj), NOW)
+    warmups = tuple(job_from(c, "Complete") for c in first.creates if c.resource == JOBS)
+    second = plan.plan(snapshot(with_status(obj, first.status), claim=claim, jobs=warmups), NOW)
+    [create] = second.creates
+    expiry = job_from(create, "Complete")
+    third = plan.plan(
+        snapshot(
+            with_status(obj, second.status),
+            claim=claim,
+            jobs=warmups,
+            expiry_jobs=(expiry,),
+            expiry_pods=(expiry_pod(expiry, json.dumps(SUMMARY)),),
+        ),
+        NOW,
+    )
+    return [(d.status["phase"], dict(d.status), [dict(c.manifest) for c in d.creates]) for d in (first, second, third)]
+
+
+def test_status_and_gates_go_the_same_way_for_both_frameworks() -> None:
+    """Pending → Warming → Expiring → Ready with the same status fields; only the commands differ."""
+    workload = {"name": "train", "script": "train.py", "steps": 2}
+    jax = cache(warmup={**cache_spec()["warmup"], "workloads": [workload]})
+    torch = torch_cache(warmup={**cache_spec()["warmup"], "workloads": [workload]})
+    jax_loop, torch_loop = _through_the_loop(jax), _through_the_loop(torch)
+    assert [phase for phase, _, _ in torch_loop] == [phase for phase, _, _ in jax_loop] == [
+        status.WARMING, status.EXPIRING, status.READY,
+    ]  # fmt: skip
+    for (_, jax_status, _), (_, torch_status, _) in zip(jax_loop, torch_loop, strict=True):
+        assert set(torch_status) == set(jax_status)
+        assert torch_status.get("cache") == jax_status.get("cache")
+    [expiry] = torch_loop[1][2]
+    assert expiry["spec"]["template"]["spec"]["containers"][0]["command"][2:4] == ["--framework", "pytorch"]
+    # A Ready PyTorch cache lets its consumers start without a gate, as a JAX one does.
+    ready = torch | {"status": torch_loop[2][1]}
+    assert "schedulingGates" not in admission.mutate(training_pod(), ready).pod["spec"]

@@ -727,9 +727,16 @@ _JAX_ONLY_WORKLOAD_KEYS = ("entrypoint", "stepFn", "resume", "resumeArgs")
 
 
 def _refuse_jax_only(warmup: Mapping[str, Any]) -> None:
-    """Refuse, naming the field, a JAX-only option in a ``framework: pytorch`` spec (already parsed once)."""
-    for key in warmup.get("jax") or {}:
-        raise SpecError(f"spec.warmup.jax.{key}", "is a JAX setting; spec.framework is pytorch")
+    """Refuse, naming the field, a JAX-only option in a ``framework: pytorch`` spec (already parsed once).
+
+    Only values other than the defaults: the API server writes the CRD's defaults into every
+    object (``jax: {minCompileTimeSecs: 0, minEntrySizeBytes: 0}``, ``jobs: 1``).
+    """
+    for key, value in (warmup.get("jax") or {}).items():
+        if value:  # 0, "" and null are the defaults
+            raise SpecError(f"spec.warmup.jax.{key}", "is a JAX setting; spec.framework is pytorch")
+    if warmup.get("jobs", 1) != 1:  # parallel AOT compiles
+        raise SpecError("spec.warmup.jobs", "is a JAX setting (parallel AOT compiles); spec.framework is pytorch")
     for index, workload in enumerate(warmup["workloads"]):
         for key in _JAX_ONLY_WORKLOAD_KEYS:
             if key in workload:
