@@ -18,7 +18,7 @@ LOCK_PYTHON := 3.11
 # images/warmer-torch/Dockerfile pins the same version (tests/test_versions.py checks both).
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
+.PHONY: demo demo-pytorch test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
 
 # `venv --clear` when the venv's own python is not $(PYTHON)'s version: pip would otherwise reuse it.
 define MAKE_VENV
@@ -50,6 +50,11 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 demo: $(DEMO_STAMP)
 	$(BIN)/compilecache demo
 
+## The same loop for a PyTorch cache (docs/pytorch.md): torch ($(TORCH)) goes into the venv first.
+demo-pytorch: $(DEMO_STAMP)
+	$(BIN)/pip install --quiet -c $(LOCK) '$(TORCH)'
+	$(BIN)/compilecache demo --framework pytorch
+
 ## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip;
 ## 9-11 min on a 2-core machine).
 test: $(STAMP) tools
@@ -66,7 +71,7 @@ test-long: $(STAMP) tools
 ## Only the end-to-end tests: the real operator and Job commands on the local cluster, and two
 ## replicas under peering.
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py
+	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py tests/test_e2e_pytorch.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench examples

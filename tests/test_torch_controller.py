@@ -271,3 +271,10 @@ def test_status_and_gates_go_the_same_way_for_both_frameworks() -> None:
     # A Ready PyTorch cache lets its consumers start without a gate, as a JAX one does.
     ready = torch | {"status": torch_loop[2][1]}
     assert "schedulingGates" not in admission.mutate(training_pod(), ready).pod["spec"]
+
+
+def test_another_image_is_named_with_what_torchs_key_holds() -> None:
+    pod = training_pod()
+    pod["spec"]["containers"][0]["image"] = "registry.example/trainer:2.0"
+    [warning] = [w for w in admission.mutate(pod, torch_cache()).warnings if "warm-up's image" in w]
+    assert "a hash of torch's sources" in warning and "jax" not in warning

@@ -303,19 +303,27 @@ def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[
     return found
 
 
-def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str) -> str | None:
+# What of an image enters the cache keys, per spec.framework (image_difference's warning says it).
+IMAGE_KEY_PARTS = {
+    "jax": "the jax/jaxlib/plugin versions",
+    "pytorch": "a hash of torch's sources and triton/CUDA versions",
+}
+
+
+def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str, framework: str = "jax") -> str | None:
     """A warning when no container runs the warm-up's image (``spec.warmup.image``), else None.
 
-    JAX's cache key contains the jax, jaxlib and PJRT plugin versions, and the programs come from
-    the image's code: entries warmed by another image likely all miss. One container that runs
-    it is enough (the others may be sidecars); a pod without images (a template) is not judged.
+    JAX's cache key contains the jax, jaxlib and PJRT plugin versions (Inductor's, a hash of
+    torch's own sources and the triton and CUDA versions), and the programs come from the image's
+    code: entries warmed by another image likely all miss. One container that runs it is enough
+    (the others may be sidecars); a pod without images (a template) is not judged.
     """
     images = [str(c["image"]) for c in containers if c.get("image")]
     if not images or any(same_image(image, warmup_image) for image in images):
         return None
     return (
         f"no container runs the warm-up's image {warmup_image} (the pod runs {', '.join(dict.fromkeys(images))}): "
-        "the cache keys contain the jax/jaxlib/plugin versions, so entries warmed by another image likely miss"
+        f"the cache keys contain {IMAGE_KEY_PARTS[framework]}, so entries warmed by another image likely miss"
     )
 
 
@@ -427,7 +435,8 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
             skipped += settings_differences(container, spec)
 
     notes: list[str] = []
-    if image_note := image_difference([c for kind in kinds for c in pod_spec.get(kind) or []], spec.warmup.image):
+    containers = [c for kind in kinds for c in pod_spec.get(kind) or []]
+    if image_note := image_difference(containers, spec.warmup.image, spec.framework):
         notes.append(image_note)
     if spec.consumers.gate and not is_serving(cache):
         gates = pod_spec.setdefault("schedulingGates", [])
