@@ -11,6 +11,7 @@ checkout, every test here skips and says so.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,9 +114,11 @@ def test_the_training_pod_waits_then_hits_every_graph_through_its_local_copy(loo
     assert result["fxgraph_hits"] > 0 and result["fxgraph_misses"] == 0, result
     assert result["autograd_hits"] > 0 and result["autograd_misses"] == 0, result
     # The pod's own verdict (torch's runtime hook), in its log and its termination message, then the status.
-    assert f"compilecache: {result['fxgraph_hits']}/{result['fxgraph_hits']} graphs hit" in log, log[-2000:]
+    verdict = re.search(r"^compilecache: (\d+)/(\d+) graphs hit", log, re.MULTILINE)
+    assert verdict, log[-2000:]
     report = json.loads(pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"])
     assert report["schema"] == "compilecache.dev/trainer/v1" and report["hits"] == report["requests"] > 0, report
+    assert (int(verdict[1]), int(verdict[2])) == (report["hits"], report["requests"]), verdict[0]
     consumers = loop["consumers"]
     assert (consumers["hits"], consumers["requests"]) == (report["hits"], report["requests"]), consumers
 
