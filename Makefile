@@ -50,7 +50,8 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 demo: $(DEMO_STAMP)
 	$(BIN)/compilecache demo
 
-## The same loop for a PyTorch cache (docs/pytorch.md): torch ($(TORCH)) goes into the venv first.
+## The same loop for a PyTorch cache (docs/pytorch.md): torch ($(TORCH)) goes into the venv first
+## (the CPU wheel where pip finds one on disk, as on CI; from PyPI it is the CUDA build, several GB).
 demo-pytorch: $(DEMO_STAMP)
 	$(BIN)/pip install --quiet -c $(LOCK) '$(TORCH)'
 	$(BIN)/compilecache demo --framework pytorch
