@@ -12,8 +12,13 @@ DEMO_STAMP := $(VENV)/.installed-local-py$(VENV_PYTHON)
 LOCK := constraints.txt
 # The Python the lock is resolved for: CI's and the images' (tests/test_versions.py checks all three).
 LOCK_PYTHON := 3.11
+# PyTorch (the `torch` extra, spec.framework pytorch) is pinned here, not in the lock: a resolution
+# of torch from PyPI for Linux pulls its CUDA build and GBs of nvidia-* wheels into constraints.txt.
+# Pinned, pip takes the CPU wheel this project's CI machines have on disk (their pip find-links);
+# images/warmer-torch/Dockerfile pins the same version (tests/test_versions.py checks both).
+TORCH := torch==2.13.0
 
-.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
+.PHONY: demo demo-pytorch test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
 
 # `venv --clear` when the venv's own python is not $(PYTHON)'s version: pip would otherwise reuse it.
 define MAKE_VENV
@@ -29,6 +34,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(MAKE_VENV)
 	$(BIN)/pip install --quiet -c $(LOCK) --upgrade pip setuptools
 	$(BIN)/pip install --quiet -c $(LOCK) -e '.[test]'
+	$(BIN)/pip install --quiet -c $(LOCK) '$(TORCH)'
 	touch $(STAMP) $(DEMO_STAMP)
 
 # The demo needs only the local cluster (kmock, JAX), not the test tools: a quicker first install.
@@ -43,6 +49,12 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 ## `$(BIN)/compilecache demo --warmer-only` runs the warmer alone, without a cluster.
 demo: $(DEMO_STAMP)
 	$(BIN)/compilecache demo
+
+## The same loop for a PyTorch cache (docs/pytorch.md): torch ($(TORCH)) goes into the venv first
+## (the CPU wheel where pip finds one on disk, as on CI; from PyPI it is the CUDA build, several GB).
+demo-pytorch: $(DEMO_STAMP)
+	$(BIN)/pip install --quiet -c $(LOCK) '$(TORCH)'
+	$(BIN)/compilecache demo --framework pytorch
 
 ## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip;
 ## 9-11 min on a 2-core machine).
@@ -60,7 +72,7 @@ test-long: $(STAMP) tools
 ## Only the end-to-end tests: the real operator and Job commands on the local cluster, and two
 ## replicas under peering.
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py
+	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py tests/test_e2e_pytorch.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench examples
@@ -78,7 +90,7 @@ tools: $(STAMP)
 	@tools/install-helm.sh || echo "WARNING: helm not installed; the chart tests will skip (see .tools/helm.unavailable)"
 	@VENV=$(VENV) tools/install-hadolint.sh || echo "WARNING: hadolint not installed; the Dockerfile lint tests will skip"
 
-## The two images for a real cluster (docs/install.md), named as the chart expects them:
+## The images for a real cluster (docs/install.md), named as the chart expects them:
 ##   make push REGISTRY=registry.example.com/ml TAG=0.1.0
 ## then helm install with image.repository=$(REGISTRY)/compilecache-operator and image.tag=$(TAG).
 ## TAG defaults to the chart's appVersion, which is also the chart's default image tag.
@@ -87,25 +99,30 @@ TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' helm/co
 DOCKER ?= docker
 OPERATOR_IMAGE = $(REGISTRY)/compilecache-operator:$(TAG)
 WARMER_IMAGE = $(REGISTRY)/compilecache-warmer:$(TAG)
+WARMER_TORCH_IMAGE = $(REGISTRY)/compilecache-warmer-torch:$(TAG)
 
-## Build both images from the repository root (the context their Dockerfiles COPY from).
+## Build the images from the repository root (the context their Dockerfiles COPY from): the
+## operator, the JAX warmer and the PyTorch warmer (spec.framework pytorch).
 images:
 	$(DOCKER) build -f images/operator/Dockerfile -t $(OPERATOR_IMAGE) .
 	$(DOCKER) build -f images/warmer/Dockerfile -t $(WARMER_IMAGE) .
+	$(DOCKER) build -f images/warmer-torch/Dockerfile -t $(WARMER_TORCH_IMAGE) .
 
-## Build and push both images.
+## Build and push the images.
 push: images
 	$(DOCKER) push $(OPERATOR_IMAGE)
 	$(DOCKER) push $(WARMER_IMAGE)
+	$(DOCKER) push $(WARMER_TORCH_IMAGE)
 
 ## Copy the CRD (the one source of truth) into the Helm chart; tests/test_chart.py fails when they differ.
 crd-sync:
 	cp crds/compilecache.yaml helm/compilecache-operator/crds/compilecache.yaml
 
-## Re-resolve constraints.txt (pyproject.toml's extras + constraints.in) with uv, keeping the
-## current pins where they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to the newest.
+## Re-resolve constraints.txt (pyproject.toml's extras but `torch`, + constraints.in) with uv, keeping
+## the current pins where they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to the newest.
+## The extras are named, not --all-extras: the `torch` extra is pinned apart (TORCH above).
 lock: $(STAMP)
-	$(BIN)/uv pip compile pyproject.toml constraints.in --all-extras --python-version $(LOCK_PYTHON) $(LOCK_ARGS) -o $(LOCK)
+	$(BIN)/uv pip compile pyproject.toml constraints.in --extra jax --extra gcs --extra local --extra test --python-version $(LOCK_PYTHON) $(LOCK_ARGS) -o $(LOCK)
 
 ## pyproject.toml's floors: the package at its lowest allowed versions runs a test subset with real warm-ups.
 test-lowest: $(STAMP)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from compilecache.cli import main as cli
 from compilecache.controller import api, expiryjob
+from torchhelpers import torch_warmer_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,6 +64,8 @@ def test_there_are_examples() -> None:
 
 @pytest.mark.parametrize("spec", [spec for _, spec in EXAMPLES], ids=[name for name, _ in EXAMPLES])
 def test_the_examples_expiry_command_runs(spec: dict[str, Any], tmp_path: Path) -> None:
+    if spec.get("framework") == "pytorch":
+        torch_warmer_or_skip("expire")
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
     command = expiryjob.expire_command(api.parse_spec(spec))

@@ -34,8 +34,8 @@ def hadolint(path: Path) -> list[dict[str, object]]:
     return findings
 
 
-def test_both_images_exist():
-    assert [path.parent.name for path in DOCKERFILES] == ["operator", "warmer"]
+def test_every_image_exists():
+    assert [path.parent.name for path in DOCKERFILES] == ["operator", "warmer", "warmer-torch"]
 
 
 @pytest.mark.slow
@@ -85,6 +85,14 @@ def test_warmer_image_installs_its_backend_and_gcs_from_the_lock():
     text = (ROOT / "images" / "warmer" / "Dockerfile").read_text()
     assert re.search(r"^ARG JAX_EXTRA=cuda12$", text, re.MULTILINE)
     assert '-c /src/constraints.txt "jax[${JAX_EXTRA}]" "/src[jax,gcs]"' in text
+
+
+def test_torch_warmer_image_installs_torch_and_the_package_without_jax():
+    # The torch pin itself: tests/test_versions.py (the Makefile's, the same in both).
+    text = (ROOT / "images" / "warmer-torch" / "Dockerfile").read_text()
+    assert '-c /src/constraints.txt "torch==' in text and '"/src[torch,gcs]"' in text
+    assert "jax" not in re.sub(r"#.*", "", text).lower()
+    assert re.search(r"^ENV .*HOME=/tmp", text.replace("\\\n", " "), re.MULTILINE)
 
 
 def test_operator_image_exposes_the_ports_the_chart_uses():

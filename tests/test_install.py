@@ -96,16 +96,16 @@ def dockerignored(path: str) -> bool:
     return excluded
 
 
-def test_make_push_builds_both_dockerfiles_from_the_root_and_pushes_what_it_built():
+def test_make_push_builds_every_dockerfile_from_the_root_and_pushes_what_it_built():
     lines = make_n(*shlex.split(COMMANDS[0])[1:])
-    operator, warmer = (f"{REGISTRY}/compilecache-{name}:{TAG}" for name in ("operator", "warmer"))
+    names = ("operator", "warmer", "warmer-torch")
+    tags = [f"{REGISTRY}/compilecache-{name}:{TAG}" for name in names]
     assert lines == [
-        f"docker build -f images/operator/Dockerfile -t {operator} .",
-        f"docker build -f images/warmer/Dockerfile -t {warmer} .",
-        f"docker push {operator}",
-        f"docker push {warmer}",
+        *(f"docker build -f images/{name}/Dockerfile -t {tag} ." for name, tag in zip(names, tags, strict=True)),
+        *(f"docker push {tag}" for tag in tags),
     ]
-    for line in lines[:2]:
+    assert sorted(path.parent.name for path in (ROOT / "images").glob("*/Dockerfile")) == sorted(names)
+    for line in lines[: len(names)]:
         dockerfile = ROOT / shlex.split(line)[3]
         text = dockerfile.read_text()
         assert "Build from the repository root" in text  # the context `.` is what the Dockerfile expects

@@ -35,6 +35,13 @@ DOCKERFILES = {path.parent.name: path for path in sorted((ROOT / "images").glob(
 # What only the warmer image's jax[cuda12] brings: locked, but not installed by `make test`.
 CUDA_ONLY = re.compile(r"^(jax-cuda12-(plugin|pjrt)|nvidia-.*-cu12)$")
 
+# The extras the lock resolves (the Makefile's lock recipe names them); the `torch` extra is pinned
+# apart (the Makefile's TORCH, images/warmer-torch): a resolution from PyPI pulls torch's CUDA build.
+LOCKED_EXTRAS = ("jax", "gcs", "local", "test")
+LOCK_COMMAND = "uv pip compile pyproject.toml constraints.in " + " ".join(f"--extra {x}" for x in LOCKED_EXTRAS)
+# The Dockerfile's one version of its own: the torch pin, the Makefile's (test_torch_is_pinned_alike).
+TORCH_PIN = re.compile(r'"torch==([^"]+)"')
+
 TINY_WORKLOAD = """
 import jax, jax.numpy as jnp
 from compilecache import Target
@@ -63,9 +70,10 @@ def lock_python() -> str:
 
 
 def requirements() -> list[Requirement]:
-    """Every requirement of pyproject.toml (dependencies, all extras) and constraints.in, but the package's own."""
+    """Every requirement of pyproject.toml (dependencies, locked extras) and constraints.in, but the package's own."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lines = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+    extras = [r for name, extra in project["optional-dependencies"].items() if name in LOCKED_EXTRAS for r in extra]
+    lines = list(project["dependencies"]) + extras
     lines += [line for line in (ROOT / "constraints.in").read_text().splitlines() if line and line[0] != "#"]
     found = [Requirement(line) for line in lines]
     return [r for r in found if canonicalize_name(r.name) != canonicalize_name(project["name"])]
@@ -89,10 +97,12 @@ def build_args(dockerfile: Path) -> dict[str, str]:
 
 
 def test_the_lock_is_uvs_resolution_of_pyproject_and_constraints_in() -> None:
-    command = f"uv pip compile pyproject.toml constraints.in --all-extras --python-version {lock_python()}"
+    command = f"{LOCK_COMMAND} --python-version {lock_python()}"
     assert f"#    {command} -o constraints.txt" in LOCK.read_text().splitlines()[:3], "regenerate it: make lock"
     recipe = re.search(r"^lock:.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
-    assert recipe and "uv pip compile pyproject.toml constraints.in --all-extras --python-version" in recipe.group(1)
+    assert recipe and f"{LOCK_COMMAND} --python-version" in recipe.group(1)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(project["optional-dependencies"]) == {*LOCKED_EXTRAS, "torch"}, "a new extra: lock it or pin it apart"
     for line in LOCK.read_text().splitlines():
         if line and not line.startswith((" ", "#")):
             assert re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!-]+", line), f"not an exact pin: {line}"
@@ -141,7 +151,32 @@ def test_the_dockerfiles_take_every_version_from_the_lock(image: str) -> None:
     assert len(pips) == 2
     for command in pips:
         assert " -c /src/constraints.txt " in command, command
+        command = TORCH_PIN.sub('"torch"', command)  # the one pin apart from the lock (test_torch_is_pinned_alike)
         assert not re.search(r"[=<>~]=|[<>]", command), f"a version chosen in the Dockerfile: {command}"
+
+
+def makefile_torch() -> str:
+    """The torch version `make test` installs (the Makefile's ``TORCH := torch==VERSION``)."""
+    found = re.search(r"^TORCH := torch==(\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert found, "Makefile: no TORCH pin"
+    return found.group(1)
+
+
+def test_torch_is_pinned_alike_outside_the_lock() -> None:
+    """torch: one exact version in the Makefile's test install and the PyTorch warmer image, within
+    the `torch` extra's range, installed here (the CPU build: ``+cpu``), and never in the lock."""
+    version = makefile_torch()
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^\t\$\(BIN\)/pip install --quiet -c \$\(LOCK\) '\$\(TORCH\)'$", makefile, re.MULTILINE)
+    [install] = [c for c in install_commands(DOCKERFILES["warmer-torch"]) if "/bin/pip install " in c][-1:]
+    assert TORCH_PIN.findall(install) == [version] and install.endswith('"/src[torch,gcs]"'), install
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [requirement] = [Requirement(line) for line in project["optional-dependencies"]["torch"]]
+    assert requirement.name == "torch" and requirement.specifier.contains(version)
+    assert "torch" not in locked(), "torch in constraints.txt: its CUDA build's nvidia wheels came with it"
+    assert not [line for line in project["optional-dependencies"]["test"] if "torch" in line]
+    installed = Version(metadata.version("torch"))
+    assert installed.public == version, f"torch {installed} is installed, the pin is {version}: make test reinstalls"
 
 
 def test_the_warmer_installs_the_backend_and_gcs() -> None:
@@ -230,9 +265,12 @@ def test_an_image_installs_exactly_the_lock_and_runs(image: str, tmp_path: Path)
         run(command, env, tmp_path)
     pins, installed = locked(), installed_in(venv)
     assert installed.pop("compilecache-operator") == metadata.version("compilecache-operator")
-    assert {name: version for name, version in installed.items() if pins.get(name) != version} == {}, (
-        "the image would install versions the lock does not pin"
-    )
+    outside = {name: version for name, version in installed.items() if pins.get(name) != version}
+    if image == "warmer-torch":  # torch, pinned apart, and what it alone brings (unlocked)
+        closure = run([str(venv / "bin" / "python"), "-c", TORCH_CLOSURE], clean_env(), tmp_path).split()
+        assert Version(outside.pop("torch")).public == makefile_torch()
+        outside = {name: version for name, version in outside.items() if name not in closure or name in pins}
+    assert outside == {}, "the image would install versions the lock does not pin"
     python = str(venv / "bin" / "python")
     where = run([python, "-c", "import compilecache; print(compilecache.__file__)"], clean_env(), tmp_path)
     assert where.startswith(str(venv)), where
@@ -241,6 +279,8 @@ def test_an_image_installs_exactly_the_lock_and_runs(image: str, tmp_path: Path)
         assert "jax" not in installed and "jaxlib" not in installed
         assert "operator" in run([str(venv / "bin" / "compilecache"), "--help"], env, tmp_path)
         return
+    if image == "warmer-torch":
+        return check_torch_image(python, installed, env, tmp_path)
     assert {"jax", "jaxlib", "gcsfs", "etils"} <= set(installed)
     assert "--cache-dir" in run([str(venv / "bin" / "compilecache"), "warm", "--help"], env, tmp_path)
     (tmp_path / "work" / "tinywl.py").parent.mkdir()
@@ -253,6 +293,34 @@ def test_an_image_installs_exactly_the_lock_and_runs(image: str, tmp_path: Path)
     assert (result["jax"], result["jaxlib"]) == (pins["jax"], pins["jaxlib"])
     # The CPU install has no PJRT plugin; jax[cuda12]'s would be named here (keysettings.pjrt_plugins).
     assert (result["pjrt_plugins"], result["platform_version"]) == ("", "cpu")
+
+
+# torch's own dependencies, recursively, as installed (canonical names, one per line).
+TORCH_CLOSURE = """
+import re
+from importlib import metadata
+seen, todo = set(), ["torch"]
+while todo:
+    name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+    if name in seen:
+        continue
+    seen.add(name)
+    try:
+        requires = metadata.requires(name) or []
+    except metadata.PackageNotFoundError:
+        continue
+    todo += [re.split(r"[ ;<>=!~\\[(]", r, maxsplit=1)[0] for r in requires if "extra ==" not in r]
+print("\\n".join(sorted(seen)))
+"""
+
+
+def check_torch_image(python: str, installed: dict[str, str], env: dict[str, str], cwd: Path) -> None:
+    """The PyTorch warmer's venv: torch and gcsfs, no JAX, the runtime hook loads at `import torch`."""
+    assert "gcsfs" in installed and "jax" not in installed and "jaxlib" not in installed
+    assert "--cache-dir" in run([str(Path(python).parent / "compilecache"), "warm", "--help"], env, cwd)
+    names = "import torch; from importlib.metadata import entry_points; "
+    names += "print([e.value for e in entry_points(group='torch.backends')])"
+    assert "compilecache.training.torchhook:initialize" in run([python, "-c", names], env, cwd)
 
 
 def uv_or_skip() -> str:

@@ -4,6 +4,8 @@ The webhook (``handlers.mutate_pods``) and ``compilecache env NAME`` both build 
 this module, so a pod mutated by the webhook and a pod written by hand from the
 snippet get the same volume, mount and JAX settings as the warm-up Jobs
 (:func:`compilecache.controller.jobs.cache_env`): one differing option and every step misses.
+A PyTorch cache's consumers (``spec.framework: pytorch``) get the cache read-only, an emptyDir
+for the local copy Inductor works in, and PyTorch's variables instead of JAX's.
 
 A mutation only ever adds. What the pod already has under one of our names (a
 volume, a mount path, an environment variable) stays as the user wrote it, and
@@ -20,14 +22,17 @@ from typing import Any
 
 import jsonpatch
 
-from compilecache.cache.cacheenv import TERMINATION_LOG, trainer_env
+from compilecache.cache import units
+from compilecache.cache.cacheenv import TERMINATION_LOG, TORCH_LOCAL_DIR, torch_cache_env, trainer_env
 from compilecache.controller import status
 from compilecache.controller.api import CacheSpec, SpecError, parse_cache
-from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, cache_env
+from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, cache_env, warmup_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
 ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
 VOLUME = "compilecache"  # the name of the cache volume in a training pod
+# PyTorch consumers: the emptyDir at TORCH_LOCAL_DIR that holds the trainer's writable copy of the cache.
+LOCAL_VOLUME = "compilecache-local"
 DEFAULT_SERVICE_ACCOUNT = "default"
 # A pod's own switch (Istio's sidecar.istio.io/inject): "true" opts it in to consumers.podSelector
 # (in a namespace labelled compilecache.dev/injection=enabled); "false" opts it out of everything.
@@ -47,6 +52,12 @@ KEY_VARIABLES = (
     "JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY",
     "JAX_PLATFORMS",
 )
+# The same for torch.compile (spec.framework pytorch): Inductor's key holds the CPU thread count and
+# the device index (which CUDA_VISIBLE_DEVICES renumbers), and every Inductor setting (any
+# TORCHINDUCTOR_* variable, TORCH_KEY_PREFIX); TORCH_COMPILE_JOB_ID names the dynamic-shape profile
+# a process reuses (torch/_dynamo/pgo.py), so a differing one recompiles other shapes.
+TORCH_KEY_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCH_COMPILE_JOB_ID")
+TORCH_KEY_PREFIX = "TORCHINDUCTOR_"
 
 
 @dataclass(frozen=True)
@@ -176,28 +187,77 @@ def is_serving(cache: Mapping[str, Any]) -> bool:
     return (cache.get("status") or {}).get("phase") in status.SERVING
 
 
+def read_only(spec: CacheSpec) -> bool:
+    """Whether consumers mount the cache read-only: ``consumers.readOnly``, and always for pytorch.
+
+    A PyTorch trainer never writes the published cache, whatever the spec says: Inductor works
+    in the local copy at :data:`TORCH_LOCAL_DIR` (it has no read-only mode), so a writable mount
+    would only let a trainer damage the entries.
+    """
+    return spec.consumers.read_only or spec.framework == "pytorch"
+
+
 def cache_volume(spec: CacheSpec) -> dict[str, Any] | None:
-    """The pod volume of a PVC cache (``None`` for GCS: JAX reads ``gs://`` itself)."""
+    """The pod volume of a PVC cache (``None`` for GCS: JAX reads ``gs://`` itself, torch's hook copies it)."""
     if spec.pvc is None:
         return None
-    read_only = spec.consumers.read_only
-    return {"name": VOLUME, "persistentVolumeClaim": {"claimName": spec.pvc.claim_name, "readOnly": read_only}}
+    return {"name": VOLUME, "persistentVolumeClaim": {"claimName": spec.pvc.claim_name, "readOnly": read_only(spec)}}
 
 
 def cache_mount(spec: CacheSpec) -> dict[str, Any] | None:
-    """The container mount of a PVC cache at ``mountPath``, read-only unless ``consumers.readOnly: false``."""
+    """The container mount of a PVC cache at ``mountPath``, read-only unless ``consumers.readOnly: false`` (JAX)."""
     if spec.pvc is None:
         return None
-    return {"name": VOLUME, "mountPath": spec.mount_path, "readOnly": spec.consumers.read_only}
+    return {"name": VOLUME, "mountPath": spec.mount_path, "readOnly": read_only(spec)}
+
+
+def local_volume(spec: CacheSpec) -> dict[str, Any] | None:
+    """A PyTorch consumer's emptyDir for its writable copy of the cache (``None`` for JAX).
+
+    An emptyDir because the root filesystem may be read-only. Its ``sizeLimit`` is the most the
+    published cache can hold where the spec says (the claim's size, ``lifecycle.maxSize``): the
+    copy fits, and the kubelet evicts a pod only past it, so it is the larger of the two.
+    """
+    if spec.framework != "pytorch":
+        return None
+    bounds = [spec.lifecycle.max_size_bytes] if spec.lifecycle.max_size_bytes is not None else []
+    if spec.pvc is not None and spec.pvc.create is not None:
+        bounds.append(units.parse_bytes(spec.pvc.create.size))
+    return {"name": LOCAL_VOLUME, "emptyDir": {"sizeLimit": str(max(bounds))} if bounds else {}}
+
+
+def local_mount(spec: CacheSpec) -> dict[str, Any] | None:
+    """The container mount of :func:`local_volume` at :data:`TORCH_LOCAL_DIR` (``None`` for JAX)."""
+    return {"name": LOCAL_VOLUME, "mountPath": TORCH_LOCAL_DIR} if spec.framework == "pytorch" else None
+
+
+def pod_volumes(spec: CacheSpec) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each volume a consumer gets, with its container mount: the PVC cache's, PyTorch's local copy."""
+    pairs = [(cache_volume(spec), cache_mount(spec)), (local_volume(spec), local_mount(spec))]
+    return [(volume, mount) for volume, mount in pairs if volume is not None]
+
+
+def trainer_cache_env(spec: CacheSpec) -> dict[str, str]:
+    """What a training process reads the cache with (before the report switch).
+
+    JAX: the warm-up Jobs' settings (:func:`cache_env`, the same key). PyTorch: the published
+    cache (the read-only mount, or the gs:// URL) as the source of a local copy at
+    :data:`TORCH_LOCAL_DIR` that Inductor works in; no JAX variable at all.
+    """
+    if spec.framework == "pytorch":
+        return torch_cache_env(spec.cache_dir, local_dir=TORCH_LOCAL_DIR)
+    return cache_env(spec)
 
 
 def env_list(spec: CacheSpec) -> list[dict[str, str]]:
     """A trainer's cache environment as a container's ``env`` list, sorted by name.
 
-    The warm-up Jobs' settings (the same cache key), the report switch, and on a read-only
-    cache (``consumers.readOnly``) a minimum compile time that stops JAX trying writes.
+    :func:`trainer_cache_env`, the report switch, and on a read-only JAX cache
+    (``consumers.readOnly``) a minimum compile time that stops JAX trying writes (a JAX
+    variable: PyTorch trainers write only their local copy).
     """
-    env = trainer_env(cache_env(spec), read_only=spec.consumers.read_only)
+    jax_read_only = spec.consumers.read_only and spec.framework != "pytorch"
+    env = trainer_env(trainer_cache_env(spec), read_only=jax_read_only)
     return [{"name": key, "value": value} for key, value in sorted(env.items())]
 
 
@@ -208,20 +268,29 @@ def termination_env(container: Mapping[str, Any], item: dict[str, str]) -> dict[
 
 
 def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[str]:
-    """The container's own key-relevant settings (:data:`KEY_VARIABLES`) that no warm-up ran with.
+    """The container's own key-relevant settings (:data:`KEY_VARIABLES`, for pytorch
+    :data:`TORCH_KEY_VARIABLES` and any ``TORCHINDUCTOR_*``) that no warm-up ran with.
 
     A warm-up runs with the cache's settings and its workload's ``env``; a trainer whose
     ``XLA_FLAGS`` (say) differs from every workload's misses every compile. A value from
     ``valueFrom`` is unknown here and not judged.
     """
-    ours = cache_env(spec)
+    ours = warmup_env(spec)
     warm = [{**_values(workload.env), **ours} for workload in spec.warmup.workloads] or [ours]
     items = [item for item in container.get("env") or [] if isinstance(item, Mapping)]
     own = _values(items)
     from_refs = {item.get("name") for item in items if "valueFrom" in item}
+    if spec.framework == "pytorch":
+        prefixed = {name for env in [own, *warm] for name in env if name.startswith(TORCH_KEY_PREFIX)}
+        variables: Sequence[str] = [*TORCH_KEY_VARIABLES, *sorted(prefixed)]
+        hint = "torch.compile's cache keys differ and graphs miss (set it in a workload's env)"
+    else:
+        variables = KEY_VARIABLES
+        hint = "JAX's cache keys differ and compiles miss (set it in spec.warmup: jax.xlaFlags or a workload's env)"
     found = []
-    for name in KEY_VARIABLES:
-        if name in ours or name in from_refs:
+    trainer = trainer_cache_env(spec)  # PyTorch's TORCHINDUCTOR_CACHE_DIR differs from the warm-up's, by design
+    for name in variables:
+        if name in ours or name in trainer or name in from_refs:
             continue  # the cache's own settings: a differing one is reported where it is skipped
         warmed = {w.get(name) for w in warm}
         if own.get(name) in warmed:
@@ -229,25 +298,32 @@ def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[
         mine = repr(own[name]) if name in own else "unset"
         theirs = " or ".join(sorted("unset" if value is None else repr(value) for value in warmed))
         found.append(
-            f"container {container.get('name')}: env {name} is {mine} but the warm-up ran with {theirs}: "
-            "JAX's cache keys differ and compiles miss (set it in spec.warmup: jax.xlaFlags or a workload's env)"
+            f"container {container.get('name')}: env {name} is {mine} but the warm-up ran with {theirs}: {hint}"
         )
     return found
 
 
-def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str) -> str | None:
+# What of an image enters the cache keys, per spec.framework (image_difference's warning says it).
+IMAGE_KEY_PARTS = {
+    "jax": "the jax/jaxlib/plugin versions",
+    "pytorch": "a hash of torch's sources and triton/CUDA versions",
+}
+
+
+def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str, framework: str = "jax") -> str | None:
     """A warning when no container runs the warm-up's image (``spec.warmup.image``), else None.
 
-    JAX's cache key contains the jax, jaxlib and PJRT plugin versions, and the programs come from
-    the image's code: entries warmed by another image likely all miss. One container that runs
-    it is enough (the others may be sidecars); a pod without images (a template) is not judged.
+    JAX's cache key contains the jax, jaxlib and PJRT plugin versions (Inductor's, a hash of
+    torch's own sources and the triton and CUDA versions), and the programs come from the image's
+    code: entries warmed by another image likely all miss. One container that runs it is enough
+    (the others may be sidecars); a pod without images (a template) is not judged.
     """
     images = [str(c["image"]) for c in containers if c.get("image")]
     if not images or any(same_image(image, warmup_image) for image in images):
         return None
     return (
         f"no container runs the warm-up's image {warmup_image} (the pod runs {', '.join(dict.fromkeys(images))}): "
-        "the cache keys contain the jax/jaxlib/plugin versions, so entries warmed by another image likely miss"
+        f"the cache keys contain {IMAGE_KEY_PARTS[framework]}, so entries warmed by another image likely miss"
     )
 
 
@@ -338,26 +414,29 @@ def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool =
     if not by_label:
         meta.setdefault("labels", {})[LABEL_CACHE] = name
 
-    volume, mount = cache_volume(spec), cache_mount(spec)
-    if volume is not None:
+    mounts: list[dict[str, Any]] = []
+    for volume, mount in pod_volumes(spec):
         volumes = pod_spec.setdefault("volumes", [])
-        existing = next((v for v in volumes if v.get("name") == VOLUME), None)
+        existing = next((v for v in volumes if v.get("name") == volume["name"]), None)
         if existing is None:
             volumes.append(volume)
         elif existing != volume:
-            skipped.append(f"volume {VOLUME}: the pod has its own volume of that name; not mounted")
-            mount = None  # mounting the user's volume as the cache would be wrong
+            skipped.append(f"volume {volume['name']}: the pod has its own volume of that name; not mounted")
+            continue  # mounting the user's volume as the cache would be wrong
+        if mount is not None:
+            mounts.append(mount)
 
     kinds = ["containers", "initContainers"] if spec.consumers.init_containers else ["containers"]
     for kind in kinds:
         for container in pod_spec.get(kind) or []:
             skipped += _mutate_container(
-                container, mount, [termination_env(container, item) for item in env_list(spec)]
+                container, mounts, [termination_env(container, item) for item in env_list(spec)]
             )
             skipped += settings_differences(container, spec)
 
     notes: list[str] = []
-    if image_note := image_difference([c for kind in kinds for c in pod_spec.get(kind) or []], spec.warmup.image):
+    containers = [c for kind in kinds for c in pod_spec.get(kind) or []]
+    if image_note := image_difference(containers, spec.warmup.image, spec.framework):
         notes.append(image_note)
     if spec.consumers.gate and not is_serving(cache):
         gates = pod_spec.setdefault("schedulingGates", [])
@@ -398,10 +477,10 @@ def pod_snippet(cache: Mapping[str, Any]) -> dict[str, Any]:
     """
     spec = parse_cache(cache)
     snippet: dict[str, Any] = {"labels": {LABEL_CACHE: cache["metadata"]["name"]}}
-    volume, mount = cache_volume(spec), cache_mount(spec)
-    if volume is not None and mount is not None:
-        snippet["volumes"] = [volume]
-        snippet["volumeMounts"] = [mount]
+    pairs = [(volume, mount) for volume, mount in pod_volumes(spec) if mount is not None]
+    if pairs:
+        snippet["volumes"] = [volume for volume, _ in pairs]
+        snippet["volumeMounts"] = [mount for _, mount in pairs]
     snippet["env"] = env_list(spec)
     if account := service_account(spec):
         snippet["serviceAccountName"] = account
@@ -463,12 +542,12 @@ def print_snippet(name: str, namespace: str | None) -> int:
 
 
 def _mutate_container(
-    container: dict[str, Any], mount: Mapping[str, Any] | None, env: Sequence[Mapping[str, str]]
+    container: dict[str, Any], mounts_: Sequence[Mapping[str, Any]], env: Sequence[Mapping[str, str]]
 ) -> list[str]:
-    """Add the mount and the environment to one container; return what was left alone and why."""
+    """Add the mounts and the environment to one container; return what was left alone and why."""
     skipped: list[str] = []
     where = f"container {container.get('name')}"
-    if mount is not None:
+    for mount in mounts_:
         mounts = container.setdefault("volumeMounts", [])
         existing = next((m for m in mounts if m.get("mountPath") == mount["mountPath"]), None)
         if existing is None:

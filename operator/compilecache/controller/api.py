@@ -387,6 +387,8 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     framework = spec.get("framework", "jax")
     if framework not in FRAMEWORKS:
         raise SpecError("spec.framework", f"must be one of {list(FRAMEWORKS)}, got {framework!r}")
+    if framework == "pytorch":
+        _refuse_jax_only(spec["warmup"])
     return CacheSpec(
         framework=framework,
         pvc=pvc,
@@ -716,6 +718,32 @@ def _template_volume(raw: Any, path: str) -> Mapping[str, Any]:
 def volume_type(volume: Mapping[str, Any]) -> str:
     """The source of a volume (``persistentVolumeClaim``, ``hostPath``, ...): its one key besides ``name``."""
     return next((key for key in volume if key != "name"), "")
+
+
+# What only JAX's warmer reads: with spec.framework pytorch it would be ignored without a word.
+# (AOT entrypoints, a jitted step function and resumed runs are JAX's exact and AOT modes; the
+# PyTorch warmer counts optimizer steps and runs one process, so no multi-host group either.)
+_JAX_ONLY_WORKLOAD_KEYS = ("entrypoint", "stepFn", "resume", "resumeArgs")
+
+
+def _refuse_jax_only(warmup: Mapping[str, Any]) -> None:
+    """Refuse, naming the field, a JAX-only option in a ``framework: pytorch`` spec (already parsed once).
+
+    Only values other than the defaults: the API server writes the CRD's defaults into every
+    object (``jax: {minCompileTimeSecs: 0, minEntrySizeBytes: 0}``, ``jobs: 1``).
+    """
+    for key, value in (warmup.get("jax") or {}).items():
+        if value:  # 0, "" and null are the defaults
+            raise SpecError(f"spec.warmup.jax.{key}", "is a JAX setting; spec.framework is pytorch")
+    if warmup.get("jobs", 1) != 1:  # parallel AOT compiles
+        raise SpecError("spec.warmup.jobs", "is a JAX setting (parallel AOT compiles); spec.framework is pytorch")
+    for index, workload in enumerate(warmup["workloads"]):
+        for key in _JAX_ONLY_WORKLOAD_KEYS:
+            if key in workload:
+                raise SpecError(f"spec.warmup.workloads[{index}].{key}", "is JAX-only; spec.framework is pytorch")
+    for index, topology in enumerate(warmup.get("topologies") or []):
+        if topology["hosts"] != 1:
+            raise SpecError(f"spec.warmup.topologies[{index}].hosts", "must be 1 with spec.framework pytorch")
 
 
 def _topologies(raw: Any) -> tuple[Topology, ...]:

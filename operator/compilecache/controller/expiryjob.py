@@ -52,10 +52,14 @@ def expire_command(spec: CacheSpec) -> list[str]:
 
     Durations go through ``units.format_duration`` (``14d`` became ``1.2096e+06s`` with
     ``:g``, which ``expire`` refused); sizes are whole bytes; ``--verify``/``--no-verify`` is
-    always explicit, so the Job does what the spec says whatever the CLI's default.
+    always explicit, so the Job does what the spec says whatever the CLI's default. A PyTorch
+    cache's entries are Inductor's (``--framework pytorch``), with the same lifecycle flags.
     """
     lifecycle = spec.lifecycle
-    command = ["compilecache", "expire", "--cache-dir", spec.cache_dir]
+    command = ["compilecache", "expire"]
+    # Only for pytorch: a JAX cache's command stays what it was (and what older warmer images take).
+    command += ["--framework", "pytorch"] if spec.framework == "pytorch" else []
+    command += ["--cache-dir", spec.cache_dir]
     if lifecycle.max_age_seconds is not None:
         command += ["--max-age", units.format_duration(lifecycle.max_age_seconds)]
     if lifecycle.max_size_bytes is not None:

@@ -15,7 +15,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache.cache.cacheenv import GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES, jax_cache_env
+from compilecache.cache.cacheenv import (
+    GROUP_COORDINATOR,
+    GROUP_PORTS,
+    GROUP_PROCESSES,
+    TORCH_CACHE_DIR,
+    jax_cache_env,
+    torch_cache_env,
+)
 from compilecache.controller import api
 from compilecache.controller.api import SINGLE_HOST, STEPS_AUTO, CacheSpec, PodTemplate, Topology, Workload
 from compilecache.controller.pools import Pool
@@ -444,6 +451,8 @@ def _steps_flags(workload: Workload, hosts: int) -> list[str]:
 
 
 def _warm_command(spec: CacheSpec, workloads: list[Workload], hosts: int = 1) -> list[str]:
+    if spec.framework == "pytorch":
+        return _torch_warm_command(spec, workloads)
     command = ["compilecache", "warm", "--cache-dir", spec.cache_dir]
     command += ["--jobs", str(spec.warmup.jobs), "--verify" if spec.warmup.verify else "--no-verify"]
     command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
@@ -460,6 +469,33 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload], hosts: int = 1) ->
         else:
             command += ["--workload", str(workload.entrypoint)]
     return command
+
+
+def _torch_warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
+    """``compilecache warm --framework pytorch``: one script (api.py refuses AOT entrypoints, a
+    step function and resumed runs for pytorch), its optimizer steps, or whole epochs in a budget."""
+    [workload] = workloads  # scripts each get their own container (warmup_job)
+    command = ["compilecache", "warm", "--framework", "pytorch", "--cache-dir", spec.cache_dir]
+    command += ["--verify" if spec.warmup.verify else "--no-verify"]
+    command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
+    command += ["--script", str(workload.script)]
+    steps = workload.steps if workload.steps is not None else STEPS_AUTO
+    command += ["--steps", str(steps)]
+    if steps == STEPS_AUTO and workload.budget_seconds is not None:
+        command += ["--budget", f"{workload.budget_seconds:g}"]
+    return [*command, "--", *workload.args]
+
+
+def warmup_env(spec: CacheSpec) -> dict[str, str]:
+    """The cache environment of a warm-up container: JAX's key settings, or PyTorch's cache switches.
+
+    For pytorch, without ``TORCHINDUCTOR_CACHE_DIR``: the warmer compiles into a staging folder
+    of its own and publishes it into ``--cache-dir``, so nothing else may point Inductor at the
+    published cache (two writers must never mix one folder, and a gs:// URL is no folder).
+    """
+    if spec.framework == "pytorch":
+        return {key: value for key, value in torch_cache_env(spec.cache_dir).items() if key != TORCH_CACHE_DIR}
+    return cache_env(spec)
 
 
 def cache_env(spec: CacheSpec) -> dict[str, str]:
@@ -480,7 +516,7 @@ def cache_env(spec: CacheSpec) -> dict[str, str]:
 def _container_env(spec: CacheSpec, pool: Pool, extra: Mapping[str, str]) -> list[dict[str, Any]]:
     # The read-only root filesystem leaves /tmp as the only writable place besides the cache.
     # ``extra`` (a multi-host container's coordinator) wins over a workload's env like the cache settings.
-    base = {**cache_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR, **extra}
+    base = {**warmup_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR, **extra}
     # Then the workloads' env, then training's (the template's): a workload's env is the warm-up's own
     # setting of what training sets, so it wins over the template's.
     env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(base.items())]

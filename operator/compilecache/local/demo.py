@@ -14,6 +14,8 @@ through the operator's webhook):
    released at Ready and runs on the read-only cache;
 4. a table: cold against warm first step, compile/load seconds, hits/requests, entries, bytes.
 
+``--framework pytorch`` runs the same loop for a PyTorch cache (``torchdemo.py``).
+
 ``--warmer-only`` keeps the earlier demo: three processes, no cluster — a cold training
 start, ``compilecache warm`` into ``--cache-dir`` (default ``./demo-cache``, recreated each
 run) and a fresh training process on it. A ``--cache-dir`` or ``--keep`` folder the demo did
@@ -57,8 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace a --cache-dir or --keep folder the demo did not make"
     )
+    parser.add_argument(
+        "--framework",
+        choices=("jax", "pytorch"),
+        default="jax",
+        help="whose cache: jax (examples/cache-pvc.yaml) or pytorch (examples/cache-pytorch.yaml)",
+    )
     parser.add_argument("--layers", type=int, default=4, help="transformer layers (default 4)")
-    parser.add_argument("--width", type=int, default=64, help="model width (default 64)")
+    parser.add_argument("--width", type=int, default=64, help="model width (default 64; pytorch: TORCH_WIDTH)")
     parser.add_argument(
         "--devices", type=int, default=0, help="shard data-parallel over N host devices (default: unsharded)"
     )
@@ -74,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return non-zero with a one-line error if any step fails."""
     if args.warmer_only:
+        if args.framework != "jax":
+            print("compilecache demo: error: --warmer-only is the JAX demo's; leave out --framework", file=sys.stderr)
+            return 2
         return run_warmer_only(args)
     try:
         repo = _repo_root(args.repo)
@@ -95,9 +106,17 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"compilecache demo: error: {error}", file=sys.stderr)
             return 2
-        return run_loop(args, repo, root)
+        return _loop(args, repo, root)
     with tempfile.TemporaryDirectory(prefix="compilecache-demo-") as folder:
-        return run_loop(args, repo, Path(folder))
+        return _loop(args, repo, Path(folder))
+
+
+def _loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
+    if args.framework == "pytorch":
+        from compilecache.local import torchdemo
+
+        return torchdemo.run_loop(args, repo, root)
+    return run_loop(args, repo, root)
 
 
 def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
