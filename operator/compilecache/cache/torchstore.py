@@ -8,6 +8,7 @@ JAX's entries). Used by the warm-up (:mod:`compilecache.jobtools.torchwarm`), ex
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -82,10 +83,8 @@ def publish(store: CacheStore, tree: Path, run_id: str, names: Sequence[str], dr
 def _remove_empty_dirs(tree: Path) -> None:
     for folder, _, _ in sorted(os.walk(tree), key=lambda item: -len(item[0])):
         if Path(folder) != tree:
-            try:
+            with contextlib.suppress(OSError):  # not empty: it holds published files
                 os.rmdir(folder)
-            except OSError:
-                pass  # not empty: it holds published files
 
 
 def list_generations(store: CacheStore) -> dict[str, list[StoredFile]]:

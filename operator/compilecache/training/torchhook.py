@@ -74,7 +74,7 @@ def setup(environ: Mapping[str, str]) -> None:
     if reporting and not _state.get("armed"):
         _state["armed"] = True
         # Loaded now, not at exit: importing concurrent.futures then fails (its exit hook is refused).
-        import compilecache.cache.torchcache  # noqa: F401
+        import compilecache.cache.torchcache
         import compilecache.training.verdict  # noqa: F401
 
         atexit.register(report_at_exit)
