@@ -11,6 +11,7 @@ one with another thread count, a script that stops before its step, and expiry o
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import stat
@@ -165,6 +166,21 @@ def test_hook_with_nothing_set_does_nothing(tmp_path: Path, capsys: pytest.Captu
     torchhook.setup({})
     assert not local.exists()
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_process_started_by_the_copier_copies_nothing(tmp_path: Path) -> None:
+    source, local = tmp_path / "published", tmp_path / "local"
+    source.mkdir()
+    env = {
+        "COMPILECACHE_FRAMEWORK": "pytorch",
+        "COMPILECACHE_TORCH_SOURCE": str(source),
+        "TORCHINDUCTOR_CACHE_DIR": str(local),
+    }
+    torchhook.setup({**env, torchhook.COPIED: str(local)})  # a DataLoader worker, a torchrun rank
+    assert not local.exists()
+    torchhook.setup(env)
+    assert local.is_dir()  # the copier made it (nothing to copy here)
+    assert os.environ.pop(torchhook.COPIED) == str(local)  # what its children inherit
 
 
 def test_a_failing_hook_warns_in_one_line_and_never_raises(

@@ -42,6 +42,10 @@ from compilecache.cache.cacheenv import (
 
 # compilecache.jobtools.scriptrun.WARMUP_ENV: the training side may not import jobtools.
 WARMUP_ENV = "COMPILECACHE_WARMUP"
+# Set by the process that copied, inherited by the processes it starts (DataLoader workers under
+# "spawn", the ranks torchrun starts): they import torch again, and must neither copy again over
+# files a sibling may be loading nor write a 0/0 verdict into the pod's termination message first.
+COPIED = "COMPILECACHE_TORCH_COPIED"
 _TRUE = ("1", "true", "yes", "on")
 NOT_WARMED = "not warmed: the cache has no PyTorch warm-up"
 KEY_DIFFERS = "warmed under another key: the graph, its input shapes, strides or dtypes, or torch's own code differ"
@@ -70,7 +74,10 @@ def setup(environ: Mapping[str, str]) -> None:
     reporting = environ.get(REPORT, "").strip().lower() in _TRUE
     source, local = environ.get(TORCH_SOURCE), environ.get(TORCH_CACHE_DIR)
     if source and local:
-        copy_cache(source, Path(local), loud=reporting)
+        inherited = environ.get(COPIED) == local
+        _state["inherited"] = inherited
+        copy_cache(source, Path(local), loud=reporting, copy=not inherited)
+        os.environ[COPIED] = local
     if reporting and not _state.get("armed"):
         _state["armed"] = True
         # Loaded now, not at exit: importing concurrent.futures then fails (its exit hook is refused).
@@ -80,8 +87,11 @@ def setup(environ: Mapping[str, str]) -> None:
         atexit.register(report_at_exit)
 
 
-def copy_cache(source: str, local: Path, *, loud: bool) -> None:
-    """Copy the published generations from ``source`` into ``local`` (made if missing)."""
+def copy_cache(source: str, local: Path, *, loud: bool, copy: bool = True) -> None:
+    """Copy the published generations from ``source`` into ``local`` (made if missing).
+
+    ``copy=False`` (a parent process copied already): only read the manifests, for the verdict.
+    """
     from compilecache.cache.store import open_store
     from compilecache.cache.torchcache import pick_generations
     from compilecache.cache.torchstore import fetch
@@ -94,6 +104,8 @@ def copy_cache(source: str, local: Path, *, loud: bool) -> None:
     picked = pick_generations(manifests, str(getattr(torch, "__version__", "")) or None)
     _state["manifests"] = picked
     _state["problems"] = problems
+    if not copy:
+        return
     local.mkdir(parents=True, exist_ok=True)
     fetched = fetch(store, picked, local)
     _state["copy"] = {"files": fetched.files, "bytes": fetched.bytes, "seconds": round(fetched.seconds, 3)}
@@ -115,6 +127,8 @@ def report_at_exit() -> None:
 
     try:
         result = current_verdict()
+        if _state.get("inherited") and not result["requests"]:
+            return  # a worker process that compiled nothing: its parent reports
     except Exception as error:  # a report must never turn a clean run into a traceback
         print(f"compilecache: no report ({type(error).__name__}: {error})", file=sys.stderr, flush=True)
         return
