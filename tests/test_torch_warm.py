@@ -10,6 +10,7 @@ one with another thread count, a script that stops before its step, and expiry o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -224,12 +225,19 @@ def warmed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
             "1",
             "--report",
             str(report),
+            "--termination-log",
+            str(cache.parent / "termination-log"),
         ],
         torch_env({"OMP_NUM_THREADS": WARM_THREADS}),
     )
     assert done.returncode == 0, done.stderr + done.stdout
     print(f"\nwarm-up (compile + verify + publish): {time.perf_counter() - began:.1f}s")
     result = json.loads(report.read_text())
+    # What the warm-up pod's termination message tells the operator: the JAX warmer's schema.
+    summary = json.loads((cache.parent / "termination-log").read_text())
+    assert summary["schema"] == "compilecache.dev/warm/v1" and summary["ok"], summary
+    assert summary["entries"] == result["entries"] and summary["verify"]["hits"] == summary["verify"]["requests"]
+    assert summary["steps"] == {"script": str(SCRIPT), "stepFn": "optimizer.step", "calls": 1, "stoppedBy": "steps"}
     for path in [cache, *cache.rglob("*")]:
         path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     yield cache, result
@@ -282,6 +290,12 @@ def test_training_hits_every_graph_through_a_local_copy_of_a_read_only_cache(
     assert not any(path.stat().st_mode & 0o222 for path in [cache, *cache.rglob("*")])
     assert report["verify"]["hits"] == report["verify"]["requests"] > 0
     assert not list(cache.rglob("*.lock"))  # never published
+    (manifest,) = open_store(str(cache)).read_manifests()[0]
+    assert manifest["facts"]["threads"] == 1 and manifest["facts"]["gpu"] == "cpu", manifest["facts"]
+    assert manifest["facts"]["torch"].startswith("2.13") and manifest["facts"]["inductor_config"]
+    generation = cache / manifest["generation"]
+    for entry in manifest["entries"]:
+        assert hashlib.sha256((generation / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]
     before = _tree(cache)
     verdict, done = _train(cache, tmp_path, WARM_THREADS)
     assert _tree(cache) == before
@@ -339,6 +353,8 @@ def test_expiry_removes_corrupt_files_locks_and_expired_generations(
     (generation / "locks").mkdir()
     (generation / "locks" / "c.lock").write_text("")
     (generation / "fxgraph" / ".1.2.tmp").write_text("half")
+    (generation / "ab").mkdir()
+    (generation / "ab" / "cstale.cpp").write_text("// gcc was killed before its .so")
     done = run_cli(
         ["expire", "--framework", "pytorch", "--cache-dir", str(cache), "--grace", "0s", "--json"], torch_env()
     )
@@ -349,6 +365,8 @@ def test_expiry_removes_corrupt_files_locks_and_expired_generations(
     assert reasons[str((generation / "locks" / "c.lock").relative_to(cache))] == "lock file"
     assert not damaged.exists() and not (generation / "locks" / "c.lock").exists()
     assert not (generation / "fxgraph" / ".1.2.tmp").exists()
+    stale = f"torch/{generation.name}/ab/cstale.cpp"
+    assert reasons[stale] == "stale generated source: its compiled .so is missing"
     assert len(list(generation.rglob("*.so"))) > 0  # the sound files stay
     # Past maxAge the whole generation goes, then its manifest.
     done = run_cli(
