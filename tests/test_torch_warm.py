@@ -368,6 +368,9 @@ def test_expiry_removes_corrupt_files_locks_and_expired_generations(
     stale = f"torch/{generation.name}/ab/cstale.cpp"
     assert reasons[stale] == "stale generated source: its compiled .so is missing"
     assert len(list(generation.rglob("*.so"))) > 0  # the sound files stay
+    (version,) = result["versions"]  # status.cache.versions: what is left, per build
+    assert version["torch"].startswith("2.13") and version["deviceKind"] == "cpu"
+    assert version["entries"] == result["after"]["entries"]
     # Past maxAge the whole generation goes, then its manifest.
     done = run_cli(
         ["expire", "--framework", "pytorch", "--cache-dir", str(cache), "--max-age", "1s", "--grace", "0s"], torch_env()

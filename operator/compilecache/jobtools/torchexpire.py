@@ -35,7 +35,38 @@ def expire_torch(store: CacheStore, policy: Policy, *, dry_run: bool, now: float
     plan = plan_torch_expiry(listing, generations, manifests, policy, now, damaged)
     if not dry_run:
         apply(store, plan, generations)
-    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=[*listing.notes, *problems])
+    result = result_document(store.url, plan, dry_run=dry_run, now=now, problems=[*listing.notes, *problems])
+    result["versions"] = versions_left(plan, generations, manifests)
+    return result
+
+
+def versions_left(
+    plan: Plan, generations: Mapping[str, Sequence[StoredFile]], manifests: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Files per build left after the plan, newest first, for ``status.cache.versions``: the CRD's
+    ``backend``, ``deviceKind`` and ``entries``, plus ``torch`` and ``cuda`` (a schema without them
+    prunes them; the counts stand)."""
+    gone = {is_generation(d.name) for d in plan.deletions} | {None}
+    dropped = {d.name for d in plan.deletions}
+    counts: dict[tuple[str, str, str], int] = {}
+    newest: dict[tuple[str, str, str], str] = {}
+    for run, files in generations.items():
+        if run in gone or run not in manifests:
+            continue
+        facts = manifests[run].get("facts") or {}
+        build = (str(facts.get("torch")), str(facts.get("cuda") or ""), str(facts.get("gpu") or "cpu"))
+        counts[build] = counts.get(build, 0) + sum(1 for item in files if item.name not in dropped)
+        newest[build] = max(newest.get(build, ""), run)
+    return [
+        {
+            "torch": torch,
+            **({"cuda": cuda} if cuda else {}),
+            "backend": "cpu" if gpu == "cpu" else "cuda",
+            "deviceKind": gpu,
+            "entries": counts[(torch, cuda, gpu)],
+        }
+        for torch, cuda, gpu in sorted(counts, key=lambda build: newest[build], reverse=True)
+    ]
 
 
 def check_files(
