@@ -61,12 +61,14 @@ def test_locks_temporary_files_and_stale_sources_are_never_published() -> None:
             "gr/cgr.py",
             "locks/cty.lock",
             "fxgraph/ab/.123.456.tmp",
+            "triton/0/tmp.pid_12_34/k.cubin",  # a killed Triton compile
         ]
     )
     assert keep == ["aotautograd/aabc/entry", "fxgraph/ab/fabc/entry", "gr/cgr.py", "ty/cty.main.cpp", "ty/cty.main.so"]
     assert drop == {
         "locks/cty.lock": "lock file",
         "fxgraph/ab/.123.456.tmp": "temporary file of a write never finished",
+        "triton/0/tmp.pid_12_34/k.cubin": "temporary file of a write never finished",
         "q6/cq6.cpp": "stale generated source: its compiled .so is missing",
     }
 

@@ -38,6 +38,9 @@ GENERATIONS_DIR = "torch"  # DIR/torch/<run_id>/: one warm-up run's whole Induct
 LOCKS_DIR = "locks"
 # Inductor's write_atomic (torch/_inductor/codecache.py) writes ".<pid>.<thread id>.tmp" then renames.
 TMP_SUFFIX = ".tmp"
+# Triton's FileCacheManager (triton/runtime/cache.py) writes into "tmp.pid_<pid>_<random>/" and renames
+# each file out of it; a killed compile leaves the folder.
+TRITON_TMP_PREFIX = "tmp.pid_"
 LOCK_SUFFIX = ".lock"
 # Generated C++ sources: Inductor compiles each into the ``.so`` beside it and loads the ``.so`` by
 # path. A source without its ``.so`` is a compile that never finished (gcc killed): stale.
@@ -74,7 +77,7 @@ def unpublishable(name: str, present: Collection[str]) -> str | None:
     base = parts[-1]
     if parts[0] == LOCKS_DIR or base.endswith(LOCK_SUFFIX):
         return "lock file"
-    if base.endswith(TMP_SUFFIX):
+    if base.endswith(TMP_SUFFIX) or any(part.startswith(TRITON_TMP_PREFIX) for part in parts[:-1]):
         return "temporary file of a write never finished"
     if parts[0] == META_DIR:
         return "not Inductor's"

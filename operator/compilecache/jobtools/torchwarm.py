@@ -40,7 +40,7 @@ TORCHRUN = "compilecache.jobtools.torchrun"
 DEFAULT_STEPS = 2  # a second step compiles what the first step's state changes (optimizer state, LR)
 
 
-def check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
+def check_args(args: argparse.Namespace) -> None:
     """The flags a PyTorch warm-up takes; JAX-only ones are refused, not ignored."""
     if args.workload or not args.script:
         raise WarmError("--framework pytorch warms a training entrypoint: give --script PATH (no --workload)")
@@ -61,7 +61,6 @@ def check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
     problem = entry_problem(args.script, os.getcwd())
     if problem:
         raise WarmError(problem)
-    del script_args
 
 
 def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: Mapping[str, str]) -> dict[str, Any]:
@@ -69,10 +68,10 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
     from compilecache.cache.store import LocalStore, open_store
     from compilecache.cache.torchcache import FRAMEWORK, MANIFEST_SCHEMA, generation_dir, split_publishable
     from compilecache.cache.torchstore import file_records, list_tree, publish
-    from compilecache.jobtools.manifest import dumps, manifest_name, new_run_id, utc_now
+    from compilecache.jobtools.manifest import REPORT_SCHEMA, dumps, manifest_name, new_run_id, utc_now
     from compilecache.jobtools.warm import _delete_leftovers
 
-    check_args(args, script_args)
+    check_args(args)
     base_env = {**base_env, REPORT: "0"}  # a warm-up is no trainer: no verdict of its own
     store = open_store(args.cache_dir)
     run_id = new_run_id()
@@ -128,7 +127,7 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
     }
     manifest_path = store.write_manifest(manifest_name(run_id), dumps(manifest))
     report = {
-        "schema": "compilecache.dev/report/v1",
+        "schema": REPORT_SCHEMA,
         "framework": FRAMEWORK,
         "ok": True,
         "error": None,
