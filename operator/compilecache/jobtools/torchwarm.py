@@ -88,9 +88,11 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
         warmed = _run(args, script_args, base_env, staging, request, "warm-up")
         counts, stepped = warmed["counts"], warmed["stepped"]
         print(
-            f"  {args.script}: {counts['requests']} graph lookups ({counts['fx_misses']} FX graphs and "
-            f"{counts['aot_misses']} AOTAutograd entries compiled, {counts['hits']} hit), stopped after "
-            f"{stepped['ran']} optimizer steps; first step {_seconds(warmed.get('first_step_seconds'))}",
+            f"  {args.script}: {_many(counts['requests'], 'graph lookup')} "
+            f"({_many(counts['fx_misses'], 'FX graph')} and "
+            f"{_many(counts['aot_misses'], 'AOTAutograd entry', 'AOTAutograd entries')} compiled, "
+            f"{counts['hits']} hit), stopped after {_many(stepped['ran'], 'optimizer step')}; "
+            f"first step {_seconds(warmed.get('first_step_seconds'))}",
             flush=True,
         )
         keep, drop = split_publishable(list_tree(staging))
@@ -216,7 +218,8 @@ def _verify(
     if not summary["ok"]:
         raise VerifyError(
             f"verify failed, training would recompile: {counts['misses']} of {counts['requests']} graph lookups "
-            f"missed ({counts['fx_misses']} FX graphs, {counts['aot_misses']} AOTAutograd entries) in a fresh "
+            f"missed ({_many(counts['fx_misses'], 'FX graph')}, "
+            f"{_many(counts['aot_misses'], 'AOTAutograd entry', 'AOTAutograd entries')}) in a fresh "
             "process on a copy of the warm-up's cache; nothing published"
         )
     return summary
@@ -224,3 +227,8 @@ def _verify(
 
 def _seconds(value: Any) -> str:
     return "?" if value is None else f"{float(value):.2f}s"
+
+
+def _many(count: int, word: str, plural: str | None = None) -> str:
+    """``1 FX graph``, ``2 FX graphs``, ``2 AOTAutograd entries`` (``plural`` where ``s`` is wrong)."""
+    return f"{count} {word if count == 1 else plural or word + 's'}"
