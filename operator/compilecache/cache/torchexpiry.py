@@ -123,7 +123,7 @@ def plan_torch_expiry(
             for other in finished
             if other != run and finished[other] > finished[run] and _same_kind(manifests[other], manifests[run])
         ]
-        settled = [other for other in newer if young(other) is False]
+        settled = [other for other in newer if not young(other)]
         if settled:
             take(
                 run, KEEP_VERSIONS, f"superseded by the newer warm-up {max(settled)} of the same workload and settings"

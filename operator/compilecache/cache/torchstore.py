@@ -175,7 +175,11 @@ def fetch(store: CacheStore, manifests: Sequence[Mapping[str, Any]], dest: Path)
                 continue
             path = dest / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            # Renamed into place: a process that already loads from this folder (a sibling that
+            # copied first) sees the old file or the new one, never half of one.
+            temporary = path.with_name(f".{path.name}.compilecache.tmp")
+            temporary.write_bytes(data)
+            os.replace(temporary, path)
             result.files += 1
             result.bytes += len(data)
     result.seconds = time.perf_counter() - began
