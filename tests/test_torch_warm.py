@@ -190,6 +190,7 @@ def test_a_failing_hook_warns_in_one_line_and_never_raises(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The environment is the hook's input (as torch gives it): an unsupported source URL fails the copy.
+    monkeypatch.delenv("COMPILECACHE_REPORT", raising=False)  # no verdict at the test process's exit
     monkeypatch.setenv("COMPILECACHE_FRAMEWORK", "pytorch")
     monkeypatch.setenv("COMPILECACHE_TORCH_SOURCE", "s3://bucket/cache")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "local"))
@@ -197,6 +198,9 @@ def test_a_failing_hook_warns_in_one_line_and_never_raises(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("compilecache: PyTorch cache hook failed, training compiles without the warm cache")
+    # The verdict then gives that as the reason of every miss.
+    result = torchhook.verdict(graph_counts({"inductor": {"fxgraph_cache_miss": 1}}), {}, [], {}, copy_error="X: y")
+    assert result["missed"] == [{"name": "FX graph", "reason": "the cache could not be copied at start: X: y"}]
 
 
 # ---- slow: real torch.compile on the CPU --------------------------------------------------------

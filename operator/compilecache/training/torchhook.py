@@ -49,6 +49,7 @@ COPIED = "COMPILECACHE_TORCH_COPIED"
 _TRUE = ("1", "true", "yes", "on")
 NOT_WARMED = "not warmed: the cache has no PyTorch warm-up"
 KEY_DIFFERS = "warmed under another key: the graph, its input shapes, strides or dtypes, or torch's own code differ"
+COPY_FAILED = "the cache could not be copied at start"
 CORRUPT = "entry corrupt: {n} published files differed from their manifest and were not copied"
 
 _state: dict[str, Any] = {}  # what the copy did and which manifests it used, for the verdict
@@ -59,12 +60,19 @@ def initialize() -> None:
     try:
         setup(os.environ)
     except Exception as error:  # a failing hook must not break `import torch`: training compiles cold
-        print(
-            f"compilecache: PyTorch cache hook failed, training compiles without the warm cache "
-            f"({type(error).__name__}: {' '.join(str(error).split())[:300]})",
-            file=sys.stderr,
-            flush=True,
-        )
+        _warn(error)
+
+
+def _warn(error: Exception) -> None:
+    print(
+        f"compilecache: PyTorch cache hook failed, training compiles without the warm cache ({_one_line(error)})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _one_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
 def setup(environ: Mapping[str, str]) -> None:
@@ -72,19 +80,24 @@ def setup(environ: Mapping[str, str]) -> None:
     if environ.get(FRAMEWORK) != "pytorch" or environ.get(WARMUP_ENV) == "1":
         return
     reporting = environ.get(REPORT, "").strip().lower() in _TRUE
-    source, local = environ.get(TORCH_SOURCE), environ.get(TORCH_CACHE_DIR)
-    if source and local:
-        inherited = environ.get(COPIED) == local
-        _state["inherited"] = inherited
-        copy_cache(source, Path(local), loud=reporting, copy=not inherited)
-        os.environ[COPIED] = local
     if reporting and not _state.get("armed"):
+        # Armed before the copy: a copy that fails is then the reason the verdict gives for its misses.
         _state["armed"] = True
         # Loaded now, not at exit: importing concurrent.futures then fails (its exit hook is refused).
         import compilecache.cache.torchcache
         import compilecache.training.verdict  # noqa: F401
 
         atexit.register(report_at_exit)
+    source, local = environ.get(TORCH_SOURCE), environ.get(TORCH_CACHE_DIR)
+    if source and local:
+        inherited = environ.get(COPIED) == local
+        _state["inherited"] = inherited
+        try:
+            copy_cache(source, Path(local), loud=reporting, copy=not inherited)
+        except Exception as error:
+            _state["copy_error"] = _one_line(error)
+            raise
+        os.environ[COPIED] = local
 
 
 def copy_cache(source: str, local: Path, *, loud: bool, copy: bool = True) -> None:
@@ -148,7 +161,14 @@ def current_verdict() -> dict[str, Any]:
         from compilecache.cache.torchcache import current_facts
 
         here = current_facts()
-    return verdict(counts, here, _state.get("manifests") or [], _state.get("refused") or {}, _state.get("copy"))
+    return verdict(
+        counts,
+        here,
+        _state.get("manifests") or [],
+        _state.get("refused") or {},
+        _state.get("copy"),
+        copy_error=_state.get("copy_error"),
+    )
 
 
 def verdict(
@@ -157,11 +177,16 @@ def verdict(
     manifests: Sequence[Mapping[str, Any]],
     refused: Mapping[str, str],
     copy: Mapping[str, Any] | None = None,
+    *,
+    copy_error: str | None = None,
 ) -> dict[str, Any]:
-    """The termination-message JSON (pure), in :data:`compilecache.training.verdict.SCHEMA`."""
+    """The termination-message JSON (pure), in :data:`compilecache.training.verdict.SCHEMA`.
+
+    ``copy_error``: why the hook could not copy the cache, if it could not: every miss's reason.
+    """
     from compilecache.training.verdict import SCHEMA, fit, summary_line
 
-    reason = miss_reason(here, manifests, refused)
+    reason = f"{COPY_FAILED}: {copy_error}" if copy_error else miss_reason(here, manifests, refused)
     reasons = [("FX graph", reason)] * int(counts.get("fx_misses", 0)) + [("AOTAutograd entry", reason)] * int(
         counts.get("aot_misses", 0)
     )
