@@ -320,6 +320,23 @@ def test_a_thread_count_mismatch_is_named(warmed: tuple[Path, dict[str, Any]], t
 
 
 @pytest.mark.slow
+def test_import_torch_with_nothing_set_prints_nothing_and_copies_nothing(tmp_path: Path) -> None:
+    # The real entry point, called by `import torch`: the hook is loaded (its module is imported)
+    # and, with no COMPILECACHE_FRAMEWORK, leaves the process alone.
+    code = "import sys, torch; print('compilecache.training.torchhook' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=torch_env({"COMPILECACHE_TORCH_SOURCE": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "l")}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True\n", "")
+    assert not (tmp_path / "l").exists()
+
+
+@pytest.mark.slow
 def test_a_script_that_ends_before_its_step_fails_the_warm_up(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     done = run_cli(
