@@ -642,6 +642,23 @@ class GCSStore:
         contents = self._call("read manifests", self.fs._cat, paths)
         return parse_manifests((path.rsplit("/", 1)[-1], contents[path]) for path in paths)
 
+    def write(self, name: str, data: bytes) -> None:
+        """Upload one object under the prefix (a PyTorch generation's file): whole or not at all."""
+        self._call(f"write {name}", self.fs._pipe_file, f"{self.root}/{name}", data)
+
+    def find(self, folder: str) -> list[StoredFile]:
+        """Every object under ``folder`` (relative to the prefix), named relative to the prefix."""
+        try:
+            found = self._call(f"list {folder}", self.fs._find, f"{self.root}/{folder}", detail=True)
+        except _NotFound:
+            return []
+        start = len(self.root) + 1
+        return [
+            StoredFile(path[start:], int(item.get("size") or 0), _gcs_time(item))
+            for path, item in sorted(found.items())
+            if item.get("type") == "file"
+        ]
+
     def _call(self, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
         """Run one gcsfs coroutine on gcsfs's loop and wait for it, within the timeout.
 

@@ -59,7 +59,7 @@ GROUPS: dict[str, dict[str, Command]] = {
     "On the training side": {
         "env": Command(
             "compilecache.training.envcmd",
-            "print the JAX cache environment a training process needs",
+            "print the cache environment a training process needs (JAX; PyTorch with --framework pytorch)",
             'eval "$(compilecache env --cache-dir /var/cache/compilecache)"',
         ),
     },

@@ -52,6 +52,12 @@ TERMINATION_LIMIT = 4096  # bytes of a container's termination message that Kube
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache expire``."""
     parser.add_argument("--cache-dir", required=True, help="cache location: a local path or gs://bucket/prefix")
+    parser.add_argument(
+        "--framework",
+        choices=("jax", "pytorch"),
+        default="jax",
+        help="jax (default): JAX entries; pytorch: whole warm-up generations (compilecache.jobtools.torchexpire)",
+    )
     parser.add_argument("--max-age", metavar="DURATION", help="drop entries not re-produced within this (7d, 12h)")
     parser.add_argument("--max-size", metavar="QUANTITY", help="drop least recently produced entries down to this")
     parser.add_argument("--keep-versions", type=int, metavar="N", help="keep the N newest builds of each platform")
@@ -83,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
         try:
-            result = expire(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
+            if args.framework == "pytorch":
+                from compilecache.jobtools.torchexpire import expire_torch
+
+                result = expire_torch(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
+            else:
+                result = expire(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
         except OSError as error:
             # A refused operation the store did not wrap (each names its own): one line, not a bug.
             if error.errno not in STORAGE_FULL:

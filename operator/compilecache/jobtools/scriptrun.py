@@ -452,8 +452,10 @@ def run_entrypoint(
     entry_args: Sequence[str],
     timeout: float | None = None,
     resume_args: Sequence[str] | None = None,
+    module: str = "compilecache.jobtools.scriptrun",
 ) -> tuple[int, dict[str, Any], str]:
-    """Run the entrypoint in a child (:func:`main`) in a fresh scratch working directory.
+    """Run the entrypoint in a child (:func:`main`, or ``module``'s: PyTorch's is
+    :mod:`compilecache.jobtools.torchrun`) in a fresh scratch working directory.
 
     The directory is made under ``$TMPDIR`` and removed afterwards, so what the script writes
     relative to its working directory (checkpoints, logs) is gone before the next run: verify's run
@@ -471,9 +473,7 @@ def run_entrypoint(
     with tempfile.TemporaryDirectory(prefix="compilecache-workdir-", ignore_cleanup_errors=True) as scratch:
         child_env = {**env, WARMUP_ENV: "1", "PWD": scratch}
         full = {**request, "shown": entry, "origin": origin}
-        first = run_child(
-            "compilecache.jobtools.scriptrun", full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch
-        )
+        first = run_child(module, full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch)
         if resume_args is None or first[0] != 0 or first[1].get("write_errors"):  # nothing to add to a failure
             return first
         # The same directory: the checkpoint the first run wrote at a relative path is restored.
@@ -483,7 +483,7 @@ def run_entrypoint(
             # later (an epoch's evaluation) the first run compiled already: no second budget.
             again = {key: value for key, value in again.items() if key not in AUTO_LIMITS} | {"steps": 1}
         argv = [target, *entry_args, *resume_args]
-        second = run_child("compilecache.jobtools.scriptrun", again, child_env, argv, timeout=timeout, cwd=scratch)
+        second = run_child(module, again, child_env, argv, timeout=timeout, cwd=scratch)
         return merge_results(first, second)
 
 

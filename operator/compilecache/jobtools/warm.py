@@ -89,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cache location: a local path (made if missing; its parent must exist) or gs://bucket/prefix",
     )
     parser.add_argument(
+        "--framework",
+        choices=("jax", "pytorch"),
+        default="jax",
+        help="jax (default): JAX's persistent cache; pytorch: torch.compile's Inductor caches, warmed by "
+        "running --script for --steps optimizer steps (compilecache.jobtools.torchwarm)",
+    )
+    parser.add_argument(
         "--workload",
         action="append",
         default=[],
@@ -190,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         try:
-            report = warm(args)
+            report = warm(args) if args.framework != "pytorch" else _warm_pytorch(args)
         except OSError as error:
             # A refused write the steps did not wrap (each names its own): still one line, not a bug.
             if error.errno not in STORAGE_FULL:
@@ -281,6 +288,26 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         _exit_now(error.exit_code if isinstance(error, WarmError) else 1)
     coordination.close()
     return report
+
+
+def _warm_pytorch(args: argparse.Namespace) -> dict[str, Any]:
+    """``--framework pytorch``: :mod:`compilecache.jobtools.torchwarm`, with ``--steps``/``--budget`` from the
+    environment as for JAX (a CompileCache workload's ``env`` reaches the warm-up container)."""
+    from compilecache.jobtools.torchwarm import warm_torch
+
+    os.environ[REPORT] = "0"  # as warm(): no verdict in this process or its children
+    env = dict(os.environ)
+    if args.steps is None and env.get(_ENV_STEPS):
+        try:
+            args.steps = _steps_value(env[_ENV_STEPS])
+        except ValueError as error:
+            raise WarmError(f"{_ENV_STEPS} must be a whole number or auto, got {env[_ENV_STEPS]!r}") from error
+    if args.budget is None and args.steps == AUTO and env.get(_ENV_BUDGET):
+        try:
+            args.budget = float(env[_ENV_BUDGET])
+        except ValueError as error:
+            raise WarmError(f"{_ENV_BUDGET} must be a number of seconds, got {env[_ENV_BUDGET]!r}") from error
+    return warm_torch(args, _script_args(args), env)
 
 
 def _exit_now(code: int) -> NoReturn:

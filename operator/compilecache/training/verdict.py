@@ -356,11 +356,22 @@ def miss_reason(
     return KEY_DIFFERS
 
 
-def summary_line(requests: int, hits: int, reasons: Sequence[tuple[str, str]], unnamed: int = 0) -> str:
-    """``compilecache: 10/26 compiles hit; missed: train_step ×2 (XLA_FLAGS differs: ...), eval_step (not warmed)``."""
-    line = f"compilecache: {hits}/{requests} compiles hit"
+def summary_line(
+    requests: int,
+    hits: int,
+    reasons: Sequence[tuple[str, str]],
+    unnamed: int = 0,
+    *,
+    unit: str = "compiles",
+    idle: str = "no compile used the persistent cache",
+) -> str:
+    """``compilecache: 10/26 compiles hit; missed: train_step ×2 (XLA_FLAGS differs: ...), eval_step (not warmed)``.
+
+    ``unit`` and ``idle`` (what ``0/0`` means) are the framework's words: PyTorch's verdict counts graphs.
+    """
+    line = f"compilecache: {hits}/{requests} {unit} hit"
     if requests == 0:
-        return line + " (no compile used the persistent cache)"
+        return line + f" ({idle})"
     groups: dict[str, list[str]] = {}
     for name, reason in reasons:
         groups.setdefault(reason, []).append(name)

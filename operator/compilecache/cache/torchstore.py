@@ -1,0 +1,191 @@
+"""PyTorch generations in a cache store (a local directory or ``gs://``): publish, list, fetch, delete.
+
+The layout and the rules are :mod:`compilecache.cache.torchcache`'s; this module does the I/O on
+top of :mod:`compilecache.cache.store` (the same stores, manifests and no-follow file access as
+JAX's entries). Used by the warm-up (:mod:`compilecache.jobtools.torchwarm`), expiry
+(:mod:`compilecache.jobtools.torchexpire`) and the training hook (:mod:`compilecache.training.torchhook`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compilecache.cache import nofollow
+from compilecache.cache.errors import WarmError, storage_error
+from compilecache.cache.store import CacheStore, GCSStore, LocalStore, StoredFile
+from compilecache.cache.torchcache import GENERATIONS_DIR, generation_dir, manifest_entries
+
+_READERS = 8  # concurrent reads: GCS latency, not CPU, bounds a fetch
+
+
+def list_tree(root: Path) -> list[str]:
+    """Every regular file under ``root``, relative to it; links are neither followed nor listed."""
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        base = Path(folder)
+        dirs[:] = [d for d in dirs if not (base / d).is_symlink()]
+        for name in files:
+            path = base / name
+            if path.is_file() and not path.is_symlink():
+                found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def file_records(root: Path, names: Iterable[str]) -> list[dict[str, Any]]:
+    """``{file, size, sha256}`` of each named file under ``root``: what a manifest records."""
+    records = []
+    for name in names:
+        data = (root / name).read_bytes()
+        records.append({"file": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    return records
+
+
+def publish(store: CacheStore, tree: Path, run_id: str, names: Sequence[str], drop: Iterable[str]) -> str:
+    """Make ``tree`` (a checked warm-up tree) the generation ``torch/<run_id>``; return its location.
+
+    Local: ``tree`` is the run's staging folder inside the cache; what must not be published is
+    deleted from it, then one ``rename`` moves it into place (same filesystem: atomic, and a
+    reader sees the whole folder or none). GCS: each file is uploaded (an object appears whole or
+    not at all); the generation is used only once its manifest is stored, after this.
+    """
+    target = generation_dir(run_id)
+    if isinstance(store, LocalStore):
+        for name in drop:
+            (tree / name).unlink(missing_ok=True)
+        _remove_empty_dirs(tree)
+        try:
+            if nofollow.is_link(store.root, GENERATIONS_DIR):
+                raise WarmError(f"cache dir {store.root}: {GENERATIONS_DIR} is a symbolic link; remove it")
+            (store.root / GENERATIONS_DIR).mkdir(exist_ok=True)
+            os.rename(tree, store.root / target)
+        except OSError as error:
+            raise storage_error("publish", str(store.root / target), error) from None
+        return str(store.root / target)
+    if isinstance(store, GCSStore):
+
+        def upload(name: str) -> None:
+            store.write(f"{target}/{name}", (tree / name).read_bytes())
+
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            list(pool.map(upload, names))
+        return f"{store.url}/{target}"
+    raise WarmError(f"cache {store.url}: PyTorch caches need a local directory or gs://")
+
+
+def _remove_empty_dirs(tree: Path) -> None:
+    for folder, _, _ in sorted(os.walk(tree), key=lambda item: -len(item[0])):
+        if Path(folder) != tree:
+            with contextlib.suppress(OSError):  # not empty: it holds published files
+                os.rmdir(folder)
+
+
+def list_generations(store: CacheStore) -> dict[str, list[StoredFile]]:
+    """run id → the files of its generation (named relative to the cache root)."""
+    files: list[StoredFile] = []
+    if isinstance(store, LocalStore):
+        root = store.root / GENERATIONS_DIR
+        if nofollow.is_link(store.root, GENERATIONS_DIR) or not root.is_dir():
+            return {}
+        for name in list_tree(root):
+            stat = (root / name).stat()
+            files.append(StoredFile(f"{GENERATIONS_DIR}/{name}", stat.st_size, stat.st_mtime))
+        # A generation may be empty (nothing publishable): its folder still counts.
+        found: dict[str, list[StoredFile]] = {
+            item.name: [] for item in os.scandir(root) if item.is_dir(follow_symlinks=False)
+        }
+    elif isinstance(store, GCSStore):
+        files = store.find(GENERATIONS_DIR)
+        found = {}
+    else:
+        raise WarmError(f"cache {store.url}: PyTorch caches need a local directory or gs://")
+    for item in files:
+        parts = item.name.split("/", 2)
+        if len(parts) == 3:
+            found.setdefault(parts[1], []).append(item)
+    return found
+
+
+def delete_generation(store: CacheStore, run_id: str, files: Sequence[StoredFile]) -> None:
+    """Remove a whole generation (its manifest goes after it, so no manifest names missing files)."""
+    if isinstance(store, LocalStore):
+        try:
+            nofollow.remove_tree(store.root, generation_dir(run_id))
+        except nofollow.LinkError:
+            return
+        except OSError as error:
+            raise storage_error("delete", str(store.root / generation_dir(run_id)), error) from None
+        return
+    for item in files:
+        store.delete(item.name)
+
+
+@dataclass
+class Fetched:
+    """What a trainer copied: files, bytes, seconds, and the files it refused (name → why)."""
+
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    generations: list[str] | None = None
+    refused: dict[str, str] | None = None
+
+
+def fetch(store: CacheStore, manifests: Sequence[Mapping[str, Any]], dest: Path) -> Fetched:
+    """Copy each manifest's generation into ``dest`` (a trainer's writable ``TORCHINDUCTOR_CACHE_DIR``).
+
+    Only the files a manifest lists are read, each checked against its sha256: a file that differs
+    is not copied (its graph then compiles again, never loads damaged bytes). No link is followed
+    (the store's reads refuse them). Later generations overwrite earlier ones' files of the same
+    name, which are the same kernel (Inductor names a kernel by the hash of its source).
+    """
+    began = time.perf_counter()
+    result = Fetched(generations=[], refused={})
+    jobs: list[tuple[str, str, Mapping[str, Any]]] = []
+    for manifest in manifests:
+        run_id = str(manifest["run_id"])
+        result.generations.append(run_id)  # type: ignore[union-attr]
+        for name, record in manifest_entries(manifest).items():
+            if _unsafe(name):
+                result.refused[name] = "path leaves the cache"  # type: ignore[index]
+                continue
+            jobs.append((name, f"{generation_dir(run_id)}/{name}", record))
+
+    def read(job: tuple[str, str, Mapping[str, Any]]) -> tuple[str, bytes | None, str | None]:
+        name, stored, record = job
+        try:
+            data = store.read(stored)
+        except (OSError, WarmError) as error:
+            return name, None, f"unreadable: {error}"
+        if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+            return name, None, "checksum differs from the manifest"
+        return name, data, None
+
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        for name, data, why in pool.map(read, jobs):
+            if data is None:
+                result.refused[name] = str(why)  # type: ignore[index]
+                continue
+            path = dest / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Renamed into place: a process that already loads from this folder (a sibling that
+            # copied first) sees the old file or the new one, never half of one.
+            temporary = path.with_name(f".{path.name}.compilecache.tmp")
+            temporary.write_bytes(data)
+            os.replace(temporary, path)
+            result.files += 1
+            result.bytes += len(data)
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _unsafe(name: str) -> bool:
+    parts = name.split("/")
+    return name.startswith("/") or any(part in ("", ".", "..") for part in parts)
