@@ -13,7 +13,7 @@ LOCK := constraints.txt
 # The Python the lock is resolved for: CI's and the images' (tests/test_versions.py checks all three).
 LOCK_PYTHON := 3.11
 
-.PHONY: demo test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
+.PHONY: demo test test-fast e2e lint typecheck bench clean tools generate test-long images push lock test-lowest
 
 # `venv --clear` when the venv's own python is not $(PYTHON)'s version: pip would otherwise reuse it.
 define MAKE_VENV
@@ -98,9 +98,11 @@ push: images
 	$(DOCKER) push $(OPERATOR_IMAGE)
 	$(DOCKER) push $(WARMER_IMAGE)
 
-## Copy the CRD (the one source of truth) into the Helm chart; tests/test_chart.py fails when they differ.
-crd-sync:
-	cp crds/compilecache.yaml helm/compilecache-operator/crds/compilecache.yaml
+## Write the CRD, the chart's byte-identical copy and docs/resource.md's tables from the typed model
+## (operator/compilecache/api/model.py, the one definition of the resource); tests/test_generate.py fails
+## when a committed file differs. `$(BIN)/python -m compilecache.api.generate --check` only checks.
+generate: $(STAMP)
+	$(BIN)/python -m compilecache.api.generate
 
 ## Re-resolve constraints.txt (pyproject.toml's extras + constraints.in) with uv, keeping the
 ## current pins where they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to the newest.

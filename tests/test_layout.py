@@ -32,6 +32,16 @@ FORBIDDEN = {
     "local": ("jax", "jaxlib", "kopf", "compilecache.controller", "compilecache.jobtools"),
     # Training processes: the user's image has JAX and this package, never the operator's libraries.
     "training": ("kopf", "kubernetes", "compilecache.controller", "compilecache.jobtools", "compilecache.local"),
+    # The resource's definition: read by the operator pod and by `make generate`, never running JAX or kopf.
+    "api": (
+        "jax",
+        "jaxlib",
+        "kopf",
+        "compilecache.controller",
+        "compilecache.jobtools",
+        "compilecache.local",
+        "compilecache.training",
+    ),
     # The entry point dispatches to every program and loads each one late, so `compilecache --help` stays light.
     "cli": (
         "jax",
@@ -61,7 +71,7 @@ def test_every_module_lives_in_a_program_folder() -> None:
     top = sorted(path.stem for path in PACKAGE.glob("*.py"))
     assert top == ["__init__"], top
     folders = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
-    assert folders == ["cache", "cli", "controller", "jobtools", "local", "training"], folders
+    assert folders == ["api", "cache", "cli", "controller", "jobtools", "local", "training"], folders
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
