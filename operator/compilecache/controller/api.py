@@ -1,26 +1,36 @@
-"""The CompileCache resource: its names, and its spec parsed and validated into typed values.
+"""The CompileCache resource as the operator reads it: its spec parsed and validated into typed values.
 
-The CRD's schema rejects most bad input at admission, but the operator validates
-again: a CRD can be older than the operator, and a clear condition naming the
-field beats a crash loop. Defaults here equal the CRD's.
+The resource is defined once, in ``compilecache.api.model`` (pydantic): the CRD's schema and
+docs/resource.md are generated from it (``make generate``), and :func:`parse_spec` ends by
+validating the spec against it (:func:`check_model`), so what the schema bounds (a length, a
+list's size, a pattern) the operator refuses too, naming the field's JSON path. The checks here
+come first and carry the operator's own messages: the CEL rules of the model (which pydantic does
+not evaluate), and the checks the CRD deliberately leaves out (too costly for CEL, e.g. a
+workload's pools naming declared pools; or needing several fields, e.g. requests not above
+limits). The result is the typed dataclasses below (``CacheSpec.warmup.workloads[i].steps``) that
+the rest of the controller reads; defaults equal the model's.
 
-One source of truth for validity (issue 9): every check here is either in the CRD too
-(same pattern, same bound), or one the CRD deliberately leaves out (too costly for CEL,
-e.g. a workload's pools naming declared pools; or needing several fields, e.g. requests
-not above limits). This parser never refuses what the CRD admits as valid, and anything
-it lets through becomes objects the API server accepts: the name and label rules below
-are apimachinery's (``k8s.io/apimachinery/pkg/util/validation/validation.go``), the
-resource and mount rules those of ``pkg/apis/core/validation/validation.go``.
+The CRD's schema rejects most bad input at admission, but the operator validates again: a CRD can
+be older than the operator, and a clear condition naming the field beats a crash loop. This parser
+never refuses what the CRD admits as valid, and anything it lets through becomes objects the API
+server accepts: the name and label rules below are apimachinery's
+(``k8s.io/apimachinery/pkg/util/validation/validation.go``), the resource and mount rules those of
+``pkg/apis/core/validation/validation.go``.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
+
+from compilecache.api import model
 from compilecache.cache import units
 
 GROUP = "compilecache.dev"
@@ -387,6 +397,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     framework = spec.get("framework", "jax")
     if framework not in FRAMEWORKS:
         raise SpecError("spec.framework", f"must be one of {list(FRAMEWORKS)}, got {framework!r}")
+    check_model(_as_parsed(spec, mount_path, gcs))
     return CacheSpec(
         framework=framework,
         pvc=pvc,
@@ -398,6 +409,70 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
         lifecycle=_lifecycle(_mapping(spec.get("lifecycle"), "spec.lifecycle")),
         consumers=_consumers(_mapping(spec.get("consumers"), "spec.consumers")),
     )
+
+
+def _as_parsed(spec: Mapping[str, Any], mount_path: str, gcs: GCSStorage | None) -> dict[str, Any]:
+    """The spec with what the parser forgives made as the CRD wants it (a trailing /, a leading / of a prefix)."""
+    forgiven = {**spec}
+    if "mountPath" in spec:
+        forgiven["mountPath"] = mount_path
+    if gcs is not None and "prefix" in spec["storage"]["gcs"]:
+        forgiven["storage"] = {**spec["storage"], "gcs": {**spec["storage"]["gcs"], "prefix": gcs.prefix}}
+    return forgiven
+
+
+def check_model(spec: Mapping[str, Any]) -> None:
+    """The spec against the model the CRD is generated from (``compilecache.api.model``): types, bounds,
+    patterns and enums as the API server checks them (not the CEL rules, which the checks above cover).
+
+    Run after the checks above, whose messages name the operator's own reasons; this one catches what
+    only the schema says (a length, a list's size). Raises :class:`SpecError` with the field's JSON path.
+    """
+    try:
+        model.Spec.model_validate(spec)
+    except pydantic.ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise SpecError(model_path("spec", model.Spec, error["loc"]), error["msg"]) from None
+
+
+def model_path(prefix: str, root: type[pydantic.BaseModel], loc: Sequence[int | str]) -> str:
+    """The JSON path (``spec.warmup.workloads[0].steps``) of a pydantic error location.
+
+    pydantic adds the branch of a union to the location (``steps.int``); the path stops where the
+    location leaves the model's fields, lists and maps.
+    """
+    path = prefix
+    kind: Any = root
+    for part in loc:
+        kind = _unwrap(kind)
+        origin = typing.get_origin(kind)
+        if isinstance(part, int) and origin is list:
+            path += f"[{part}]"
+            kind = typing.get_args(kind)[0]
+        elif isinstance(part, str) and origin is dict:
+            path += f".{part}"
+            kind = typing.get_args(kind)[1]
+        elif isinstance(part, str) and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel):
+            if part not in kind.model_fields:
+                break
+            path += f".{part}"
+            kind = kind.model_fields[part].annotation
+        else:
+            break
+    return path
+
+
+def _unwrap(kind: Any) -> Any:
+    """``X`` of ``Annotated[X, ...]`` and of ``X | None`` (the field's own type)."""
+    while True:
+        if typing.get_origin(kind) is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+            continue
+        args = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
+            kind = args[0]
+            continue
+        return kind
 
 
 def _pvc(raw: Any) -> PVCStorage:
