@@ -64,3 +64,19 @@ def test_what_the_parser_forgives_the_model_does_not_refuse() -> None:
     """A trailing / of mountPath and a leading / of a GCS prefix are harmless: parse_spec normalises them."""
     spec = parse_spec(cache_spec(storage={"gcs": {"bucket": "b-1", "prefix": "/caches/"}}, mountPath="/var/cache/cc/"))
     assert (spec.mount_path, spec.gcs and spec.gcs.prefix) == ("/var/cache/cc", "caches")
+
+
+def test_the_status_a_pass_writes_fits_the_status_model() -> None:
+    """The model's status (what docs/resource.md documents) holds what the operator really writes."""
+    from test_stuck_pods import first_pass, next_pass, pod_of, unschedulable
+
+    first, jobs = first_pass()
+    stuck = next_pass(first, jobs, [pod_of(job, **unschedulable()) for job in jobs])
+    for written in (first.status, stuck.status):
+        status = model.Status.model_validate(dict(written))
+        assert status.phase == written["phase"] and status.pools
+
+
+def test_a_status_the_crd_refuses_the_model_refuses() -> None:
+    with pytest.raises(ValueError, match="state"):
+        model.Status.model_validate({"phase": "Ready", "pools": [{"name": "h100", "state": "Done"}]})
