@@ -1106,6 +1106,8 @@ class SecretKeyRef(Model):
     optional: bool | None = Field(default=None, description="Whether the Secret or its key may be missing.")
 
 
+# Exactly one source (minProperties = maxProperties = 1): unknown fields are dropped, so counting
+# properties needs no CEL rule (and costs nothing).
 class ValueFrom(Model):
     """Source of the value: exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef, as
     in a pod's EnvVar.
@@ -1189,6 +1191,8 @@ class Workload(Model):
                 },
                 {
                     "rule": (
+                        # steps is int-or-string (dyn in CEL): compared as a string, as int == string is a CEL type
+                        # error, not false (string(2) is "2").
                         "!has(self.budget) || (has(self.script) && (!has(self.steps) || string(self.steps) == 'auto'))"
                     ),
                     "message": "budget bounds steps auto (the default for a script), not a step count",
@@ -1531,6 +1535,7 @@ class Warmup(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                # size() too: an empty pools list would otherwise count as "set".
                 {
                     "rule": "(has(self.pools) && size(self.pools) > 0) || has(self.discover)",
                     "message": "warmup must set pools, discover, or both",
@@ -1751,6 +1756,7 @@ class Warmup(Model):
             },
         },
     )
+    # The list-map key (hosts) makes hosts unique without a CEL rule (no cost).
     topologies: list[Topology] = Field(
         default_factory=lambda: [Topology(hosts=1)],
         description=(
@@ -2088,6 +2094,8 @@ class Spec(Model):
             "elsewhere misses."
         ),
         max_length=1024,
+        # Segments other than "." and "..", so that the path the container sees is the path written here
+        # (RE2 has no lookahead, hence the three alternatives).
         pattern=r"^(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+$",
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -2218,6 +2226,10 @@ class Spec(Model):
     )
 
 
+# The root rule may read metadata.name: the API server adds ObjectMeta to the root's CEL type
+# (k8s.io/apiserver/pkg/cel/common/schemas.go WithTypeAndObjectMeta; documented in "Validation rules"
+# of the CustomResourceDefinition page). The name becomes the value of labels on every Job, claim and
+# pod of the cache, and label values are at most 63 characters.
 class CompileCache(Model):
     """A CompileCache keeps a JAX persistent compilation cache warm for training jobs. The operator runs
     warm-up Jobs on each GPU node pool that compile the training programs into shared storage (a PVC
@@ -2250,6 +2262,8 @@ class CompileCache(Model):
     kind: str | None = Field(
         default=None, description="Kind is the REST resource this object represents (here CompileCache)."
     )
+    # No description: the API server publishes ObjectMeta's own schema here, and structural rules
+    # allow nothing but restrictions on name/generateName.
     metadata: dict[str, Any] | None = Field(default=None)
     spec: Spec = Field(
         description=(
