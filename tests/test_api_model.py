@@ -1,4 +1,4 @@
-"""The operator's validation includes the model the CRD is generated from: what only the schema says
+"""The operator's validation starts with the model the CRD is generated from: what the schema says
 (a list's size, a string's length) is refused by ``parse_spec`` too, naming the field's JSON path."""
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """The CompileCache resource as the operator reads it: its spec parsed and validated into typed values.
 
 The resource is defined once, in ``compilecache.api.model`` (pydantic): the CRD's schema and
-docs/resource.md are generated from it (``make generate``), and :func:`parse_spec` ends by
-validating the spec against it (:func:`check_model`), so what the schema bounds (a length, a
-list's size, a pattern) the operator refuses too, naming the field's JSON path. The checks here
-come first and carry the operator's own messages: the CEL rules of the model (which pydantic does
-not evaluate), and the checks the CRD deliberately leaves out (too costly for CEL, e.g. a
-workload's pools naming declared pools; or needing several fields, e.g. requests not above
-limits). The result is the typed dataclasses below (``CacheSpec.warmup.workloads[i].steps``) that
-the rest of the controller reads; defaults equal the model's.
+docs/resource.md are generated from it (``make generate``), and :func:`parse_spec` starts by
+validating the spec against it (:func:`check_model`): types, bounds, patterns and enums as the
+API server checks them, with the field's JSON path in the error (``spec.warmup.workloads[0].steps``).
+The checks that follow are the model's CEL rules (which pydantic does not evaluate) and the checks
+the CRD deliberately leaves out (too costly for CEL, e.g. a workload's pools naming declared pools;
+or needing several fields, e.g. requests not above limits); the result is the typed dataclasses
+below (``CacheSpec.warmup.workloads[i].steps``) that the rest of the controller reads. Defaults
+equal the model's. Some type checks below predate the model and now repeat it (see the report of
+issue 24); they never disagree with it, as tests/test_spec_property.py checks.
 
 The CRD's schema rejects most bad input at admission, but the operator validates again: a CRD can
 be older than the operator, and a clear condition naming the field beats a crash loop. This parser
@@ -358,6 +359,7 @@ def is_extended_resource_name(value: str) -> bool:
 def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     """Validate a CompileCache ``spec`` and apply defaults; raise :class:`SpecError` naming the field."""
     spec = _mapping(spec, "spec", required=True)
+    check_model(_forgiven(spec))
     storage = _mapping(spec.get("storage"), "spec.storage", required=True)
     pvc_raw, gcs_raw = storage.get("pvc"), storage.get("gcs")
     if pvc_raw is None and gcs_raw is None:
@@ -397,7 +399,6 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     framework = spec.get("framework", "jax")
     if framework not in FRAMEWORKS:
         raise SpecError("spec.framework", f"must be one of {list(FRAMEWORKS)}, got {framework!r}")
-    check_model(_as_parsed(spec, mount_path, gcs))
     return CacheSpec(
         framework=framework,
         pvc=pvc,
@@ -411,22 +412,25 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     )
 
 
-def _as_parsed(spec: Mapping[str, Any], mount_path: str, gcs: GCSStorage | None) -> dict[str, Any]:
-    """The spec with what the parser forgives made as the CRD wants it (a trailing /, a leading / of a prefix)."""
+def _forgiven(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec with what the parser forgives spelled as the CRD wants it: a trailing / of ``mountPath``
+    and a leading or trailing / of a GCS prefix are harmless, and the parser strips them."""
     forgiven = {**spec}
-    if "mountPath" in spec:
-        forgiven["mountPath"] = mount_path
-    if gcs is not None and "prefix" in spec["storage"]["gcs"]:
-        forgiven["storage"] = {**spec["storage"], "gcs": {**spec["storage"]["gcs"], "prefix": gcs.prefix}}
+    mount_path = spec.get("mountPath")
+    if isinstance(mount_path, str) and len(mount_path) > 1:
+        forgiven["mountPath"] = mount_path.rstrip("/")
+    storage = spec.get("storage")
+    gcs = storage.get("gcs") if isinstance(storage, Mapping) else None
+    if isinstance(gcs, Mapping) and isinstance(gcs.get("prefix"), str):
+        forgiven["storage"] = {**storage, "gcs": {**gcs, "prefix": gcs["prefix"].strip("/")}}
     return forgiven
 
 
 def check_model(spec: Mapping[str, Any]) -> None:
-    """The spec against the model the CRD is generated from (``compilecache.api.model``): types, bounds,
-    patterns and enums as the API server checks them (not the CEL rules, which the checks above cover).
+    """The spec against the model the CRD is generated from (``compilecache.api.model``).
 
-    Run after the checks above, whose messages name the operator's own reasons; this one catches what
-    only the schema says (a length, a list's size). Raises :class:`SpecError` with the field's JSON path.
+    What the API server's schema checks (not the CEL rules, which the checks after it cover).
+    Raises :class:`SpecError` naming the first offending field by its JSON path.
     """
     try:
         model.Spec.model_validate(spec)
