@@ -421,7 +421,7 @@ def _forgiven(spec: Mapping[str, Any]) -> dict[str, Any]:
         forgiven["mountPath"] = mount_path.rstrip("/")
     storage = spec.get("storage")
     gcs = storage.get("gcs") if isinstance(storage, Mapping) else None
-    if isinstance(gcs, Mapping) and isinstance(gcs.get("prefix"), str):
+    if isinstance(storage, Mapping) and isinstance(gcs, Mapping) and isinstance(gcs.get("prefix"), str):
         forgiven["storage"] = {**storage, "gcs": {**gcs, "prefix": gcs["prefix"].strip("/")}}
     return forgiven
 
