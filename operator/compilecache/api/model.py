@@ -116,6 +116,17 @@ EXTENDED_RESOURCE = (
 _CRON_FIELD = r"(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*"
 CRON = rf"^ *{_CRON_FIELD}( +{_CRON_FIELD}){{4}} *$"
 
+
+def doc(type_: str, default: str, meaning: str, *, items: bool = False) -> dict[str, Any]:
+    """A spec field's row in docs/resource.md (type, default, meaning; ``items``: labelled ``field[]``)."""
+    return {"x-doc": {"type": type_, "default": default, "meaning": meaning, "items": items}}
+
+
+def status_doc(meaning: str, *, items: bool = False) -> dict[str, Any]:
+    """A status field's row in docs/resource.md."""
+    return {"x-doc": {"meaning": meaning, "items": items}}
+
+
 AccessMode = Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]
 INT_OR_STRING: dict[str, Any] = {"x-kubernetes-int-or-string": True}  # an IntOrString field (both branches typed)
 
@@ -347,9 +358,7 @@ class Status(Model):
             "usable cache; see conditions)."
         ),
         json_schema_extra={
-            "x-doc": {
-                "meaning": "`Pending`, `Warming`, `Expiring`, `Ready`, `Degraded`, `Failed`",
-            },
+            **status_doc("`Pending`, `Warming`, `Expiring`, `Ready`, `Degraded`, `Failed`"),
         },
     )
     observedGeneration: int | None = Field(
@@ -357,27 +366,25 @@ class Status(Model):
         description="The metadata.generation this status describes; older means a change is not yet acted on.",
         json_schema_extra={
             "format": "int64",
-            "x-doc": {"meaning": "the `metadata.generation` this status describes"},
+            **status_doc("the `metadata.generation` this status describes"),
         },
     )
     message: str | None = Field(
         default=None,
         description="One line for humans about the current state.",
-        json_schema_extra={"x-doc": {"meaning": "one line for humans"}},
+        json_schema_extra={**status_doc("one line for humans")},
     )
     specHash: str | None = Field(
         default=None,
         description="Short hash of the spec parts that affect compilation; part of warm-up Job names.",
         json_schema_extra={
-            "x-doc": {
-                "meaning": "short hash of the spec parts that affect compilation (in Job names)",
-            },
+            **status_doc("short hash of the spec parts that affect compilation (in Job names)"),
         },
     )
     poolsReady: str | None = Field(
         default=None,
         description="READY/TOTAL pools with nodes whose warm-up succeeded, for kubectl get.",
-        json_schema_extra={"x-doc": {"meaning": "`READY/TOTAL` pools with nodes, for `kubectl get`"}},
+        json_schema_extra={**status_doc("`READY/TOTAL` pools with nodes, for `kubectl get`")},
     )
     reason: str | None = Field(
         default=None,
@@ -387,15 +394,13 @@ class Status(Model):
             "Ready condition's reason when it says more than the phase; absent otherwise."
         ),
         json_schema_extra={
-            "x-doc": {
-                "meaning": (
-                    "for `kubectl get`: what a warm-up or expiry pod is stuck on "
-                    "(`Progressing` condition's reason: `Unschedulable`, `ImagePullBackOff`, "
-                    "...; see [observability](observability.md#stuck-pods)), else what a "
-                    "failed pool's pod died of (`OOMKilled`), else the `Ready` condition's "
-                    "reason where it is not the phase (`InvalidSpec`, ...); absent otherwise"
-                ),
-            },
+            **status_doc(
+                "for `kubectl get`: what a warm-up or expiry pod is stuck on (`Progressing` "
+                "condition's reason: `Unschedulable`, `ImagePullBackOff`, ...; see "
+                "[observability](observability.md#stuck-pods)), else what a failed pool's pod "
+                "died of (`OOMKilled`), else the `Ready` condition's reason where it is not the "
+                "phase (`InvalidSpec`, ...); absent otherwise"
+            ),
         },
     )
     lastScheduleTime: str | None = Field(
@@ -403,9 +408,7 @@ class Status(Model):
         description=("The spec.schedule slot whose warm-up the pools follow (as a CronJob's status.lastScheduleTime)."),
         json_schema_extra={
             "format": "date-time",
-            "x-doc": {
-                "meaning": "the `spec.schedule` slot whose warm-up the pools follow (as a CronJob's)",
-            },
+            **status_doc("the `spec.schedule` slot whose warm-up the pools follow (as a CronJob's)"),
         },
     )
     lastSkippedScheduleTime: str | None = Field(
@@ -417,13 +420,11 @@ class Status(Model):
         ),
         json_schema_extra={
             "format": "date-time",
-            "x-doc": {
-                "meaning": (
-                    "the last slot skipped because the previous slot's warm-up or expiry still "
-                    "ran: with `concurrencyPolicy: Forbid` (the default) a slot never replaces "
-                    "a running Job (Event `ScheduleSkipped`); the skipped slot is not run late"
-                ),
-            },
+            **status_doc(
+                "the last slot skipped because the previous slot's warm-up or expiry still ran: "
+                "with `concurrencyPolicy: Forbid` (the default) a slot never replaces a running "
+                "Job (Event `ScheduleSkipped`); the skipped slot is not run late"
+            ),
         },
     )
     conditions: list[Condition] | None = Field(
@@ -439,18 +440,18 @@ class Status(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
-            "x-doc": {
-                "meaning": (
-                    "`Ready`, `StorageReady`, `PoolsWarmed`, `Expired` (the lifecycle expiry "
-                    "Job after the warm-up; reason `Expired` or `ExpiryFailed`, or what its "
-                    "pod is stuck on), `Progressing` (`False` with the reason while a warm-up "
-                    "or expiry pod is stuck; `True`, `NoStuckPods`, otherwise), and "
-                    "`Reconciled` (`False`, reason `ReconcileError`, while the operator's last "
-                    "pass failed; it retries with backoff from 1 s to 5 min): `type`, "
-                    "`status`, `reason`, `message`, `lastTransitionTime`, `observedGeneration`"
+            **status_doc(
+                (
+                    "`Ready`, `StorageReady`, `PoolsWarmed`, `Expired` (the lifecycle expiry Job "
+                    "after the warm-up; reason `Expired` or `ExpiryFailed`, or what its pod is stuck "
+                    "on), `Progressing` (`False` with the reason while a warm-up or expiry pod is "
+                    "stuck; `True`, `NoStuckPods`, otherwise), and `Reconciled` (`False`, reason "
+                    "`ReconcileError`, while the operator's last pass failed; it retries with "
+                    "backoff from 1 s to 5 min): `type`, `status`, `reason`, `message`, "
+                    "`lastTransitionTime`, `observedGeneration`"
                 ),
-                "items": True,
-            },
+                items=True,
+            ),
         },
     )
     pools: list[PoolStatus] | None = Field(
@@ -462,39 +463,36 @@ class Status(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name", "hosts"],
-            "x-doc": {
-                "meaning": (
+            **status_doc(
+                (
                     "one entry per pool × topology: `name`, `hosts` (the topology; 1 for a "
                     "single-pod warm-up), `nodes`, `gpusPerNode`, `gpusPerPod`, `job`, `state` "
                     "(`Pending`, `Running`, `Succeeded`, `Failed`, `NoNodes`, `TooFewNodes`), "
-                    "`reason`, `message`, `startedAt`, `finishedAt`; from the warm-up pods' "
-                    "own report (their termination message, written by `compilecache warm "
+                    "`reason`, `message`, `startedAt`, `finishedAt`; from the warm-up pods' own "
+                    "report (their termination message, written by `compilecache warm "
                     "--termination-log`): `entries`, `bytes`, `compileSeconds`, `verifyHits`, "
-                    "`verifyRequests`, `targets[]` (`name`, `seconds`, `entries`, `bytes`; at "
-                    "most 32, `targetsOmitted` counts the rest); `steps[]` per script "
-                    "(`script`, `calls` of its step function, `stoppedBy`: `steps`, `budget` "
-                    "or `end`, and a `message` saying what that leaves out of the cache); a "
-                    "multi-host warm-up adds up its processes' reports (`entries`, `bytes`, "
-                    "`verifyHits`, `verifyRequests`; `compileSeconds` is the slowest "
-                    "process's, `targets` the lowest process's) and a failure names the "
-                    "process (`process 1 of 2: ...`)"
+                    "`verifyRequests`, `targets[]` (`name`, `seconds`, `entries`, `bytes`; at most "
+                    "32, `targetsOmitted` counts the rest); `steps[]` per script (`script`, `calls` "
+                    "of its step function, `stoppedBy`: `steps`, `budget` or `end`, and a `message` "
+                    "saying what that leaves out of the cache); a multi-host warm-up adds up its "
+                    "processes' reports (`entries`, `bytes`, `verifyHits`, `verifyRequests`; "
+                    "`compileSeconds` is the slowest process's, `targets` the lowest process's) and "
+                    "a failure names the process (`process 1 of 2: ...`)"
                 ),
-                "items": True,
-            },
+                items=True,
+            ),
         },
     )
     cache: CacheStatus | None = Field(
         default=None,
         description="What the cache holds after the last warm-up and expiry.",
         json_schema_extra={
-            "x-doc": {
-                "meaning": (
-                    "`entries`, `bytes`, `size` (the sum of the pools' reports as soon as the "
-                    "first warm-up finished; the expiry's count from then on), `versions[]` "
-                    "(`jax`, `jaxlib`, `backend`, `deviceKind`, `entries`), `lastWarmed`, "
-                    "`lastExpired`, `lastDeleted` (entries the last expiry deleted, by rule)"
-                ),
-            },
+            **status_doc(
+                "`entries`, `bytes`, `size` (the sum of the pools' reports as soon as the first "
+                "warm-up finished; the expiry's count from then on), `versions[]` (`jax`, "
+                "`jaxlib`, `backend`, `deviceKind`, `entries`), `lastWarmed`, `lastExpired`, "
+                "`lastDeleted` (entries the last expiry deleted, by rule)"
+            ),
         },
     )
     consumers: ConsumersStatus | None = Field(
@@ -505,17 +503,14 @@ class Status(Model):
             "released by the operator."
         ),
         json_schema_extra={
-            "x-doc": {
-                "meaning": (
-                    "training pods of the cache that exist now: `gated` (held by the "
-                    "`compilecache.dev/warm` scheduling gate) and `released` (gate removed by "
-                    "the operator; the pod's `compilecache.dev/released` annotation says why: "
-                    "`CacheReady`, `CacheDegraded`, `GateTimeout`, `GateDisabled`, "
-                    "`CacheDeleted`, and when); `hits`, `requests` and `lastMissReason` from "
-                    "the finished training pods' own reports (see "
-                    "[observability](observability.md))"
-                ),
-            },
+            **status_doc(
+                "training pods of the cache that exist now: `gated` (held by the "
+                "`compilecache.dev/warm` scheduling gate) and `released` (gate removed by the "
+                "operator; the pod's `compilecache.dev/released` annotation says why: "
+                "`CacheReady`, `CacheDegraded`, `GateTimeout`, `GateDisabled`, `CacheDeleted`, "
+                "and when); `hits`, `requests` and `lastMissReason` from the finished training "
+                "pods' own reports (see [observability](observability.md))"
+            ),
         },
     )
     kopf: dict[str, Any] | None = Field(
@@ -526,9 +521,7 @@ class Status(Model):
         ),
         json_schema_extra={
             "x-kubernetes-preserve-unknown-fields": True,
-            "x-doc": {
-                "meaning": ("the kopf framework's own bookkeeping (unknown fields preserved); not part of the API"),
-            },
+            **status_doc("the kopf framework's own bookkeeping (unknown fields preserved); not part of the API"),
         },
     )
 
@@ -628,15 +621,15 @@ class Consumers(Model):
             "match."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "LabelSelector",
-                "default": "",
-                "meaning": (
-                    'pods labelled `compilecache.dev/inject: "true"` that get the cache '
-                    "besides those labelled `compilecache.dev/cache: NAME`; must require a "
-                    "label (a `matchLabels` entry or an `In`/`Exists` expression)"
+            **doc(
+                "LabelSelector",
+                "",
+                (
+                    'pods labelled `compilecache.dev/inject: "true"` that get the cache besides '
+                    "those labelled `compilecache.dev/cache: NAME`; must require a label (a "
+                    "`matchLabels` entry or an `In`/`Exists` expression)"
                 ),
-            },
+            ),
         },
     )
     readOnly: bool = Field(
@@ -647,11 +640,7 @@ class Consumers(Model):
             "programs the warm-up missed."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`true`",
-                "meaning": "mount the cache read-only in training pods",
-            },
+            **doc("bool", "`true`", "mount the cache read-only in training pods"),
         },
     )
     gate: bool = Field(
@@ -661,11 +650,7 @@ class Consumers(Model):
             "do not start cold and spend GPU time compiling."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`true`",
-                "meaning": "hold training pods with a scheduling gate until the cache is Ready",
-            },
+            **doc("bool", "`true`", "hold training pods with a scheduling gate until the cache is Ready"),
         },
     )
     gateTimeout: str = Field(
@@ -677,22 +662,14 @@ class Consumers(Model):
         max_length=64,
         pattern=DURATION,
         json_schema_extra={
-            "x-doc": {
-                "type": "duration",
-                "default": "`30m`",
-                "meaning": "release the gate anyway after this",
-            },
+            **doc("duration", "`30m`", "release the gate anyway after this"),
         },
     )
     initContainers: bool = Field(
         default=False,
         description="Also give init containers the cache volume and environment.",
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`false`",
-                "meaning": "also mutate init containers",
-            },
+            **doc("bool", "`false`", "also mutate init containers"),
         },
     )
 
@@ -712,11 +689,7 @@ class Lifecycle(Model):
         max_length=64,
         pattern=DURATION,
         json_schema_extra={
-            "x-doc": {
-                "type": "duration (`7d`, `12h`, `1h30m`)",
-                "default": "",
-                "meaning": "drop entries not re-produced within this age",
-            },
+            **doc("duration (`7d`, `12h`, `1h30m`)", "", "drop entries not re-produced within this age"),
         },
     )
     maxSize: str | None = Field(
@@ -726,11 +699,7 @@ class Lifecycle(Model):
         ),
         pattern=QUANTITY,
         json_schema_extra={
-            "x-doc": {
-                "type": "quantity ≥ 0",
-                "default": "",
-                "meaning": "LRU down to this size",
-            },
+            **doc("quantity ≥ 0", "", "LRU down to this size"),
         },
     )
     keepVersions: int | None = Field(
@@ -742,11 +711,7 @@ class Lifecycle(Model):
         ge=1,
         json_schema_extra={
             "format": "int32",
-            "x-doc": {
-                "type": "int ≥ 1",
-                "default": "",
-                "meaning": "keep entries of the N newest jax/jaxlib/backend/device builds",
-            },
+            **doc("int ≥ 1", "", "keep entries of the N newest jax/jaxlib/backend/device builds"),
         },
     )
     verify: bool = Field(
@@ -757,11 +722,7 @@ class Lifecycle(Model):
             "about and recompiles."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`true`",
-                "meaning": "drop truncated/corrupt entries",
-            },
+            **doc("bool", "`true`", "drop truncated/corrupt entries"),
         },
     )
 
@@ -779,11 +740,7 @@ class Jax(Model):
         ),
         ge=0,
         json_schema_extra={
-            "x-doc": {
-                "type": "number ≥ 0",
-                "default": "`0`",
-                "meaning": "`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`",
-            },
+            **doc("number ≥ 0", "`0`", "`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`"),
         },
     )
     minEntrySizeBytes: int = Field(
@@ -795,11 +752,7 @@ class Jax(Model):
         ge=0,
         json_schema_extra={
             "format": "int64",
-            "x-doc": {
-                "type": "int ≥ 0",
-                "default": "`0`",
-                "meaning": "`JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES`",
-            },
+            **doc("int ≥ 0", "`0`", "`JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES`"),
         },
     )
     xlaFlags: str | None = Field(
@@ -809,11 +762,7 @@ class Jax(Model):
             "them here (not in a workload's env or by hand in a training pod)."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "string",
-                "default": "",
-                "meaning": "`XLA_FLAGS`, identical in warmers and trainers",
-            },
+            **doc("string", "", "`XLA_FLAGS`, identical in warmers and trainers"),
         },
     )
 
@@ -827,11 +776,11 @@ class Topology(Model):
         le=256,
         json_schema_extra={
             "format": "int32",
-            "x-doc": {
-                "type": "int 1–256, required",
-                "default": "",
-                "meaning": ("nodes (one JAX process each) a training job runs on; GPUs per host come from the pool"),
-            },
+            **doc(
+                "int 1–256, required",
+                "",
+                ("nodes (one JAX process each) a training job runs on; GPUs per host come from the pool"),
+            ),
         },
     )
 
@@ -881,11 +830,7 @@ class Discover(Model):
         default=None,
         description='Node labels that candidate nodes must have, e.g. nvidia.com/gpu.present "true".',
         json_schema_extra={
-            "x-doc": {
-                "type": "map: label key → label value",
-                "default": "",
-                "meaning": "nodes to discover pools from",
-            },
+            **doc("map: label key → label value", "", "nodes to discover pools from"),
         },
     )
     groupBy: str = Field(
@@ -898,11 +843,7 @@ class Discover(Model):
         max_length=316,
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         json_schema_extra={
-            "x-doc": {
-                "type": "label key",
-                "default": "`nvidia.com/gpu.product`",
-                "meaning": "one pool per value of this node label",
-            },
+            **doc("label key", "`nvidia.com/gpu.product`", "one pool per value of this node label"),
         },
     )
     tolerations: list[Toleration] | None = Field(
@@ -915,11 +856,7 @@ class Discover(Model):
         max_length=32,
         json_schema_extra={
             "x-kubernetes-list-type": "atomic",
-            "x-doc": {
-                "type": "[Toleration]",
-                "default": "",
-                "meaning": "tolerations of discovered pools",
-            },
+            **doc("[Toleration]", "", "tolerations of discovered pools"),
         },
     )
     gpuResource: str = Field(
@@ -931,7 +868,7 @@ class Discover(Model):
         max_length=316,
         pattern=EXTENDED_RESOURCE,
         json_schema_extra={
-            "x-doc": {"type": "`domain/name`", "default": "`nvidia.com/gpu`", "meaning": ""},
+            **doc("`domain/name`", "`nvidia.com/gpu`", ""),
         },
     )
 
@@ -993,7 +930,7 @@ class Pool(Model):
         min_length=1,
         max_length=63,
         pattern=DNS_LABEL,
-        json_schema_extra={"x-doc": {"type": "DNS label, required", "default": "", "meaning": ""}},
+        json_schema_extra={**doc("DNS label, required", "", "")},
     )
     nodeSelector: (
         dict[
@@ -1009,11 +946,7 @@ class Pool(Model):
             "Node labels that select the pool's nodes, e.g. cloud.google.com/gke-accelerator: nvidia-h100-80gb."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "map: label key → label value (≤ 63 characters)",
-                "default": "",
-                "meaning": "nodes of the pool",
-            },
+            **doc("map: label key → label value (≤ 63 characters)", "", "nodes of the pool"),
         },
     )
     tolerations: list[Toleration] | None = Field(
@@ -1026,7 +959,7 @@ class Pool(Model):
         max_length=32,
         json_schema_extra={
             "x-kubernetes-list-type": "atomic",
-            "x-doc": {"type": "[Toleration]", "default": "", "meaning": ""},
+            **doc("[Toleration]", "", ""),
         },
     )
     gpusPerPod: int | None = Field(
@@ -1040,14 +973,14 @@ class Pool(Model):
         ge=0,
         json_schema_extra={
             "format": "int32",
-            "x-doc": {
-                "type": "int ≥ 0",
-                "default": "allocatable GPUs per node",
-                "meaning": (
-                    "GPUs of a warm-up pod: the cache key contains the device count, so it "
-                    "must equal a training process's (0: no GPU request)"
+            **doc(
+                "int ≥ 0",
+                "allocatable GPUs per node",
+                (
+                    "GPUs of a warm-up pod: the cache key contains the device count, so it must "
+                    "equal a training process's (0: no GPU request)"
                 ),
-            },
+            ),
         },
     )
     gpuResource: str = Field(
@@ -1056,11 +989,7 @@ class Pool(Model):
         max_length=316,
         pattern=EXTENDED_RESOURCE,
         json_schema_extra={
-            "x-doc": {
-                "type": "`domain/name`",
-                "default": "`nvidia.com/gpu`",
-                "meaning": "the extended resource that counts GPUs",
-            },
+            **doc("`domain/name`", "`nvidia.com/gpu`", "the extended resource that counts GPUs"),
         },
     )
 
@@ -1214,7 +1143,7 @@ class Workload(Model):
         min_length=1,
         max_length=63,
         pattern=DNS_LABEL,
-        json_schema_extra={"x-doc": {"type": "DNS label, required", "default": "", "meaning": ""}},
+        json_schema_extra={**doc("DNS label, required", "", "")},
     )
     entrypoint: str | None = Field(
         default=None,
@@ -1226,11 +1155,11 @@ class Workload(Model):
         max_length=1024,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
         json_schema_extra={
-            "x-doc": {
-                "type": "`module:function` (or `module:Class.attr`)",
-                "default": "",
-                "meaning": "a function returning `compilecache.Target`s; exactly one of `entrypoint`, `script`",
-            },
+            **doc(
+                "`module:function` (or `module:Class.attr`)",
+                "",
+                ("a function returning `compilecache.Target`s; exactly one of `entrypoint`, `script`"),
+            ),
         },
     )
     script: str | None = Field(
@@ -1244,11 +1173,7 @@ class Workload(Model):
         min_length=1,
         max_length=4096,
         json_schema_extra={
-            "x-doc": {
-                "type": "path",
-                "default": "",
-                "meaning": "a script run under the cache settings (`compilecache warm --script`)",
-            },
+            **doc("path", "", "a script run under the cache settings (`compilecache warm --script`)"),
         },
     )
     args: list[Annotated[str, Field(description="One argument.")]] | None = Field(
@@ -1257,7 +1182,7 @@ class Workload(Model):
         max_length=256,
         json_schema_extra={
             "x-kubernetes-list-type": "atomic",
-            "x-doc": {"type": "[string]", "default": "", "meaning": "arguments of `script`"},
+            **doc("[string]", "", "arguments of `script`"),
         },
     )
     steps: (
@@ -1279,21 +1204,20 @@ class Workload(Model):
     ) = Field(
         default=None,
         json_schema_extra={
-            "x-doc": {
-                "type": "int 1–100000 or `auto`",
-                "default": "",
-                "meaning": (
+            **doc(
+                "int 1–100000 or `auto`",
+                "",
+                (
                     "exact mode (only with `script`; `auto` when unset, on one host): stop the "
-                    "unchanged script once its step function ran this many times "
-                    "(`compilecache warm --steps`); `auto`: whole epochs — after its first "
-                    "step the script runs on until it ends or `budget` has passed, then stops "
-                    "at a step boundary, so an epoch-end evaluation is cached without counting "
-                    "calls. Verify runs it again in a fresh process and must hit every compile "
-                    "(under `auto` it stops once it asked for as many as the warm-up made). A "
-                    "multi-host topology stops at a count only: there `auto` is refused and a "
-                    "script without `steps` runs to its end"
+                    "unchanged script once its step function ran this many times (`compilecache warm "
+                    "--steps`); `auto`: whole epochs — after its first step the script runs on until "
+                    "it ends or `budget` has passed, then stops at a step boundary, so an epoch-end "
+                    "evaluation is cached without counting calls. Verify runs it again in a fresh "
+                    "process and must hit every compile (under `auto` it stops once it asked for as "
+                    "many as the warm-up made). A multi-host topology stops at a count only: there "
+                    "`auto` is refused and a script without `steps` runs to its end"
                 ),
-            },
+            ),
         },
     )
     stepFn: str | None = Field(
@@ -1306,14 +1230,14 @@ class Workload(Model):
         max_length=128,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         json_schema_extra={
-            "x-doc": {
-                "type": "identifier",
-                "default": "",
-                "meaning": (
+            **doc(
+                "identifier",
+                "",
+                (
                     "the name of the jitted step function `steps` counts (through "
                     "`functools.partial`; `train_step` when unset); only with `script`"
                 ),
-            },
+            ),
         },
     )
     budget: str | None = Field(
@@ -1326,16 +1250,16 @@ class Workload(Model):
         max_length=64,
         pattern=DURATION,
         json_schema_extra={
-            "x-doc": {
-                "type": "duration ≥ 1s",
-                "default": "",
-                "meaning": (
-                    "with `steps: auto`: how long the script runs on after its first step "
-                    "returned (`compilecache warm --budget`; 2 minutes when unset); long "
-                    "enough to reach the first evaluation; twice it must fit "
-                    "`warmup.activeDeadlineSeconds` (the warm run and, at worst, verify's)"
+            **doc(
+                "duration ≥ 1s",
+                "",
+                (
+                    "with `steps: auto`: how long the script runs on after its first step returned "
+                    "(`compilecache warm --budget`; 2 minutes when unset); long enough to reach the "
+                    "first evaluation; twice it must fit `warmup.activeDeadlineSeconds` (the warm "
+                    "run and, at worst, verify's)"
                 ),
-            },
+            ),
         },
     )
     resume: bool | None = Field(
@@ -1349,19 +1273,19 @@ class Workload(Model):
             "a script that never restores."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "true",
-                "meaning": (
-                    "exact mode (only with `script`): after the first run, run the script "
-                    "again in the same scratch working directory, where it restores the "
-                    "checkpoint its first run wrote — for `steps` more step calls, or under "
-                    "`auto` for one (what a restart compiles differently is its first step on "
-                    "the restored state); verify runs the same pair (`compilecache warm "
-                    "--resume`/`--no-resume`). A restored state is typed differently from a "
-                    "fresh one: this is what a restarted training compiles"
+            **doc(
+                "bool",
+                "true",
+                (
+                    "exact mode (only with `script`): after the first run, run the script again in "
+                    "the same scratch working directory, where it restores the checkpoint its first "
+                    "run wrote — for `steps` more step calls, or under `auto` for one (what a "
+                    "restart compiles differently is its first step on the restored state); verify "
+                    "runs the same pair (`compilecache warm --resume`/`--no-resume`). A restored "
+                    "state is typed differently from a fresh one: this is what a restarted training "
+                    "compiles"
                 ),
-            },
+            ),
         },
     )
     resumeArgs: list[Annotated[str, Field(description="One argument.", max_length=1024)]] | None = Field(
@@ -1373,15 +1297,15 @@ class Workload(Model):
         max_length=32,
         json_schema_extra={
             "x-kubernetes-list-type": "atomic",
-            "x-doc": {
-                "type": "[string], ≤32",
-                "default": "",
-                "meaning": (
+            **doc(
+                "[string], ≤32",
+                "",
+                (
                     "arguments added to the resumed run only, after `args` (`compilecache warm "
-                    "--resume-arg`), for a script that restores when asked; only with `script` "
-                    "and not with `resume: false`"
+                    "--resume-arg`), for a script that restores when asked; only with `script` and "
+                    "not with `resume: false`"
                 ),
-            },
+            ),
         },
     )
     env: list[EnvVar] | None = Field(
@@ -1396,18 +1320,18 @@ class Workload(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],
-            "x-doc": {
-                "type": "[EnvVar], unique `name`",
-                "default": "",
-                "meaning": (
+            **doc(
+                "[EnvVar], unique `name`",
+                "",
+                (
                     "environment of the warm-up container (names must not conflict across "
                     "workloads); `JAX_COMPILATION_CACHE_DIR`, `JAX_PERSISTENT_CACHE_*` and "
-                    "`XLA_FLAGS` are rejected: they come from "
-                    "`mountPath`/`storage`/`warmup.jax` so warmers and trainers match; "
-                    "`valueFrom` is exactly one of `secretKeyRef`/`configMapKeyRef` (`key` "
-                    "required), `fieldRef` (`fieldPath`), `resourceFieldRef` (`resource`)"
+                    "`XLA_FLAGS` are rejected: they come from `mountPath`/`storage`/`warmup.jax` so "
+                    "warmers and trainers match; `valueFrom` is exactly one of "
+                    "`secretKeyRef`/`configMapKeyRef` (`key` required), `fieldRef` (`fieldPath`), "
+                    "`resourceFieldRef` (`resource`)"
                 ),
-            },
+            ),
         },
     )
     pools: list[Annotated[str, Field(description="A pool name.", max_length=63)]] | None = Field(
@@ -1420,13 +1344,11 @@ class Workload(Model):
         max_length=64,
         json_schema_extra={
             "x-kubernetes-list-type": "set",
-            "x-doc": {
-                "type": "[string]",
-                "default": "all pools",
-                "meaning": (
-                    "compile this workload only on these pools (checked by the operator, not the API server: see below)"
-                ),
-            },
+            **doc(
+                "[string]",
+                "all pools",
+                ("compile this workload only on these pools (checked by the operator, not the API server: see below)"),
+            ),
         },
     )
 
@@ -1439,11 +1361,11 @@ class TemplateRef(Model):
     kind: Literal["PodTemplate", "Job", "JobSet"] = Field(
         description="PodTemplate, Job or JobSet (jobset.x-k8s.io).",
         json_schema_extra={
-            "x-doc": {
-                "type": "`PodTemplate`, `Job`, `JobSet`, required",
-                "default": "",
-                "meaning": "the kind of the object in the cache's namespace that holds training's pod template",
-            },
+            **doc(
+                "`PodTemplate`, `Job`, `JobSet`, required",
+                "",
+                ("the kind of the object in the cache's namespace that holds training's pod template"),
+            ),
         },
     )
     name: str = Field(
@@ -1451,11 +1373,11 @@ class TemplateRef(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         json_schema_extra={
-            "x-doc": {
-                "type": "DNS subdomain, required",
-                "default": "",
-                "meaning": "its name; until it exists the cache is `Pending` (reason `TemplateNotFound`)",
-            },
+            **doc(
+                "DNS subdomain, required",
+                "",
+                ("its name; until it exists the cache is `Pending` (reason `TemplateNotFound`)"),
+            ),
         },
     )
 
@@ -1489,11 +1411,7 @@ class PodTemplate(Model):
         ),
         json_schema_extra={
             "x-kubernetes-preserve-unknown-fields": True,
-            "x-doc": {
-                "type": "PodSpec",
-                "default": "",
-                "meaning": "training's pod spec inline; the fields the warm-up does not take are ignored",
-            },
+            **doc("PodSpec", "", ("training's pod spec inline; the fields the warm-up does not take are ignored")),
         },
     )
     templateRef: TemplateRef | None = Field(
@@ -1510,11 +1428,7 @@ class PodTemplate(Model):
         max_length=63,
         pattern=DNS_LABEL,
         json_schema_extra={
-            "x-doc": {
-                "type": "DNS label",
-                "default": "the first container",
-                "meaning": "training's container in the template",
-            },
+            **doc("DNS label", "the first container", "training's container in the template"),
         },
     )
 
@@ -1553,22 +1467,14 @@ class Warmup(Model):
         ),
         min_length=1,
         json_schema_extra={
-            "x-doc": {
-                "type": "string, required",
-                "default": "",
-                "meaning": "image of the warm-up Jobs, usually the training image itself",
-            },
+            **doc("string, required", "", "image of the warm-up Jobs, usually the training image itself"),
         },
     )
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None,
         description="Pull policy of the warm-up container; the Kubernetes default when unset.",
         json_schema_extra={
-            "x-doc": {
-                "type": "enum",
-                "default": "",
-                "meaning": "`Always`, `IfNotPresent`, `Never`",
-            },
+            **doc("enum", "", "`Always`, `IfNotPresent`, `Never`"),
         },
     )
     imagePullSecrets: list[LocalObjectReference] | None = Field(
@@ -1578,11 +1484,7 @@ class Warmup(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],
-            "x-doc": {
-                "type": "[{name}]",
-                "default": "",
-                "meaning": "pull secrets of the warm-up pods; names are DNS subdomains (`gcr.io-pull`)",
-            },
+            **doc("[{name}]", "", ("pull secrets of the warm-up pods; names are DNS subdomains (`gcr.io-pull`)")),
         },
     )
     serviceAccountName: str | None = Field(
@@ -1594,11 +1496,7 @@ class Warmup(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         json_schema_extra={
-            "x-doc": {
-                "type": "string",
-                "default": "",
-                "meaning": "ServiceAccount of warm-up pods (GCS: defaults to `storage.gcs.serviceAccountName`)",
-            },
+            **doc("string", "", ("ServiceAccount of warm-up pods (GCS: defaults to `storage.gcs.serviceAccountName`)")),
         },
     )
     podTemplate: PodTemplate | None = Field(
@@ -1614,15 +1512,15 @@ class Warmup(Model):
             "security context and the placement. See docs/resource.md."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "object",
-                "default": "",
-                "meaning": (
+            **doc(
+                "object",
+                "",
+                (
                     "training's pod template, so that the warm-up sees what training sees at "
                     "startup: exactly one of `spec` and `templateRef` (see [training's pod "
                     "template](#trainings-pod-template))"
                 ),
-            },
+            ),
         },
     )
     workloads: list[Workload] = Field(
@@ -1637,12 +1535,7 @@ class Warmup(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],
-            "x-doc": {
-                "type": "list, required, 1–128, unique `name`",
-                "default": "",
-                "meaning": "what to compile",
-                "items": True,
-            },
+            **doc("list, required, 1–128, unique `name`", "", "what to compile", items=True),
         },
     )
     pools: list[Pool] | None = Field(
@@ -1656,12 +1549,7 @@ class Warmup(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],
-            "x-doc": {
-                "type": "list, ≤64, unique `name`",
-                "default": "",
-                "meaning": "explicit node pools",
-                "items": True,
-            },
+            **doc("list, ≤64, unique `name`", "", "explicit node pools", items=True),
         },
     )
     discover: Discover | None = Field(
@@ -1680,15 +1568,14 @@ class Warmup(Model):
             "of GiB of host memory."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "{requests, limits}",
-                "default": "",
-                "meaning": (
-                    "cpu/memory of warm-up pods: quantities ≥ 0, requests ≤ limits; the GPU "
-                    "resource of a pool is not allowed here (the operator sets it from the "
-                    "pool)"
+            **doc(
+                "{requests, limits}",
+                "",
+                (
+                    "cpu/memory of warm-up pods: quantities ≥ 0, requests ≤ limits; the GPU resource "
+                    "of a pool is not allowed here (the operator sets it from the pool)"
                 ),
-            },
+            ),
         },
     )
     backoffLimit: int = Field(
@@ -1697,7 +1584,7 @@ class Warmup(Model):
         ge=0,
         json_schema_extra={
             "format": "int32",
-            "x-doc": {"type": "int ≥ 0", "default": "`2`", "meaning": "Job retries"},
+            **doc("int ≥ 0", "`2`", "Job retries"),
         },
     )
     activeDeadlineSeconds: int = Field(
@@ -1709,7 +1596,7 @@ class Warmup(Model):
         ge=1,
         json_schema_extra={
             "format": "int64",
-            "x-doc": {"type": "int ≥ 1", "default": "`7200`", "meaning": "Job deadline"},
+            **doc("int ≥ 1", "`7200`", "Job deadline"),
         },
     )
     ttlSecondsAfterFinished: int = Field(
@@ -1718,11 +1605,7 @@ class Warmup(Model):
         ge=0,
         json_schema_extra={
             "format": "int32",
-            "x-doc": {
-                "type": "int ≥ 0",
-                "default": "`86400`",
-                "meaning": "finished Jobs are removed after this",
-            },
+            **doc("int ≥ 0", "`86400`", "finished Jobs are removed after this"),
         },
     )
     jobs: int = Field(
@@ -1734,11 +1617,7 @@ class Warmup(Model):
         ge=1,
         json_schema_extra={
             "format": "int32",
-            "x-doc": {
-                "type": "int ≥ 1",
-                "default": "`1`",
-                "meaning": "targets compiled concurrently (`compilecache warm --jobs`)",
-            },
+            **doc("int ≥ 1", "`1`", "targets compiled concurrently (`compilecache warm --jobs`)"),
         },
     )
     verify: bool = Field(
@@ -1749,11 +1628,7 @@ class Warmup(Model):
             "and load before training pays for them."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`true`",
-                "meaning": "check in a fresh process that every target hits (`--verify`)",
-            },
+            **doc("bool", "`true`", "check in a fresh process that every target hits (`--verify`)"),
         },
     )
     # The list-map key (hosts) makes hosts unique without a CEL rule (no cost).
@@ -1773,13 +1648,11 @@ class Warmup(Model):
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["hosts"],
             "default": [{"hosts": 1}],
-            "x-doc": {
-                "type": "list, 1–8, unique `hosts`",
-                "default": "`[{hosts: 1}]`",
-                "meaning": (
-                    "the training topologies to warm for, on every pool (see [multi-host warm-up](#multi-host-warm-up))"
-                ),
-            },
+            **doc(
+                "list, 1–8, unique `hosts`",
+                "`[{hosts: 1}]`",
+                ("the training topologies to warm for, on every pool (see [multi-host warm-up](#multi-host-warm-up))"),
+            ),
         },
     )
     jax: Jax = Field(
@@ -1790,11 +1663,7 @@ class Warmup(Model):
         ),
         json_schema_extra={
             "default": {},
-            "x-doc": {
-                "type": "object",
-                "default": "`{}`",
-                "meaning": "defaulted so that its fields' defaults show in the stored object",
-            },
+            **doc("object", "`{}`", "defaulted so that its fields' defaults show in the stored object"),
         },
     )
 
@@ -1828,11 +1697,7 @@ class Gcs(Model):
         max_length=222,
         pattern=r"^[a-z0-9][-a-z0-9_.]*[a-z0-9]$",
         json_schema_extra={
-            "x-doc": {
-                "type": "string, required",
-                "default": "",
-                "meaning": "GCS bucket name only (no `gs://`, no path)",
-            },
+            **doc("string, required", "", "GCS bucket name only (no `gs://`, no path)"),
         },
     )
     prefix: str = Field(
@@ -1845,11 +1710,7 @@ class Gcs(Model):
         max_length=1024,
         pattern=r"^([^/].*)?$",
         json_schema_extra={
-            "x-doc": {
-                "type": "string",
-                "default": '`""`',
-                "meaning": "object prefix inside the bucket, without a leading `/`",
-            },
+            **doc("string", '`""`', "object prefix inside the bucket, without a leading `/`"),
         },
     )
     serviceAccountName: str | None = Field(
@@ -1862,11 +1723,7 @@ class Gcs(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         json_schema_extra={
-            "x-doc": {
-                "type": "string",
-                "default": "",
-                "meaning": "Kubernetes ServiceAccount (Workload Identity) that may write the prefix",
-            },
+            **doc("string", "", ("Kubernetes ServiceAccount (Workload Identity) that may write the prefix")),
         },
     )
     readerServiceAccountName: str | None = Field(
@@ -1881,25 +1738,21 @@ class Gcs(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         json_schema_extra={
-            "x-doc": {
-                "type": "string",
-                "default": "",
-                "meaning": (
-                    "ServiceAccount that may only read the prefix: what training pods run as "
-                    "(never the writer; see [gcs.md](gcs.md))"
+            **doc(
+                "string",
+                "",
+                (
+                    "ServiceAccount that may only read the prefix: what training pods run as (never "
+                    "the writer; see [gcs.md](gcs.md))"
                 ),
-            },
+            ),
         },
     )
     deleteWithCache: bool = Field(
         default=False,
         description="Delete the prefix's objects when this CompileCache is deleted. Off by default.",
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`false`",
-                "meaning": "delete the prefix's objects with the cache",
-            },
+            **doc("bool", "`false`", "delete the prefix's objects with the cache"),
         },
     )
 
@@ -1917,11 +1770,7 @@ class PvcCreate(Model):
         ),
         pattern=QUANTITY,
         json_schema_extra={
-            "x-doc": {
-                "type": "quantity, required in `create`",
-                "default": "",
-                "meaning": "create the claim with this size when it does not exist",
-            },
+            **doc("quantity, required in `create`", "", "create the claim with this size when it does not exist"),
         },
     )
     storageClassName: str | None = Field(
@@ -1930,11 +1779,7 @@ class PvcCreate(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         json_schema_extra={
-            "x-doc": {
-                "type": "DNS subdomain",
-                "default": "cluster default",
-                "meaning": "storage class of a created claim",
-            },
+            **doc("DNS subdomain", "cluster default", "storage class of a created claim"),
         },
     )
     accessModes: list[Annotated[AccessMode, Field(description="One PersistentVolumeClaim access mode.")]] = Field(
@@ -1948,11 +1793,7 @@ class PvcCreate(Model):
         json_schema_extra={
             "x-kubernetes-list-type": "set",
             "default": ["ReadWriteMany"],
-            "x-doc": {
-                "type": "[enum]",
-                "default": "`[ReadWriteMany]`",
-                "meaning": "access modes of a created claim",
-            },
+            **doc("[enum]", "`[ReadWriteMany]`", "access modes of a created claim"),
         },
     )
 
@@ -1984,11 +1825,7 @@ class Pvc(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         json_schema_extra={
-            "x-doc": {
-                "type": "string, required",
-                "default": "",
-                "meaning": "the PersistentVolumeClaim that holds the cache",
-            },
+            **doc("string, required", "", "the PersistentVolumeClaim that holds the cache"),
         },
     )
     create: PvcCreate | None = Field(
@@ -2006,11 +1843,9 @@ class Pvc(Model):
             "outlives the resource."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "bool",
-                "default": "`false`",
-                "meaning": "a created claim is owned by the cache and deleted with it (only with `create`)",
-            },
+            **doc(
+                "bool", "`false`", ("a created claim is owned by the cache and deleted with it (only with `create`)")
+            ),
         },
     )
 
@@ -2078,11 +1913,7 @@ class Spec(Model):
             "trainers) or gcs (a bucket prefix that JAX reads and writes directly)."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "object, required",
-                "default": "",
-                "meaning": "where the cache lives: exactly one of `pvc`, `gcs`",
-            },
+            **doc("object, required", "", "where the cache lives: exactly one of `pvc`, `gcs`"),
         },
     )
     mountPath: str = Field(
@@ -2106,15 +1937,15 @@ class Spec(Model):
                     ),
                 },
             ],
-            "x-doc": {
-                "type": "absolute path",
-                "default": "`/var/cache/compilecache`",
-                "meaning": (
-                    "where warmers and trainers mount the cache: identical in both (not `/`, "
-                    "not `/tmp` where the operator mounts its own scratch volume, no trailing "
-                    "`/`, no empty, `.` or `..` segments, no `:`)"
+            **doc(
+                "absolute path",
+                "`/var/cache/compilecache`",
+                (
+                    "where warmers and trainers mount the cache: identical in both (not `/`, not "
+                    "`/tmp` where the operator mounts its own scratch volume, no trailing `/`, no "
+                    "empty, `.` or `..` segments, no `:`)"
                 ),
-            },
+            ),
         },
     )
     warmup: Warmup = Field(
@@ -2134,16 +1965,15 @@ class Spec(Model):
         max_length=256,
         pattern=CRON,
         json_schema_extra={
-            "x-doc": {
-                "type": "cron (5 fields)",
-                "default": "",
-                "meaning": (
-                    "periodic re-warm; the schema checks the 5-field shape (`*`, numbers, "
-                    "names, ranges, steps, lists) and no `@daily` macros; the operator "
-                    "(croniter) checks value ranges, steps ≥ 1 and ranges that do not run "
-                    "backwards"
+            **doc(
+                "cron (5 fields)",
+                "",
+                (
+                    "periodic re-warm; the schema checks the 5-field shape (`*`, numbers, names, "
+                    "ranges, steps, lists) and no `@daily` macros; the operator (croniter) checks "
+                    "value ranges, steps ≥ 1 and ranges that do not run backwards"
                 ),
-            },
+            ),
         },
     )
     framework: Literal["jax", "pytorch"] = Field(
@@ -2160,14 +1990,14 @@ class Spec(Model):
                     "message": "framework cannot be changed; create another CompileCache",
                 },
             ],
-            "x-doc": {
-                "type": "enum `jax`, `pytorch`",
-                "default": "`jax`",
-                "meaning": (
+            **doc(
+                "enum `jax`, `pytorch`",
+                "`jax`",
+                (
                     "which compiler's cache is warmed: JAX's persistent compilation cache, or "
                     "`torch.compile`'s (Inductor, AOTAutograd, kernels); fixed at creation"
                 ),
-            },
+            ),
         },
     )
     concurrencyPolicy: Literal["Forbid", "Replace"] = Field(
@@ -2179,16 +2009,15 @@ class Spec(Model):
             "the running Jobs and starts the new slot's."
         ),
         json_schema_extra={
-            "x-doc": {
-                "type": "enum",
-                "default": "`Forbid`",
-                "meaning": (
-                    "what a `schedule` slot does while the last slot's warm-up or expiry still "
-                    "runs, as a CronJob's: `Forbid` skips it "
-                    "(`status.lastSkippedScheduleTime`, Event `ScheduleSkipped`), `Replace` "
-                    "deletes the running Jobs and starts the new slot's"
+            **doc(
+                "enum",
+                "`Forbid`",
+                (
+                    "what a `schedule` slot does while the last slot's warm-up or expiry still runs, "
+                    "as a CronJob's: `Forbid` skips it (`status.lastSkippedScheduleTime`, Event "
+                    "`ScheduleSkipped`), `Replace` deletes the running Jobs and starts the new slot's"
                 ),
-            },
+            ),
         },
     )
     lifecycle: Lifecycle = Field(
@@ -2200,11 +2029,7 @@ class Spec(Model):
         ),
         json_schema_extra={
             "default": {},
-            "x-doc": {
-                "type": "object",
-                "default": "`{}`",
-                "meaning": "defaulted so that `verify: true` shows",
-            },
+            **doc("object", "`{}`", "defaulted so that `verify: true` shows"),
         },
     )
     consumers: Consumers = Field(
@@ -2217,11 +2042,7 @@ class Spec(Model):
         ),
         json_schema_extra={
             "default": {},
-            "x-doc": {
-                "type": "object",
-                "default": "`{}`",
-                "meaning": "defaulted so that `readOnly`, `gate`, `gateTimeout` show",
-            },
+            **doc("object", "`{}`", "defaulted so that `readOnly`, `gate`, `gateTimeout` show"),
         },
     )
 
