@@ -18,7 +18,7 @@ LOCK_PYTHON := 3.11
 # images/warmer-torch/Dockerfile pins the same version (tests/test_versions.py checks both).
 TORCH := torch==2.13.0
 
-.PHONY: demo demo-pytorch test test-fast e2e lint typecheck bench clean tools crd-sync test-long images push lock test-lowest
+.PHONY: demo demo-pytorch test test-fast e2e lint typecheck bench clean tools generate test-long images push lock test-lowest
 
 # `venv --clear` when the venv's own python is not $(PYTHON)'s version: pip would otherwise reuse it.
 define MAKE_VENV
@@ -114,9 +114,11 @@ push: images
 	$(DOCKER) push $(WARMER_IMAGE)
 	$(DOCKER) push $(WARMER_TORCH_IMAGE)
 
-## Copy the CRD (the one source of truth) into the Helm chart; tests/test_chart.py fails when they differ.
-crd-sync:
-	cp crds/compilecache.yaml helm/compilecache-operator/crds/compilecache.yaml
+## Write the CRD, the chart's byte-identical copy and docs/resource.md's tables from the typed model
+## (operator/compilecache/api/model.py, the one definition of the resource); tests/test_generate.py fails
+## when a committed file differs. `$(BIN)/python -m compilecache.api.generate --check` only checks.
+generate: $(STAMP)
+	$(BIN)/python -m compilecache.api.generate
 
 ## Re-resolve constraints.txt (pyproject.toml's extras but `torch`, + constraints.in) with uv, keeping
 ## the current pins where they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to the newest.

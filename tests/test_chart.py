@@ -189,10 +189,10 @@ TEST_AGENT = "Python-urllib/"  # tests/conftest.py's KubeClient
 
 
 def test_chart_crd_is_byte_identical_to_the_top_level_crd():
-    """One source of truth: `make crd-sync` copies crds/compilecache.yaml into the chart."""
+    """One source of truth: `make generate` writes crds/compilecache.yaml and the chart's copy from the model."""
     top = (ROOT / "crds" / "compilecache.yaml").read_bytes()
     chart = (CHART / "crds" / "compilecache.yaml").read_bytes()
-    assert chart == top, "helm/compilecache-operator/crds/compilecache.yaml differs: run `make crd-sync`"
+    assert chart == top, "helm/compilecache-operator/crds/compilecache.yaml differs: run `make generate`"
 
 
 def test_values_yaml_documents_every_value():

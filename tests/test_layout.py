@@ -32,6 +32,16 @@ FORBIDDEN = {
     "local": ("jax", "jaxlib", "kopf", "compilecache.controller", "compilecache.jobtools"),
     # Training processes: the user's image has JAX and this package, never the operator's libraries.
     "training": ("kopf", "kubernetes", "compilecache.controller", "compilecache.jobtools", "compilecache.local"),
+    # The resource's definition: read by the operator pod and by `make generate`, never running JAX or kopf.
+    "api": (
+        "jax",
+        "jaxlib",
+        "kopf",
+        "compilecache.controller",
+        "compilecache.jobtools",
+        "compilecache.local",
+        "compilecache.training",
+    ),
     # The entry point dispatches to every program and loads each one late, so `compilecache --help` stays light.
     "cli": (
         "jax",
@@ -61,7 +71,7 @@ def test_every_module_lives_in_a_program_folder() -> None:
     top = sorted(path.stem for path in PACKAGE.glob("*.py"))
     assert top == ["__init__"], top
     folders = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
-    assert folders == ["cache", "cli", "controller", "jobtools", "local", "training"], folders
+    assert folders == ["api", "cache", "cli", "controller", "jobtools", "local", "training"], folders
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
@@ -79,3 +89,59 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     sample = tmp_path / "m.py"
     sample.write_text("import jax.numpy as jnp\nfrom compilecache.jobtools import warm\n\ndef f():\n    import kopf\n")
     assert module_level_imports(sample) == ["jax.numpy", "compilecache.jobtools"]
+
+
+def controller_import_graph() -> dict[str, set[str]]:
+    """The controller's modules → the controller modules each imports at its top level."""
+    folder = PACKAGE / "controller"
+    names = {path.stem for path in folder.glob("*.py")} - {"__init__"}
+    prefix = "compilecache.controller"
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for name in names:
+        for node in ast.parse((folder / f"{name}.py").read_text()).body:
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module == prefix:
+                targets = [f"{prefix}.{alias.name}" for alias in node.names]  # from compilecache.controller import x
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module]
+            for target in targets:
+                parts = target.split(".")
+                if parts[:2] == ["compilecache", "controller"] and len(parts) > 2 and parts[2] in names:
+                    graph[name].add(parts[2])
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (its modules in order, the first repeated at the end), or ``None``."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for target in sorted(graph.get(node, ())):
+            if (cycle := visit(target, [*path, node])) is not None:
+                return cycle
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if (cycle := visit(start, [])) is not None:
+            return cycle
+    return None
+
+
+def test_the_controller_has_no_import_circle() -> None:
+    """Module-level imports inside ``controller/`` form no circle (metrics is a leaf everyone may import)."""
+    graph = controller_import_graph()
+    assert {"metrics", "api", "plan", "handlers"} <= set(graph)  # the graph sees the package
+    assert graph["metrics"] == set(), graph["metrics"]
+    assert find_cycle(graph) is None, " → ".join(find_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None

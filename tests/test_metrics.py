@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from compilecache.controller import handlers, metrics, reports
+from compilecache.controller import handlers, metrics, metricsfeed, podstate, reports
 
 
 def samples(m: metrics.Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -70,7 +70,7 @@ def test_a_status_sets_the_cache_series_and_a_pod_counts_once():
         pod("c", released="CacheReady x"),
     ]
     for _ in range(3):  # three passes see the same cache and pods
-        m.observe_cache("ns", "c", STATUS, pods)
+        metricsfeed.observe_cache(m, "ns", "c", STATUS, pods)
     got = samples(m)
     assert got[("compilecache_cache_phase", tuple(sorted((*CACHE, ("phase", "Ready")))))] == 1
     assert sum(v for (n, _), v in got.items() if n == "compilecache_cache_phase") == 1  # one phase at a time
@@ -86,8 +86,10 @@ def test_a_status_sets_the_cache_series_and_a_pod_counts_once():
     assert got[("compilecache_training_cache_hits_total", CACHE)] == 7
 
     # A new expiry run counts again; this pass's own gateTimeout release counts before its annotation is read.
-    m.observe_cache("ns", "c", STATUS | {"cache": STATUS["cache"] | {"lastExpired": "2026-01-02T00:00:00Z"}}, pods)
-    m.count_gate_timeouts("ns", "c", [pod("d"), pod("b")])
+    metricsfeed.observe_cache(
+        m, "ns", "c", STATUS | {"cache": STATUS["cache"] | {"lastExpired": "2026-01-02T00:00:00Z"}}, pods
+    )
+    m.count_gate_timeouts("ns", "c", [podstate.pod_uid(pod("d")), podstate.pod_uid(pod("b"))])
     got = samples(m)
     assert got[("compilecache_expiry_deleted_entries_total", tuple(sorted((*CACHE, ("rule", "maxAge")))))] == 4
     assert got[("compilecache_gate_timeouts_total", CACHE)] == 2
@@ -95,8 +97,8 @@ def test_a_status_sets_the_cache_series_and_a_pod_counts_once():
 
 def test_a_forgotten_cache_has_no_series_left_and_others_keep_theirs():
     m = metrics.Metrics()
-    m.observe_cache("ns", "c", STATUS, [pod("a", requests=1, hits=1)])
-    m.observe_cache("ns", "other", STATUS)
+    metricsfeed.observe_cache(m, "ns", "c", STATUS, [pod("a", requests=1, hits=1)])
+    metricsfeed.observe_cache(m, "ns", "other", STATUS)
     m.forget("ns", "c")
     names = {dict(labels).get("name") for _, labels in samples(m)}
     assert "c" not in names and "other" in names
@@ -106,7 +108,7 @@ def test_a_forgotten_cache_has_no_series_left_and_others_keep_theirs():
 def test_remembered_pods_are_bounded(monkeypatch: pytest.MonkeyPatch):
     m = metrics.Metrics()
     for i in range(metrics.REMEMBERED_PODS + 50):
-        m.observe_cache("ns", "c", {"phase": "Ready"}, [pod(str(i), requests=1, hits=1)])
+        metricsfeed.observe_cache(m, "ns", "c", {"phase": "Ready"}, [pod(str(i), requests=1, hits=1)])
     assert len(m._seen[("ns", "c")].pods) == metrics.REMEMBERED_PODS
     assert samples(m)[("compilecache_training_compile_requests_total", CACHE)] == metrics.REMEMBERED_PODS + 50
 
@@ -159,7 +161,7 @@ def test_serve_answers_metrics_over_http_and_a_busy_port_is_not_fatal():
     import urllib.request
 
     m = metrics.Metrics()
-    m.observe_cache("ns", "c", {"phase": "Warming"})
+    metricsfeed.observe_cache(m, "ns", "c", {"phase": "Warming"})
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -191,7 +193,7 @@ def test_build_info_names_the_installed_versions_and_outlives_every_cache():
     }
     key = ("compilecache_build_info", tuple(sorted(expected.items())))
     assert samples(m)[key] == 1
-    m.observe_cache("ns", "c", STATUS)
+    metricsfeed.observe_cache(m, "ns", "c", STATUS)
     m.forget("ns", "c")
     assert [name for name, _ in samples(m) if name.startswith("compilecache_build")] == ["compilecache_build_info"]
 
@@ -200,7 +202,7 @@ def test_every_metric_is_listed_in_the_docs():
     """docs/observability.md names each family the operator serves (with its _total where a counter)."""
     docs = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
     m = metrics.Metrics()
-    m.observe_cache("ns", "c", STATUS, [pod("1", requests=2, hits=1)])
+    metricsfeed.observe_cache(m, "ns", "c", STATUS, [pod("1", requests=2, hits=1)])
     m.api_error("GET", 404)
     m.admission("gated")
     m.reconcile.labels("success").observe(0.1)

@@ -18,7 +18,7 @@ import pytest
 from kopf.testing import KopfRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from compilecache.controller import gates, handlers, metrics, reports
+from compilecache.controller import gates, handlers, metrics, reports, status
 from compilecache.jobtools.warm import termination_summary
 from specs import cluster
 from test_gates import create_pod, gate_names
@@ -171,7 +171,7 @@ def test_status_and_metrics_after_a_gated_pod_a_warm_up_an_expiry_and_training(k
 
     samples = kube_env.wait_for(settled)
     cache = {"namespace": NS, "name": "llama"}
-    for phase in metrics.PHASES:
+    for phase in status.PHASES:
         assert value(samples, "compilecache_cache_phase", **cache, phase=phase) == (phase == "Ready")
     assert value(samples, "compilecache_cache_entries", **cache) == SUMMARY["after"]["entries"]
     assert value(samples, "compilecache_cache_bytes", **cache) == SUMMARY["after"]["bytes"]

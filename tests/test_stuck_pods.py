@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from compilecache.controller import expiryjob, metrics, plan, podstate, status
+from compilecache.controller import expiryjob, metrics, metricsfeed, plan, podstate, status
 from compilecache.controller.kube import JOBS
 from compilecache.controller.snapshot import Cache, Snapshot
 from specs import cache, cluster
@@ -168,7 +168,7 @@ def test_the_stuck_pods_gauge_counts_by_reason() -> None:
     first, jobs_ = first_pass()
     stuck = next_pass(first, jobs_, [pod_of(job, **unschedulable()) for job in jobs_])
     m = metrics.Metrics()
-    m.observe_cache("ns", "c", dict(stuck.status))
+    metricsfeed.observe_cache(m, "ns", "c", dict(stuck.status))
     values = {
         sample.labels["reason"]: sample.value
         for family in m.registry.collect()

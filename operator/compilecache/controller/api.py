@@ -1,26 +1,37 @@
-"""The CompileCache resource: its names, and its spec parsed and validated into typed values.
+"""The CompileCache resource as the operator reads it: its spec parsed and validated into typed values.
 
-The CRD's schema rejects most bad input at admission, but the operator validates
-again: a CRD can be older than the operator, and a clear condition naming the
-field beats a crash loop. Defaults here equal the CRD's.
+The resource is defined once, in ``compilecache.api.model`` (pydantic): the CRD's schema and
+docs/resource.md are generated from it (``make generate``), and :func:`parse_spec` starts by
+validating the spec against it (:func:`check_model`): types, bounds, patterns and enums as the
+API server checks them, with the field's JSON path in the error (``spec.warmup.workloads[0].steps``).
+The checks that follow are the model's CEL rules (which pydantic does not evaluate) and the checks
+the CRD deliberately leaves out (too costly for CEL, e.g. a workload's pools naming declared pools;
+or needing several fields, e.g. requests not above limits); the result is the typed dataclasses
+below (``CacheSpec.warmup.workloads[i].steps``) that the rest of the controller reads. Defaults
+equal the model's. Some type checks below predate the model and now repeat it (see the report of
+issue 24); they never disagree with it, as tests/test_spec_property.py checks.
 
-One source of truth for validity (issue 9): every check here is either in the CRD too
-(same pattern, same bound), or one the CRD deliberately leaves out (too costly for CEL,
-e.g. a workload's pools naming declared pools; or needing several fields, e.g. requests
-not above limits). This parser never refuses what the CRD admits as valid, and anything
-it lets through becomes objects the API server accepts: the name and label rules below
-are apimachinery's (``k8s.io/apimachinery/pkg/util/validation/validation.go``), the
-resource and mount rules those of ``pkg/apis/core/validation/validation.go``.
+The CRD's schema rejects most bad input at admission, but the operator validates again: a CRD can
+be older than the operator, and a clear condition naming the field beats a crash loop. This parser
+never refuses what the CRD admits as valid, and anything it lets through becomes objects the API
+server accepts: the name and label rules below are apimachinery's
+(``k8s.io/apimachinery/pkg/util/validation/validation.go``), the resource and mount rules those of
+``pkg/apis/core/validation/validation.go``.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
+
+from compilecache.api import model
 from compilecache.cache import units
 
 GROUP = "compilecache.dev"
@@ -348,6 +359,7 @@ def is_extended_resource_name(value: str) -> bool:
 def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     """Validate a CompileCache ``spec`` and apply defaults; raise :class:`SpecError` naming the field."""
     spec = _mapping(spec, "spec", required=True)
+    check_model(_forgiven(spec))
     storage = _mapping(spec.get("storage"), "spec.storage", required=True)
     pvc_raw, gcs_raw = storage.get("pvc"), storage.get("gcs")
     if pvc_raw is None and gcs_raw is None:
@@ -400,6 +412,73 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
         lifecycle=_lifecycle(_mapping(spec.get("lifecycle"), "spec.lifecycle")),
         consumers=_consumers(_mapping(spec.get("consumers"), "spec.consumers")),
     )
+
+
+def _forgiven(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec with what the parser forgives spelled as the CRD wants it: a trailing / of ``mountPath``
+    and a leading or trailing / of a GCS prefix are harmless, and the parser strips them."""
+    forgiven = {**spec}
+    mount_path = spec.get("mountPath")
+    if isinstance(mount_path, str) and len(mount_path) > 1:
+        forgiven["mountPath"] = mount_path.rstrip("/")
+    storage = spec.get("storage")
+    gcs = storage.get("gcs") if isinstance(storage, Mapping) else None
+    if isinstance(storage, Mapping) and isinstance(gcs, Mapping) and isinstance(gcs.get("prefix"), str):
+        forgiven["storage"] = {**storage, "gcs": {**gcs, "prefix": gcs["prefix"].strip("/")}}
+    return forgiven
+
+
+def check_model(spec: Mapping[str, Any]) -> None:
+    """The spec against the model the CRD is generated from (``compilecache.api.model``).
+
+    What the API server's schema checks (not the CEL rules, which the checks after it cover).
+    Raises :class:`SpecError` naming the first offending field by its JSON path.
+    """
+    try:
+        model.Spec.model_validate(spec)
+    except pydantic.ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise SpecError(model_path("spec", model.Spec, error["loc"]), error["msg"]) from None
+
+
+def model_path(prefix: str, root: type[pydantic.BaseModel], loc: Sequence[int | str]) -> str:
+    """The JSON path (``spec.warmup.workloads[0].steps``) of a pydantic error location.
+
+    pydantic adds the branch of a union to the location (``steps.int``); the path stops where the
+    location leaves the model's fields, lists and maps.
+    """
+    path = prefix
+    kind: Any = root
+    for part in loc:
+        kind = _unwrap(kind)
+        origin = typing.get_origin(kind)
+        if isinstance(part, int) and origin is list:
+            path += f"[{part}]"
+            kind = typing.get_args(kind)[0]
+        elif isinstance(part, str) and origin is dict:
+            path += f".{part}"
+            kind = typing.get_args(kind)[1]
+        elif isinstance(part, str) and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel):
+            if part not in kind.model_fields:
+                break
+            path += f".{part}"
+            kind = kind.model_fields[part].annotation
+        else:
+            break
+    return path
+
+
+def _unwrap(kind: Any) -> Any:
+    """``X`` of ``Annotated[X, ...]`` and of ``X | None`` (the field's own type)."""
+    while True:
+        if typing.get_origin(kind) is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+            continue
+        args = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
+            kind = args[0]
+            continue
+        return kind
 
 
 def _pvc(raw: Any) -> PVCStorage:

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.controller import status
+from compilecache.controller import podstate, status
 from compilecache.controller.admission import GATE
 from compilecache.controller.api import Consumers
 from compilecache.controller.jobs import LABEL_CACHE
 from compilecache.controller.kube import PODS, ApiError, Client
+from compilecache.controller.metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +149,6 @@ def apply(
     pods: Sequence[Mapping[str, Any]],
 ) -> dict[str, int]:
     """Patch the pods of ``releases`` (planned from ``pods``), post Events, and return ``status.consumers``."""
-    from compilecache.controller import metrics  # here: metrics reads this module's reasons
-
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     timed_out: list[str] = []
     for release in releases:
@@ -166,7 +165,7 @@ def apply(
         if release.reason == GATE_TIMEOUT:
             timed_out.append(release.pod)
             # Counted where the patch succeeded: a planned release another path made first (422) is none.
-            metrics.METRICS.count_gate_timeouts(namespace or "", name, [patched])
+            METRICS.count_gate_timeouts(namespace or "", name, [podstate.pod_uid(patched)])
             client.post_event(patched, "Warning", GATE_TIMEOUT, _timeout_message(name, consumers))
     if timed_out and cache is not None:
         pods_text = ", ".join(timed_out[:10]) + (f" and {len(timed_out) - 10} more" if len(timed_out) > 10 else "")

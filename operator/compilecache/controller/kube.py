@@ -2,9 +2,18 @@
 
 kopf watches and patches the CompileCache itself; the handlers read Nodes and Jobs
 and write Jobs, claims, Events and the status through this module. It uses the
-``kubernetes`` client's configuration, authentication and transport, but not its
-typed models: the operator builds manifests as dicts (pure functions in
-``jobs.py``) and must not lose fields a model does not know.
+``kubernetes`` client's configuration, authentication, serialisation and transport
+(``ApiClient.param_serialize``/``call_api``), but not its typed models: the operator
+builds manifests as dicts (pure functions in ``jobs.py``) and must not lose fields a
+model does not know. What this module writes itself is only each kind's URL path
+(:class:`Resource`) and the verb. The client's other ways to get there do not serve:
+the typed ``CoreV1Api``/``BatchV1Api`` methods decode into models that drop unknown
+fields (and one method per kind and verb would replace the seven lines of
+:meth:`Resource.path`), ``CustomObjectsApi`` addresses only ``/apis/<group>`` (not
+core ``/api/v1``), and ``kubernetes.dynamic`` needs discovery calls before the first
+request (more API load and another failure mode at start-up). Every call goes through
+:meth:`Client.request`, which counts failures in ``compilecache_api_errors`` and
+retries a failed connection once, never a read.
 """
 
 from __future__ import annotations

@@ -4,38 +4,33 @@
 what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule, reason):
 the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
 the last warm-up's duration and end, expiry deletions by rule, stuck warm-up and expiry pods
-by reason (``podstate.REASONS``), gated pods, gate
-timeouts and the compiles training pods requested and hit. Operator-wide: the
-duration of passes, API errors by verb and status code, webhook admissions by outcome.
-No label names a pod or a Job: the series of a cache are bounded, and removed
+by reason, gated pods, gate timeouts and the compiles training pods requested and hit.
+Operator-wide: the duration of passes, API errors by verb and status code, webhook admissions
+by outcome. No label names a pod or a Job: the series of a cache are bounded, and removed
 (:meth:`Metrics.forget`) when the cache is gone.
 
-Everything per cache is computed from a pass's recorded status (``observe_cache``),
-so the pure ``plan.plan`` stays free of it. Counters that must not count twice
-(a pod seen by many passes, one expiry run seen by many passes) remember what they
-counted, per cache and bounded. The metrics live in their own ``CollectorRegistry``,
-not the process-global one, so operators run in one test process do not collide.
+This module is a leaf of the controller package (``prometheus_client`` and the standard library
+only), so that every module can import :data:`METRICS` without an import circle. It knows figures,
+not resources: ``metricsfeed.py`` reads a pass's recorded status and pods into a
+:class:`CacheFigures` (so the pure ``plan.plan`` stays free of it). Counters that must not count
+twice (a pod seen by many passes, one expiry run seen by many passes) remember what they counted,
+per cache and bounded. The metrics live in their own ``CollectorRegistry``, not the process-global
+one, so operators run in one test process do not collide.
 """
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import importlib.metadata
 import logging
 import platform
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-
-from compilecache.cache import expiry
-from compilecache.controller import gates, podstate, reports
-from compilecache.controller import status as status_
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +40,6 @@ DEFAULT_PORT = 8000  # prometheus_client's own default; 0 turns the endpoint off
 DEFAULT_ADDR = "0.0.0.0"  # scraped from other pods, like kopf's own liveness endpoint
 PATH = "/metrics"
 
-PHASES = (
-    status_.PENDING,
-    status_.WARMING,
-    status_.EXPIRING,
-    status_.READY,
-    status_.DEGRADED,
-    status_.FAILED,
-)
-RULES = expiry.RULES  # the keys of an expiry summary's "deleted"; an unknown key is counted as "other"
 ADMISSION_OUTCOMES = ("mutated", "gated", "unchanged", "error")
 REMEMBERED_PODS = 4096  # pod uids remembered per cache, so a pod seen in many passes counts once
 CACHE = ("namespace", "name")
@@ -74,32 +60,32 @@ def build_info() -> dict[str, str]:
     return {"version": _version(DISTRIBUTION), "python": platform.python_version(), "kopf": _version("kopf")}
 
 
-def _time(value: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 UTC time as Kubernetes writes it, or ``None``."""
-    if not value:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
+@dataclass(frozen=True)
+class PodFigures:
+    """What one pod of a cache adds to its counters: a gate timeout, a trainer's report (counted once)."""
+
+    uid: str
+    gate_timed_out: bool = False
+    report: tuple[int, int] | None = None  # (compile requests, cache hits) of a finished training pod
 
 
-def last_warmup(pools: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
-    """The last warm-up's (duration in seconds, end as epoch seconds) over its succeeded pools.
+@dataclass(frozen=True)
+class CacheFigures:
+    """A cache's figures after a pass (``metricsfeed.figures`` reads them from its status and pods).
 
-    From the first pool's start to the last pool's end: what a team waits for a new spec.
+    ``None`` leaves a gauge as it was: the status did not say (yet).
     """
-    spans = [
-        (start, end)
-        for pool in pools
-        if pool.get("state") == status_.POOL_SUCCEEDED
-        and (start := _time(pool.get("startedAt"))) is not None
-        and (end := _time(pool.get("finishedAt"))) is not None
-    ]
-    if not spans:
-        return None
-    first, last = min(start for start, _ in spans), max(end for _, end in spans)
-    return max(0.0, last - first), last
+
+    phases: Mapping[str, bool]  # every phase, True for the current one
+    stuck: Mapping[str, int]  # every reason, 0 included: a series that appears late breaks rate() and alerts
+    entries: int | None = None
+    bytes: int | None = None
+    warmup: tuple[float, float] | None = None  # the last warm-up's (duration, end as epoch seconds)
+    compile_seconds: float | None = None
+    gated: int | None = None
+    expired_at: str | None = None  # the last expiry run, counted once
+    deleted: Mapping[str, int] = field(default_factory=dict)  # its deletions by rule label
+    pods: Sequence[PodFigures] = ()
 
 
 @dataclass
@@ -109,6 +95,9 @@ class _Seen:
     pods: OrderedDict[str, None] = field(default_factory=OrderedDict)
     timeouts: OrderedDict[str, None] = field(default_factory=OrderedDict)
     expired_at: str | None = None
+    # the label values set for this cache, so that forget() removes every series it made
+    phases: set[str] = field(default_factory=set)
+    reasons: set[str] = field(default_factory=set)
     rules: set[str] = field(default_factory=set)
 
 
@@ -211,66 +200,49 @@ class Metrics:
 
     # --- per cache, from a pass's status and pods
 
-    def observe_cache(
-        self, namespace: str, name: str, status: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()
-    ) -> None:
-        """Set the cache's series from the status a pass recorded and the pods it read."""
+    def observe_cache(self, namespace: str, name: str, figures: CacheFigures) -> None:
+        """Set the cache's series from its figures after a pass."""
         key = (namespace, name)
-        phase = status.get("phase")
-        for each in PHASES:
-            self.phase.labels(namespace, name, each).set(1.0 if each == phase else 0.0)
-        cache = status.get("cache") or {}
-        if "entries" in cache:
-            self.entries.labels(*key).set(float(cache.get("entries") or 0))
-            self.bytes.labels(*key).set(float(cache.get("bytes") or 0))
-        pools = status.get("pools") or []
-        warmup = last_warmup(pools)
-        if warmup is not None:
-            self.warmup_duration.labels(*key).set(warmup[0])
-            self.warmup_time.labels(*key).set(warmup[1])
-            seconds = [float(pool.get("compileSeconds") or 0) for pool in pools if "compileSeconds" in pool]
-            if seconds:
-                self.compile_seconds.labels(*key).set(sum(seconds))
-        stuck = status_.stuck_reasons(status)
-        for reason in podstate.REASONS:  # a fixed set: every series exists, 0 when nothing is stuck
-            self.stuck.labels(namespace, name, reason).set(float(stuck.count(reason)))
-        consumers = status.get("consumers") or {}
-        if "gated" in consumers:
-            self.gated.labels(*key).set(float(consumers.get("gated") or 0))
+        for phase, current in figures.phases.items():
+            self.phase.labels(namespace, name, phase).set(1.0 if current else 0.0)
+        if figures.entries is not None:
+            self.entries.labels(*key).set(float(figures.entries))
+        if figures.bytes is not None:
+            self.bytes.labels(*key).set(float(figures.bytes))
+        if figures.warmup is not None:
+            self.warmup_duration.labels(*key).set(figures.warmup[0])
+            self.warmup_time.labels(*key).set(figures.warmup[1])
+        if figures.compile_seconds is not None:
+            self.compile_seconds.labels(*key).set(figures.compile_seconds)
+        for reason, count in figures.stuck.items():
+            self.stuck.labels(namespace, name, reason).set(float(count))
+        if figures.gated is not None:
+            self.gated.labels(*key).set(float(figures.gated))
         # Counters start at 0 for every cache (a series that appears late breaks rate() and alerts).
         for counter in (self.gate_timeouts, self.training_requests, self.training_hits):
             counter.labels(*key)
         with self._lock:
             seen = self._seen.setdefault(key, _Seen())
-            expired_at = cache.get("lastExpired")
-            if expired_at and expired_at != seen.expired_at:
-                seen.expired_at = expired_at
-                for rule, count in (cache.get("lastDeleted") or {}).items():
-                    label = rule if rule in RULES else "other"
-                    seen.rules.add(label)
-                    self.expiry_deleted.labels(namespace, name, label).inc(max(0, int(count or 0)))
-            for pod in pods:
-                self._observe_pod(key, seen, pod)
+            seen.phases.update(figures.phases)
+            seen.reasons.update(figures.stuck)
+            if figures.expired_at and figures.expired_at != seen.expired_at:
+                seen.expired_at = figures.expired_at
+                for rule, count in figures.deleted.items():
+                    seen.rules.add(rule)
+                    self.expiry_deleted.labels(namespace, name, rule).inc(max(0, count))
+            for pod in figures.pods:
+                if pod.gate_timed_out and _first_time(seen.timeouts, pod.uid):
+                    self.gate_timeouts.labels(*key).inc()
+                if pod.report is not None and _first_time(seen.pods, pod.uid):
+                    self.training_requests.labels(*key).inc(pod.report[0])
+                    self.training_hits.labels(*key).inc(pod.report[1])
 
-    def _observe_pod(self, key: tuple[str, str], seen: _Seen, pod: Mapping[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-        released = str((meta.get("annotations") or {}).get(gates.ANNOTATION_RELEASED) or "")
-        if released.startswith(gates.GATE_TIMEOUT) and _first_time(seen.timeouts, uid):
-            self.gate_timeouts.labels(*key).inc()
-        report = reports.pod_report(pod)
-        if report is not None and _first_time(seen.pods, uid):
-            self.training_requests.labels(*key).inc(report.requests)
-            self.training_hits.labels(*key).inc(report.hits)
-
-    def count_gate_timeouts(self, namespace: str, name: str, pods: Iterable[Mapping[str, Any]]) -> None:
+    def count_gate_timeouts(self, namespace: str, name: str, uids: Iterable[str]) -> None:
         """Count pods just released by gateTimeout (their patch took; read before the annotation is read back)."""
         key = (namespace, name)
         with self._lock:
             seen = self._seen.setdefault(key, _Seen())
-            for pod in pods:
-                meta = pod.get("metadata") or {}
-                uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+            for uid in uids:
                 if _first_time(seen.timeouts, uid):
                     self.gate_timeouts.labels(*key).inc()
 
@@ -279,7 +251,9 @@ class Metrics:
         key = (namespace, name)
         with self._lock:
             seen = self._seen.pop(key, None)
-        for phase in PHASES:
+        if seen is None:  # nothing was set for it in this process
+            return
+        for phase in seen.phases:
             _remove(self.phase, namespace, name, phase)
         for metric in (
             self.entries,
@@ -293,9 +267,9 @@ class Metrics:
             self.training_hits,
         ):
             _remove(metric, namespace, name)
-        for reason in podstate.REASONS:
+        for reason in seen.reasons:
             _remove(self.stuck, namespace, name, reason)
-        for rule in (seen.rules if seen else set()) | {*RULES, "other"}:
+        for rule in seen.rules:
             _remove(self.expiry_deleted, namespace, name, rule)
 
     # --- operator-wide

@@ -64,6 +64,12 @@ class Problem:
         return IMAGE_PULL_BACKOFF if self.reason == ERR_IMAGE_PULL else self.reason
 
 
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """The pod's uid (namespace/name when it has none yet): what a counter remembers a pod by."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
 def problem(pods: Sequence[Mapping[str, Any]]) -> Problem | None:
     """What a running Job's live pod is stuck on (the newest first; a multi-host Job has one per process,
     and one stuck process holds them all); else an earlier attempt's OOM kill; else ``None``."""

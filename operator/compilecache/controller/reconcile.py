@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.controller import act, gates, metrics, reports
+from compilecache.controller import act, gates, metrics, metricsfeed, reports
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
 from compilecache.controller.policy import DEFAULT, Policy, bounded
@@ -79,7 +79,7 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
-    metrics.METRICS.observe_cache(namespace, name, new, pods)
+    metricsfeed.observe_cache(metrics.METRICS, namespace, name, new, pods)
     return Outcome(new, error, cache.uid)
 
 

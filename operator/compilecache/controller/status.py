@@ -24,6 +24,7 @@ EXPIRING = "Expiring"
 READY = "Ready"
 DEGRADED = "Degraded"
 FAILED = "Failed"
+PHASES = (PENDING, WARMING, EXPIRING, READY, DEGRADED, FAILED)  # every phase (the metrics' 0/1 series)
 
 # States of a pool.
 POOL_PENDING = "Pending"
