@@ -183,7 +183,9 @@ class CacheVersion(Model):
 
     jax: str | None = Field(default=None, description="jax version.")
     jaxlib: str | None = Field(default=None, description="jaxlib version.")
-    backend: str | None = Field(default=None, description="XLA backend (gpu, tpu, cpu).")
+    torch: str | None = Field(default=None, description="torch version (framework pytorch).")
+    cuda: str | None = Field(default=None, description="CUDA version of the torch build (framework pytorch, GPU).")
+    backend: str | None = Field(default=None, description="XLA backend (gpu, tpu, cpu); for pytorch, cuda or cpu.")
     deviceKind: str | None = Field(default=None, description="Device kind, e.g. NVIDIA H100 80GB HBM3.")
     entries: int | None = Field(
         default=None, description="Entries of this build.", json_schema_extra={"format": "int64"}
@@ -202,7 +204,7 @@ class CacheStatus(Model):
     size: str | None = Field(default=None, description="The same size, human readable (e.g. 12.4Gi).")
     versions: list[CacheVersion] | None = Field(
         default=None,
-        description="Entries per build (jax, jaxlib, backend, device kind), newest first.",
+        description="Entries per build (jax and jaxlib, or torch and CUDA; backend, device kind), newest first.",
         max_length=64,
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )

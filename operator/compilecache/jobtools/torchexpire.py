@@ -43,9 +43,8 @@ def expire_torch(store: CacheStore, policy: Policy, *, dry_run: bool, now: float
 def versions_left(
     plan: Plan, generations: Mapping[str, Sequence[StoredFile]], manifests: Mapping[str, Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Files per build left after the plan, newest first, for ``status.cache.versions``: the CRD's
-    ``backend``, ``deviceKind`` and ``entries``, plus ``torch`` and ``cuda`` (a schema without them
-    prunes them; the counts stand)."""
+    """Files per build left after the plan, newest first, for ``status.cache.versions``
+    (``torch``, ``cuda``, ``backend``, ``deviceKind``, ``entries``: fields of the CRD's schema)."""
     gone = {is_generation(d.name) for d in plan.deletions} | {None}
     dropped = {d.name for d in plan.deletions}
     counts: dict[tuple[str, str, str], int] = {}
