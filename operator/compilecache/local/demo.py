@@ -44,6 +44,9 @@ CACHES = "compilecache.dev/v1alpha1/compilecaches"
 DEMO_MARKER = ".compilecache-demo"
 TIMEOUT = 300.0  # seconds for the whole loop before the demo gives up
 
+# The JAX example as the demo runs it outside the cluster (the cold process, and the warmer-only hit).
+TRAIN = ["examples/train.py", "--json"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``compilecache demo``."""
@@ -123,7 +126,7 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     """The whole loop on a local cluster under ``root``."""
     import yaml
 
-    from compilecache.local.cluster import LocalCluster, run_operator
+    from compilecache.local.cluster import LocalCluster
     from compilecache.local.nodes import DEFAULT_POOLS, pools_from_config
 
     pools = DEFAULT_POOLS
@@ -139,7 +142,7 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     print("  containers run as local processes in this Python environment; images are ignored\n")
     print(f"1/3 cold: a training process with no cache ({args.layers} layers, width {args.width})")
     with tempfile.TemporaryDirectory(prefix="compilecache-cold-") as empty:
-        cold = _train(repo, {**env, **jax_cache_env(empty)})
+        cold = run_script(repo, TRAIN, {**env, **jax_cache_env(empty)})
     print(f"    first step {cold['first_step_seconds']:.2f}s (compile {cold['compile_seconds']:.2f}s)\n")
 
     cache = yaml.safe_load((repo / "examples" / "cache-pvc.yaml").read_text())
@@ -150,7 +153,6 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     container = training["spec"]["template"]["spec"]["containers"][0]
     container["command"] = ["python", "examples/train.py", "--steps", "3", "--json"]
     container["env"] = model
-    name, job = cache["metadata"]["name"], training["metadata"]["name"]
 
     with LocalCluster(root, workdir=repo, pools=pools) as cluster:
         gpu_nodes = [n for n in cluster.client.list("v1/nodes") if "nvidia.com/gpu" in n["status"]["allocatable"]]
@@ -159,24 +161,11 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
         for product in products:
             count = sum(1 for n in gpu_nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"] == product)
             print(f"    {count} x {product}")
-        with run_operator(cluster) as operator:
-            print(f"    compilecache operator (pid {operator.process.pid}), webhook {operator.url}")
-            print(f"    apply examples/cache-pvc.yaml, examples/training-job.yaml (MODEL_LAYERS={args.layers})")
-            clock.start()
-            cluster.client.create(CACHES, cache, NAMESPACE)
-            cluster.client.create("batch/v1/jobs", training, NAMESPACE)
-            pod = _watch(cluster, name, job, clock)
-            if pod is None:
-                print(
-                    f"compilecache demo: error: the loop did not finish; operator log: {operator.log}", file=sys.stderr
-                )
-                return 1
-            status = (cluster.client.get(CACHES, name, NAMESPACE) or {}).get("status") or {}
-            log = cluster.logs(NAMESPACE, pod["metadata"]["name"], "train")
-        if status.get("phase") != "Ready" or pod["status"]["phase"] != "Succeeded":
-            print(f"compilecache demo: error: cache {status.get('phase')}: {status.get('message')}", file=sys.stderr)
-            print(log[-2000:], file=sys.stderr)
-            return 1
+        applied = f"examples/cache-pvc.yaml, examples/training-job.yaml (MODEL_LAYERS={args.layers})"
+        outcome = apply_and_wait(cluster, cache, training, clock, applied)
+    if outcome is None:
+        return 1
+    status, log = outcome
     warm = train_result(log)
     print(f"\n3/3 cold against warm (the pod, on the cache the operator warmed), total {clock.now():.0f}s")
     cached = status.get("cache") or {}
@@ -192,6 +181,46 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     if verdicts:  # printed by the pod itself (the package's jax_plugins entry point), no code change
         print(f"the training pod's own verdict: {verdicts[-1]}")
     return 0 if warm["misses"] == 0 else 1
+
+
+def apply_and_wait(
+    cluster: Any, cache: dict[str, Any], training: dict[str, Any], clock: _Clock, applied: str
+) -> tuple[dict[str, Any], str] | None:
+    """Run the operator, apply the cache and the training Job, wait for the training pod to finish.
+
+    Returns the cache's status and the pod's log, or ``None`` after saying on stderr why the loop
+    did not end in a Ready cache and a succeeded pod (both demos share this part).
+    """
+    from compilecache.local.cluster import run_operator
+
+    name, job = cache["metadata"]["name"], training["metadata"]["name"]
+    with run_operator(cluster) as operator:
+        print(f"    compilecache operator (pid {operator.process.pid}), webhook {operator.url}")
+        print(f"    apply {applied}")
+        clock.start()
+        cluster.client.create(CACHES, cache, NAMESPACE)
+        cluster.client.create("batch/v1/jobs", training, NAMESPACE)
+        pod = _watch(cluster, name, job, clock)
+        if pod is None:
+            print(f"compilecache demo: error: the loop did not finish; operator log: {operator.log}", file=sys.stderr)
+            return None
+        status: dict[str, Any] = (cluster.client.get(CACHES, name, NAMESPACE) or {}).get("status") or {}
+        log = cluster.logs(NAMESPACE, pod["metadata"]["name"], "train") if pod["metadata"]["name"] else ""
+    if status.get("phase") != "Ready" or pod["status"]["phase"] != "Succeeded":
+        print(f"compilecache demo: error: cache {status.get('phase')}: {status.get('message')}", file=sys.stderr)
+        print(log[-2000:], file=sys.stderr)
+        return None
+    return status, log
+
+
+def run_script(repo: Path, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run an example training script (``argv``, relative to ``repo``) in a fresh process; its JSON result."""
+    completed = subprocess.run(
+        [sys.executable, str(repo / argv[0]), *argv[1:]], cwd=repo, env=env, capture_output=True, text=True, check=False
+    )
+    if completed.returncode != 0:
+        raise SystemExit(f"compilecache demo: error: training failed: {completed.stderr.strip()[-500:]}")
+    return train_result(completed.stdout, argv[0])
 
 
 class _Clock:
@@ -252,7 +281,7 @@ def run_warmer_only(args: argparse.Namespace) -> int:
     env = _model_env(args)
     print(f"1/3 cold: a training process on an empty cache ({args.layers} layers, width {args.width})")
     with tempfile.TemporaryDirectory(prefix="compilecache-cold-") as empty:
-        cold = _train(repo, {**env, **jax_cache_env(empty)})
+        cold = run_script(repo, TRAIN, {**env, **jax_cache_env(empty)})
     print(f"2/3 warm: compilecache warm --cache-dir {cache} --workload {WORKLOAD}")
     report_path = Path(tempfile.gettempdir()) / f"compilecache-demo-{os.getpid()}.json"
     warm = subprocess.run(
@@ -278,7 +307,7 @@ def run_warmer_only(args: argparse.Namespace) -> int:
     report = json.loads(report_path.read_text())
     report_path.unlink()
     print(f"3/3 hit: a fresh training process with `compilecache env --cache-dir {cache}`")
-    hot = _train(repo, {**env, **jax_cache_env(str(cache))})
+    hot = run_script(repo, TRAIN, {**env, **jax_cache_env(str(cache))})
     print(format_table(cold, hot, report))
     return 0 if hot["misses"] == 0 else 1
 
@@ -305,29 +334,15 @@ def format_table(
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _train(repo: Path, env: dict[str, str]) -> dict[str, Any]:
-    completed = subprocess.run(
-        [sys.executable, str(repo / "examples" / "train.py"), "--json"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if completed.returncode != 0:
-        raise SystemExit(f"compilecache demo: error: training failed: {completed.stderr.strip()[-500:]}")
-    return train_result(completed.stdout)
-
-
-def train_result(output: str) -> dict[str, Any]:
-    """What ``examples/train.py --json`` printed: its last JSON line.
+def train_result(output: str, script: str = "examples/train.py") -> dict[str, Any]:
+    """What an example's ``--json`` printed: its last JSON line.
 
     A pod's log mixes in stderr, where the trainer's own verdict (``compilecache: H/R compiles
-    hit``, from the package's jax_plugins entry point) comes after it.
+    hit``, from the package's runtime hook) comes after it.
     """
     lines = [line for line in output.splitlines() if line.startswith("{")]
     if not lines:
-        raise SystemExit(f"compilecache demo: error: no result from examples/train.py in: {output[-500:]}")
+        raise SystemExit(f"compilecache demo: error: no result from {script} in: {output[-500:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
 

@@ -16,15 +16,13 @@ The JAX demo's loop (``demo.py``) for a ``spec.framework: pytorch`` cache:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from compilecache.cache.cacheenv import torch_cache_env
+from compilecache.local import demo
 
 CACHE_EXAMPLE = "examples/cache-pytorch.yaml"
 TRAINING_EXAMPLE = "examples/training-pytorch.yaml"
@@ -61,40 +59,25 @@ def key_env(training: dict[str, Any]) -> dict[str, str]:
 
 def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     """The PyTorch loop on a local cluster under ``root``."""
-    from compilecache.local.cluster import LocalCluster, run_operator
-    from compilecache.local.demo import CACHES, NAMESPACE, _Clock, _watch
+    from compilecache.local.cluster import LocalCluster
 
     cache, training = sized_examples(repo, args.width)
     model = key_env(training)
-    clock = _Clock()
+    clock = demo._Clock()
     print("compilecache demo --framework pytorch: the operator's loop for torch.compile caches (local cluster)")
     print("  containers run as local processes in this Python environment; images are ignored\n")
     print(f"1/3 cold: {SCRIPT} with an empty Inductor cache ({', '.join(f'{k}={v}' for k, v in model.items())})")
     with tempfile.TemporaryDirectory(prefix="compilecache-cold-") as empty:
-        cold = train(repo, {**clean_env(), **model, **torch_cache_env(empty)})
+        env = {**clean_env(), **model, **torch_cache_env(empty)}
+        cold = demo.run_script(repo, [SCRIPT, "--steps", STEPS, "--json"], env)
     print(f"    first step {cold['first_step_seconds']:.2f}s\n")
 
-    name, job = cache["metadata"]["name"], training["metadata"]["name"]
     with LocalCluster(root, workdir=repo) as cluster:
         print(f"2/3 local cluster at {cluster.client.url}")
-        with run_operator(cluster) as operator:
-            print(f"    compilecache operator (pid {operator.process.pid}), webhook {operator.url}")
-            print(f"    apply {CACHE_EXAMPLE}, {TRAINING_EXAMPLE}")
-            clock.start()
-            cluster.client.create(CACHES, cache, NAMESPACE)
-            cluster.client.create("batch/v1/jobs", training, NAMESPACE)
-            pod = _watch(cluster, name, job, clock)
-            if pod is None:
-                print(
-                    f"compilecache demo: error: the loop did not finish; operator log: {operator.log}", file=sys.stderr
-                )
-                return 1
-            status = (cluster.client.get(CACHES, name, NAMESPACE) or {}).get("status") or {}
-            log = cluster.logs(NAMESPACE, pod["metadata"]["name"], "train") if pod["metadata"]["name"] else ""
-        if status.get("phase") != "Ready" or pod["status"]["phase"] != "Succeeded":
-            print(f"compilecache demo: error: cache {status.get('phase')}: {status.get('message')}", file=sys.stderr)
-            print(log[-2000:], file=sys.stderr)
-            return 1
+        outcome = demo.apply_and_wait(cluster, cache, training, clock, f"{CACHE_EXAMPLE}, {TRAINING_EXAMPLE}")
+    if outcome is None:
+        return 1
+    status, log = outcome
     warm = train_result(log)
     cached = status.get("cache") or {}
     print(f"\n3/3 cold against warm (the pod, on the cache the operator warmed), total {clock.now():.0f}s")
@@ -132,25 +115,6 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("COMPILECACHE_", "TORCHINDUCTOR_", "JAX_"))}
 
 
-def train(repo: Path, env: dict[str, str]) -> dict[str, Any]:
-    """Run the example training script as a fresh process; its JSON result."""
-    completed = subprocess.run(
-        [sys.executable, str(repo / SCRIPT), "--steps", STEPS, "--json"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if completed.returncode != 0:
-        raise SystemExit(f"compilecache demo: error: training failed: {completed.stderr.strip()[-500:]}")
-    return train_result(completed.stdout)
-
-
 def train_result(output: str) -> dict[str, Any]:
     """What ``examples/pytorch/train.py --json`` printed: its last JSON line (a pod's log mixes in stderr)."""
-    lines = [line for line in output.splitlines() if line.startswith("{")]
-    if not lines:
-        raise SystemExit(f"compilecache demo: error: no result from {SCRIPT} in: {output[-500:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return demo.train_result(output, SCRIPT)
