@@ -297,16 +297,7 @@ def _warm_pytorch(args: argparse.Namespace) -> dict[str, Any]:
 
     os.environ[REPORT] = "0"  # as warm(): no verdict in this process or its children
     env = dict(os.environ)
-    if args.steps is None and env.get(_ENV_STEPS):
-        try:
-            args.steps = _steps_value(env[_ENV_STEPS])
-        except ValueError as error:
-            raise WarmError(f"{_ENV_STEPS} must be a whole number or auto, got {env[_ENV_STEPS]!r}") from error
-    if args.budget is None and args.steps == AUTO and env.get(_ENV_BUDGET):
-        try:
-            args.budget = float(env[_ENV_BUDGET])
-        except ValueError as error:
-            raise WarmError(f"{_ENV_BUDGET} must be a number of seconds, got {env[_ENV_BUDGET]!r}") from error
+    _steps_from_env(args, env)
     return warm_torch(args, _script_args(args), env)
 
 
@@ -806,10 +797,9 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         raise WarmError(f"--step-deadline must be a positive number of seconds, got {args.step_deadline}")
 
 
-def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    """``--steps``/``--step-fn``/``--resume`` from the environment where the flags are not given (scripts only)."""
-    args.step_fn = args.step_fn or env.get(_ENV_STEP_FN) or "train_step"
-    if args.steps is None and args.script and env.get(_ENV_STEPS):
+def _steps_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """``--steps`` and ``--budget`` from the environment where the flags are not given (a script's run)."""
+    if args.steps is None and env.get(_ENV_STEPS):
         try:
             args.steps = _steps_value(env[_ENV_STEPS])
         except ValueError as error:
@@ -819,6 +809,13 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
             args.budget = float(env[_ENV_BUDGET])
         except ValueError as error:
             raise WarmError(f"{_ENV_BUDGET} must be a number of seconds, got {env[_ENV_BUDGET]!r}") from error
+
+
+def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """``--steps``/``--step-fn``/``--resume`` from the environment where the flags are not given (scripts only)."""
+    args.step_fn = args.step_fn or env.get(_ENV_STEP_FN) or "train_step"
+    if args.script:
+        _steps_from_env(args, env)
     args.resume_args = resume_args(args.resume, args.resume_arg, env) if args.steps else None
     if args.step_deadline is None and env.get(_ENV_STEP_DEADLINE):
         try:
