@@ -4,12 +4,17 @@ The resource is defined once, in ``compilecache.api.model`` (pydantic): the CRD'
 docs/resource.md are generated from it (``make generate``), and :func:`parse_spec` starts by
 validating the spec against it (:func:`check_model`): types, bounds, patterns and enums as the
 API server checks them, with the field's JSON path in the error (``spec.warmup.workloads[0].steps``).
-The checks that follow are the model's CEL rules (which pydantic does not evaluate) and the checks
-the CRD deliberately leaves out (too costly for CEL, e.g. a workload's pools naming declared pools;
-or needing several fields, e.g. requests not above limits); the result is the typed dataclasses
-below (``CacheSpec.warmup.workloads[i].steps``) that the rest of the controller reads. Defaults
-equal the model's. Some type checks below predate the model and now repeat it (see the report of
-issue 24); they never disagree with it, as tests/test_spec_property.py checks.
+The typed dataclasses below (``CacheSpec.warmup.workloads[i].steps``), which the rest of the
+controller reads, are built from the validated model's values, so the defaults are the model's. The
+checks here are only what the model does not make: its CEL rules, which pydantic does not
+evaluate; the schema's rules pydantic does not either (list-map keys unique, map keys, a
+``valueFrom``'s one source); the API server's pod validation beyond the CRD's patterns (a label
+key's parts, extended resource names); parses (cron, durations, byte sizes); and the checks the CRD
+deliberately leaves out (too costly for CEL, e.g. a workload's pools naming declared pools; or
+needing several fields, e.g. requests not above limits). The CEL rules stay plain checks here
+rather than pydantic validators in the model: each names its own field (``spec.storage``,
+``...workloads[0].steps``) with its own message, and runs after the whole schema as the API server
+orders them; tests/test_spec_property.py checks the two never disagree.
 
 The CRD's schema rejects most bad input at admission, but the operator validates again: a CRD can
 be older than the operator, and a clear condition naming the field beats a crash loop. This parser
@@ -978,7 +983,7 @@ def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
 
 
 def _gpu_resource(resource: str, path: str) -> str:
-    # The model's pattern admits kubernetes.io/ names, requests.* and over-long parts; the API server does not.
+    # The model's pattern admits kubernetes.io/ names, requests.* and over-long parts; a pod's validation does not.
     if not is_extended_resource_name(resource):
         raise SpecError(path, f"must be an extended resource name such as nvidia.com/gpu, got {resource!r}")
     return resource
