@@ -356,7 +356,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     spec = _mapping(spec, "spec", required=True)
     typed = check_model(_forgiven(spec))
     storage = typed.storage
-    # CEL rules (the API server's, not pydantic's): exactly one storage; deleteWithCache needs create.
+    # A CEL rule (the API server evaluates CEL, pydantic does not), as are the other checks marked so below.
     if storage.pvc is None and storage.gcs is None:
         raise SpecError("spec.storage", "set exactly one of storage.pvc or storage.gcs (neither is set)")
     if storage.pvc is not None and storage.gcs is not None:
