@@ -4,12 +4,17 @@ The resource is defined once, in ``compilecache.api.model`` (pydantic): the CRD'
 docs/resource.md are generated from it (``make generate``), and :func:`parse_spec` starts by
 validating the spec against it (:func:`check_model`): types, bounds, patterns and enums as the
 API server checks them, with the field's JSON path in the error (``spec.warmup.workloads[0].steps``).
-The checks that follow are the model's CEL rules (which pydantic does not evaluate) and the checks
-the CRD deliberately leaves out (too costly for CEL, e.g. a workload's pools naming declared pools;
-or needing several fields, e.g. requests not above limits); the result is the typed dataclasses
-below (``CacheSpec.warmup.workloads[i].steps``) that the rest of the controller reads. Defaults
-equal the model's. Some type checks below predate the model and now repeat it (see the report of
-issue 24); they never disagree with it, as tests/test_spec_property.py checks.
+The typed dataclasses below (``CacheSpec.warmup.workloads[i].steps``), which the rest of the
+controller reads, are built from the validated model's values, so the defaults are the model's. The
+checks here are only what the model does not make: its CEL rules, which pydantic does not
+evaluate; the schema's rules pydantic does not either (list-map keys unique, map keys, a
+``valueFrom``'s one source); the API server's pod validation beyond the CRD's patterns (a label
+key's parts, extended resource names); parses (cron, durations, byte sizes); and the checks the CRD
+deliberately leaves out (too costly for CEL, e.g. a workload's pools naming declared pools; or
+needing several fields, e.g. requests not above limits). The CEL rules stay plain checks here
+rather than pydantic validators in the model: each names its own field (``spec.storage``,
+``...workloads[0].steps``) with its own message, and runs after the whole schema as the API server
+orders them; tests/test_spec_property.py checks the two never disagree.
 
 The CRD's schema rejects most bad input at admission, but the operator validates again: a CRD can
 be older than the operator, and a clear condition naming the field beats a crash loop. This parser
@@ -40,10 +45,7 @@ PLURAL = "compilecaches"
 KIND = "CompileCache"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-DEFAULT_MOUNT_PATH = "/var/cache/compilecache"
-DEFAULT_GROUP_BY = "nvidia.com/gpu.product"
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-DEFAULT_GATE_TIMEOUT = "30m"
+DEFAULT_MOUNT_PATH: str = model.Spec.model_fields["mountPath"].default
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN_SYNTAX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -51,13 +53,9 @@ _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_PYTHON_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-_ENTRYPOINT = re.compile(rf"^{_PYTHON_PATH}:{_PYTHON_PATH}$")  # the CRD's pattern: module:attr.path
 # `steps: auto`: whole epochs within a time budget (`compilecache warm --steps auto`).
 STEPS_AUTO = "auto"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MOUNT_PATH = re.compile(r"^(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+$")  # the CRD's pattern
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}  # and hugepages-<size>
 _VALUE_SOURCES = {
     "secretKeyRef": "key",
@@ -69,11 +67,8 @@ NAME_MAX = 63  # a cache's name is the value of labels on its Jobs, claims and p
 # Paths the operator mounts in warm-up and expiry containers itself (jobs.TMP_DIR): a cache
 # there would be a duplicate mountPath, which the API server refuses.
 RESERVED_MOUNT_PATHS = frozenset({"/tmp"})
-_ACCESS_MODES = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
-_PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
 _RESERVED_ENV = {"JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS"}
 HOSTS_MAX = 256  # the CRD's maximum of warmup.topologies[].hosts (pods of one Indexed warm-up Job)
-TOPOLOGIES_MAX = 8  # the CRD's maxItems of warmup.topologies
 # Bigger than any volume or bucket will be (10^30 bytes), and small enough to print: the CRD's
 # quantity pattern admits '.1E5000', whose digits Python refuses to print (the pass crashed on it).
 MAX_SIZE_BYTES = 10**30
@@ -284,12 +279,6 @@ class Consumers:
     init_containers: bool = False
 
 
-# spec.concurrencyPolicy, as a CronJob's (no Allow: two warm-ups of one cache would race on its entries).
-CONCURRENCY_POLICIES = ("Forbid", "Replace")
-# spec.framework: whose compile cache the resource warms (fixed at creation by the CRD's CEL rule).
-FRAMEWORKS = ("jax", "pytorch")
-
-
 @dataclass(frozen=True)
 class CacheSpec:
     """A validated CompileCache spec, with the CRD's defaults applied."""
@@ -357,29 +346,29 @@ def is_extended_resource_name(value: str) -> bool:
 
 
 def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
-    """Validate a CompileCache ``spec`` and apply defaults; raise :class:`SpecError` naming the field."""
-    spec = _mapping(spec, "spec", required=True)
-    check_model(_forgiven(spec))
-    storage = _mapping(spec.get("storage"), "spec.storage", required=True)
-    pvc_raw, gcs_raw = storage.get("pvc"), storage.get("gcs")
-    if pvc_raw is None and gcs_raw is None:
-        raise SpecError("spec.storage", "set exactly one of storage.pvc or storage.gcs (neither is set)")
-    if pvc_raw is not None and gcs_raw is not None:
-        raise SpecError("spec.storage", "set exactly one of storage.pvc or storage.gcs (both are set)")
-    pvc = _pvc(pvc_raw) if pvc_raw is not None else None
-    gcs = _gcs(gcs_raw) if gcs_raw is not None else None
+    """Validate a CompileCache ``spec`` and apply defaults; raise :class:`SpecError` naming the field.
 
-    mount_path = spec.get("mountPath", DEFAULT_MOUNT_PATH)
-    if isinstance(mount_path, str) and len(mount_path) > 1:
-        mount_path = mount_path.rstrip("/")  # lenient where it is harmless: the CRD refuses a trailing /
-    if not isinstance(mount_path, str) or len(mount_path) > 1024 or not _MOUNT_PATH.match(mount_path):
-        raise SpecError(
-            "spec.mountPath", f"must be an absolute path without '.', '..' or empty segments, got {mount_path!r}"
-        )
-    if mount_path in RESERVED_MOUNT_PATHS:
+    The model (:func:`check_model`) checks types, bounds, patterns and enums and gives the defaults;
+    what follows reads its validated values and checks only what it does not (see the module's doc).
+    Fields the operator passes on as they are (env, tolerations, resources, podSelector, a template's
+    pod spec) are read from ``spec`` itself, so no pydantic default or dropped field reaches a manifest.
+    """
+    spec = _mapping(spec, "spec", required=True)
+    typed = check_model(_forgiven(spec))
+    storage = typed.storage
+    # A CEL rule (the API server evaluates CEL, pydantic does not), as are the other checks marked so below.
+    if storage.pvc is None and storage.gcs is None:
+        raise SpecError("spec.storage", "set exactly one of storage.pvc or storage.gcs (neither is set)")
+    if storage.pvc is not None and storage.gcs is not None:
+        raise SpecError("spec.storage", "set exactly one of storage.pvc or storage.gcs (both are set)")
+    pvc = _pvc(storage.pvc) if storage.pvc is not None else None
+    gcs = _gcs(storage.gcs) if storage.gcs is not None else None
+
+    mount_path = typed.mountPath  # a trailing / already stripped (_forgiven)
+    if mount_path in RESERVED_MOUNT_PATHS:  # CEL rule
         raise SpecError("spec.mountPath", f"{mount_path} is where the operator mounts its own scratch volume")
 
-    warmup = _warmup(_mapping(spec.get("warmup"), "spec.warmup", required=True), gcs, mount_path)
+    warmup = _warmup(typed.warmup, spec["warmup"], gcs, mount_path)
     if gcs is not None and gcs.reader_service_account_name is not None:
         # Training pods run as the reader: the same account as a writer would let them write the cache.
         # (The CRD's CEL rules refuse both cases too.)
@@ -390,27 +379,20 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
                 f"{gcs.reader_service_account_name!r} is the cache's writer (storage.gcs.serviceAccountName or "
                 "warmup.serviceAccountName); training pods need a ServiceAccount that may only read the prefix",
             )
-    schedule = spec.get("schedule")
-    if schedule is not None:
-        schedule = _convert(units.check_cron, schedule, "spec.schedule")
-    concurrency = spec.get("concurrencyPolicy", "Forbid")
-    if concurrency not in CONCURRENCY_POLICIES:
-        raise SpecError("spec.concurrencyPolicy", f"must be one of {list(CONCURRENCY_POLICIES)}, got {concurrency!r}")
-    framework = spec.get("framework", "jax")
-    if framework not in FRAMEWORKS:
-        raise SpecError("spec.framework", f"must be one of {list(FRAMEWORKS)}, got {framework!r}")
-    if framework == "pytorch":
+    # The model checks the cron's shape; croniter's ranges and steps only a parse can.
+    schedule = None if typed.schedule is None else _convert(units.check_cron, typed.schedule, "spec.schedule")
+    if typed.framework == "pytorch":
         _refuse_jax_only(spec["warmup"])
     return CacheSpec(
-        framework=framework,
+        framework=typed.framework,
         pvc=pvc,
         gcs=gcs,
         mount_path=mount_path,
         warmup=warmup,
         schedule=schedule,
-        concurrency_policy=concurrency,
-        lifecycle=_lifecycle(_mapping(spec.get("lifecycle"), "spec.lifecycle")),
-        consumers=_consumers(_mapping(spec.get("consumers"), "spec.consumers")),
+        concurrency_policy=typed.concurrencyPolicy,
+        lifecycle=_lifecycle(typed.lifecycle),
+        consumers=_consumers(typed.consumers, _mapping(spec.get("consumers"), "spec.consumers")),
     )
 
 
@@ -428,14 +410,14 @@ def _forgiven(spec: Mapping[str, Any]) -> dict[str, Any]:
     return forgiven
 
 
-def check_model(spec: Mapping[str, Any]) -> None:
-    """The spec against the model the CRD is generated from (``compilecache.api.model``).
+def check_model(spec: Mapping[str, Any]) -> model.Spec:
+    """The spec against the model the CRD is generated from (``compilecache.api.model``), validated.
 
-    What the API server's schema checks (not the CEL rules, which the checks after it cover).
+    What the API server's schema checks (not the CEL rules, which :func:`parse_spec` checks after it).
     Raises :class:`SpecError` naming the first offending field by its JSON path.
     """
     try:
-        model.Spec.model_validate(spec)
+        return model.Spec.model_validate(spec)
     except pydantic.ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         raise SpecError(model_path("spec", model.Spec, error["loc"]), error["msg"]) from None
@@ -481,88 +463,54 @@ def _unwrap(kind: Any) -> Any:
         return kind
 
 
-def _pvc(raw: Any) -> PVCStorage:
-    pvc = _mapping(raw, "spec.storage.pvc", required=True)
-    claim = pvc.get("claimName")
-    if not isinstance(claim, str) or not is_dns_subdomain(claim):
-        raise SpecError("spec.storage.pvc.claimName", f"must be a valid claim name, got {claim!r}")
+def _pvc(pvc: model.Pvc) -> PVCStorage:
     create = None
-    create_raw = pvc.get("create")
-    if create_raw is not None:
-        create_map = _mapping(create_raw, "spec.storage.pvc.create")
-        size = create_map.get("size")
-        if size is None:
-            raise SpecError("spec.storage.pvc.create.size", "is required to create a claim")
-        _convert(units.parse_bytes, size, "spec.storage.pvc.create.size")
-        modes = tuple(_strings(create_map.get("accessModes", ["ReadWriteMany"]), "spec.storage.pvc.create.accessModes"))
-        for index, mode in enumerate(modes):
-            if mode not in _ACCESS_MODES:
-                raise SpecError(f"spec.storage.pvc.create.accessModes[{index}]", f"unknown access mode {mode!r}")
+    if pvc.create is not None:
+        # The pattern admits quantities no byte count has (1m, 0.5): only a parse refuses them.
+        _convert(units.parse_bytes, pvc.create.size, "spec.storage.pvc.create.size")
         create = PVCCreate(
-            size=str(size),
-            storage_class_name=_optional_subdomain(
-                create_map.get("storageClassName"), "spec.storage.pvc.create.storageClassName"
-            ),
-            access_modes=modes or ("ReadWriteMany",),
+            size=pvc.create.size,
+            storage_class_name=pvc.create.storageClassName,
+            access_modes=tuple(pvc.create.accessModes),
         )
-    delete = _bool(pvc.get("deleteWithCache", False), "spec.storage.pvc.deleteWithCache")
-    if delete and create is None:
+    if pvc.deleteWithCache and create is None:  # CEL rule
         raise SpecError(
             "spec.storage.pvc.deleteWithCache",
             "only a claim the operator creates (create) can be deleted with the cache",
         )
-    return PVCStorage(claim_name=claim, create=create, delete_with_cache=delete)
+    return PVCStorage(claim_name=pvc.claimName, create=create, delete_with_cache=pvc.deleteWithCache)
 
 
-def _gcs(raw: Any) -> GCSStorage:
-    gcs = _mapping(raw, "spec.storage.gcs", required=True)
-    bucket = gcs.get("bucket")
-    if not isinstance(bucket, str) or not _BUCKET.match(bucket):
-        raise SpecError("spec.storage.gcs.bucket", f"must be a GCS bucket name, got {bucket!r}")
-    prefix = gcs.get("prefix", "")
-    if not isinstance(prefix, str):
-        raise SpecError("spec.storage.gcs.prefix", f"must be a string, got {prefix!r}")
+def _gcs(gcs: model.Gcs) -> GCSStorage:
     return GCSStorage(
-        bucket=bucket,
-        prefix=prefix.strip("/"),
-        service_account_name=_optional_subdomain(gcs.get("serviceAccountName"), "spec.storage.gcs.serviceAccountName"),
-        delete_with_cache=_bool(gcs.get("deleteWithCache", False), "spec.storage.gcs.deleteWithCache"),
-        reader_service_account_name=_optional_subdomain(
-            gcs.get("readerServiceAccountName"), "spec.storage.gcs.readerServiceAccountName"
-        ),
+        bucket=gcs.bucket,
+        prefix=gcs.prefix,  # without a leading or trailing / (_forgiven)
+        service_account_name=gcs.serviceAccountName,
+        delete_with_cache=gcs.deleteWithCache,
+        reader_service_account_name=gcs.readerServiceAccountName,
     )
 
 
-def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None, mount_path: str) -> Warmup:
-    image = warmup.get("image")
-    if not isinstance(image, str) or not image.strip():
+def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None, mount_path: str) -> Warmup:
+    """``spec.warmup``: ``warmup`` validated by the model, ``raw`` as written (for what is passed on as is)."""
+    image = warmup.image.strip()
+    if not image:  # the model wants one character; blanks name no image either
         raise SpecError("spec.warmup.image", "must name the image of the warm-up Jobs (usually the training image)")
-    pull_policy = _optional_str(warmup.get("imagePullPolicy"), "spec.warmup.imagePullPolicy")
-    if pull_policy is not None and pull_policy not in _PULL_POLICIES:
-        raise SpecError("spec.warmup.imagePullPolicy", f"must be one of {sorted(_PULL_POLICIES)}, got {pull_policy!r}")
-    # Secret names are DNS subdomains (gcr.io-pull is one), not labels.
-    pull_secrets = tuple(
-        _subdomain(
-            _mapping(item, f"spec.warmup.imagePullSecrets[{index}]").get("name"),
-            f"spec.warmup.imagePullSecrets[{index}].name",
-        )
-        for index, item in enumerate(_list(warmup.get("imagePullSecrets"), "spec.warmup.imagePullSecrets"))
-    )
 
+    raw_pools = raw.get("pools") or []
     pools = tuple(
-        _pool(item, f"spec.warmup.pools[{index}]")
-        for index, item in enumerate(_list(warmup.get("pools"), "spec.warmup.pools"))
+        _pool(pool, raw_pools[index], f"spec.warmup.pools[{index}]") for index, pool in enumerate(warmup.pools or ())
     )
+    # List-map keys (unique names, unique hosts) are the API server's; pydantic does not check them.
     _unique([pool.name for pool in pools], "spec.warmup.pools")
-    discover_raw = warmup.get("discover")
-    discover = _discover(_mapping(discover_raw, "spec.warmup.discover")) if discover_raw is not None else None
-    if not pools and discover is None:
+    discover = _discover(warmup.discover, raw["discover"]) if warmup.discover is not None else None
+    if not pools and discover is None:  # CEL rule
         raise SpecError("spec.warmup", "set warmup.pools, warmup.discover, or both: there is nowhere to warm")
 
-    workloads_raw = _list(warmup.get("workloads"), "spec.warmup.workloads")
-    if not workloads_raw:
-        raise SpecError("spec.warmup.workloads", "must list at least one workload to compile")
-    workloads = tuple(_workload(item, f"spec.warmup.workloads[{index}]") for index, item in enumerate(workloads_raw))
+    workloads = tuple(
+        _workload(workload, raw["workloads"][index], f"spec.warmup.workloads[{index}]")
+        for index, workload in enumerate(warmup.workloads)
+    )
     _unique([workload.name for workload in workloads], "spec.warmup.workloads")
     _check_env_conflicts(workloads)
     if discover is None:
@@ -577,40 +525,40 @@ def _warmup(warmup: Mapping[str, Any], gcs: GCSStorage | None, mount_path: str) 
                         "there are no other pools",
                     )
 
-    jax_raw = _mapping(warmup.get("jax"), "spec.warmup.jax")
     jax = JaxOptions(
-        min_compile_time_secs=_number(jax_raw.get("minCompileTimeSecs", 0), "spec.warmup.jax.minCompileTimeSecs"),
-        min_entry_size_bytes=_int(jax_raw.get("minEntrySizeBytes", 0), "spec.warmup.jax.minEntrySizeBytes", minimum=0),
-        xla_flags=_optional_str(jax_raw.get("xlaFlags"), "spec.warmup.jax.xlaFlags") or None,
+        min_compile_time_secs=float(warmup.jax.minCompileTimeSecs),
+        min_entry_size_bytes=warmup.jax.minEntrySizeBytes,
+        xla_flags=warmup.jax.xlaFlags or None,
     )
-    resources = _mapping(warmup.get("resources"), "spec.warmup.resources")
+    resources = _mapping(raw.get("resources"), "spec.warmup.resources")
     gpu_resources = {pool.gpu_resource for pool in pools} | ({discover.gpu_resource} if discover else set())
     _check_resources(resources, gpu_resources)
 
-    service_account = _optional_subdomain(warmup.get("serviceAccountName"), "spec.warmup.serviceAccountName")
+    service_account = warmup.serviceAccountName
     if service_account is None and gcs is not None:
         service_account = gcs.service_account_name
-    topologies = _topologies(warmup.get("topologies"))
-    deadline = _int(warmup.get("activeDeadlineSeconds", 7200), "spec.warmup.activeDeadlineSeconds", minimum=1)
+    topologies = _topologies(warmup.topologies)
+    deadline = warmup.activeDeadlineSeconds
     _check_budgets(workloads, topologies, deadline)
-    template_raw = warmup.get("podTemplate")
-    template = _template_source(template_raw, image.strip(), mount_path) if template_raw is not None else None
+    template = (
+        _template_source(warmup.podTemplate, raw["podTemplate"], image, mount_path)
+        if warmup.podTemplate is not None
+        else None
+    )
     return Warmup(
-        image=image.strip(),
-        image_pull_policy=pull_policy,
-        image_pull_secrets=pull_secrets,
+        image=image,
+        image_pull_policy=warmup.imagePullPolicy,
+        image_pull_secrets=tuple(secret.name for secret in warmup.imagePullSecrets or ()),
         service_account_name=service_account,
         workloads=workloads,
         pools=pools,
         discover=discover,
         resources=resources,
-        backoff_limit=_int(warmup.get("backoffLimit", 2), "spec.warmup.backoffLimit", minimum=0),
+        backoff_limit=warmup.backoffLimit,
         active_deadline_seconds=deadline,
-        ttl_seconds_after_finished=_int(
-            warmup.get("ttlSecondsAfterFinished", 86400), "spec.warmup.ttlSecondsAfterFinished", minimum=0
-        ),
-        jobs=_int(warmup.get("jobs", 1), "spec.warmup.jobs", minimum=1),
-        verify=_bool(warmup.get("verify", True), "spec.warmup.verify"),
+        ttl_seconds_after_finished=warmup.ttlSecondsAfterFinished,
+        jobs=warmup.jobs,
+        verify=warmup.verify,
         jax=jax,
         topologies=topologies,
         template=template,
@@ -635,25 +583,22 @@ def _check_budgets(workloads: Sequence[Workload], topologies: Sequence[Topology]
             )
 
 
-def _template_source(raw: Any, image: str, mount_path: str) -> TemplateSource:
+def _template_source(source: model.PodTemplate, raw: Mapping[str, Any], image: str, mount_path: str) -> TemplateSource:
     """``spec.warmup.podTemplate``: exactly one of ``spec`` (inline) or ``templateRef``, and ``container``."""
     path = "spec.warmup.podTemplate"
-    source = _mapping(raw, path, required=True)
-    container = source.get("container")
-    if container is not None:
-        container = _name(container, f"{path}.container")
-    if ("spec" in source) == ("templateRef" in source):
+    if ("spec" in raw) == ("templateRef" in raw):  # CEL rule
         raise SpecError(path, "set exactly one of spec (the pod spec inline) or templateRef")
-    if "spec" in source:
-        inline = parse_pod_template(_mapping(source["spec"], f"{path}.spec", required=True), f"{path}.spec", container)
+    if "spec" in raw:
+        # A preserved-unknown-fields object: the model leaves the pod spec to parse_pod_template.
+        inline = parse_pod_template(
+            _mapping(raw["spec"], f"{path}.spec", required=True), f"{path}.spec", source.container
+        )
         check_template(inline, image, mount_path)
-        return TemplateSource(container=container, inline=inline)
-    ref = _mapping(source["templateRef"], f"{path}.templateRef", required=True)
-    kind = ref.get("kind")
-    if kind not in TEMPLATE_KINDS:
-        raise SpecError(f"{path}.templateRef.kind", f"must be one of {list(TEMPLATE_KINDS)}, got {kind!r}")
-    name = _subdomain(ref.get("name"), f"{path}.templateRef.name")
-    return TemplateSource(container=container, ref=TemplateRef(kind=kind, name=name))
+        return TemplateSource(container=source.container, inline=inline)
+    if source.templateRef is None:
+        raise SpecError(f"{path}.templateRef", "is required")
+    ref = TemplateRef(kind=source.templateRef.kind, name=source.templateRef.name)
+    return TemplateSource(container=source.container, ref=ref)
 
 
 def check_template(template: PodTemplate, image: str, mount_path: str) -> None:
@@ -825,88 +770,63 @@ def _refuse_jax_only(warmup: Mapping[str, Any]) -> None:
             raise SpecError(f"spec.warmup.topologies[{index}].hosts", "must be 1 with spec.framework pytorch")
 
 
-def _topologies(raw: Any) -> tuple[Topology, ...]:
-    """``warmup.topologies``: at least one, ``hosts`` 1..HOSTS_MAX and unique (the CRD's list-map key)."""
-    if raw is None:
-        return (SINGLE_HOST,)
-    items = _list(raw, "spec.warmup.topologies")
-    if not items:
-        raise SpecError("spec.warmup.topologies", "must list at least one topology (the default is [{hosts: 1}])")
-    if len(items) > TOPOLOGIES_MAX:
-        raise SpecError("spec.warmup.topologies", f"at most {TOPOLOGIES_MAX} topologies, got {len(items)}")
-    topologies: list[Topology] = []
-    for index, item in enumerate(items):
-        path = f"spec.warmup.topologies[{index}].hosts"
-        hosts = _mapping(item, f"spec.warmup.topologies[{index}]", required=True).get("hosts")
-        if hosts is None:
-            raise SpecError(path, "is required")
-        hosts = _int(hosts, path, minimum=1)
-        if hosts > HOSTS_MAX:
-            raise SpecError(path, f"must be at most {HOSTS_MAX}, got {hosts}")
-        if any(topology.hosts == hosts for topology in topologies):
-            raise SpecError(path, f"duplicate topology hosts={hosts}")
-        topologies.append(Topology(hosts=hosts))
-    return tuple(topologies)
+def _topologies(topologies: Sequence[model.Topology]) -> tuple[Topology, ...]:
+    """``warmup.topologies``: ``hosts`` unique (the CRD's list-map key, which pydantic does not check)."""
+    seen: list[Topology] = []
+    for index, topology in enumerate(topologies):
+        if any(other.hosts == topology.hosts for other in seen):
+            raise SpecError(f"spec.warmup.topologies[{index}].hosts", f"duplicate topology hosts={topology.hosts}")
+        seen.append(Topology(hosts=topology.hosts))
+    return tuple(seen)
 
 
-def _workload(raw: Any, path: str) -> Workload:
-    workload = _mapping(raw, path, required=True)
-    name = _name(workload.get("name"), f"{path}.name")
-    entrypoint = _optional_str(workload.get("entrypoint"), f"{path}.entrypoint")
-    script = _optional_str(workload.get("script"), f"{path}.script")
-    if (entrypoint is None) == (script is None):
+def _workload(workload: model.Workload, raw: Mapping[str, Any], path: str) -> Workload:
+    """One workload: the model's values, its CEL rules, and its env as written (``raw``)."""
+    script = workload.script
+    if (workload.entrypoint is None) == (script is None):  # CEL rule, as are the other "with script" ones
         raise SpecError(path, "set exactly one of entrypoint (module:function) or script (a path)")
-    if entrypoint is not None and not _ENTRYPOINT.match(entrypoint):
-        raise SpecError(f"{path}.entrypoint", f"must look like module.path:function, got {entrypoint!r}")
-    if script is not None and not script.strip():
+    if script is not None and not script.strip():  # the model wants one character; blanks are no path
         raise SpecError(f"{path}.script", "must be a path to a script")
-    args = tuple(_strings(workload.get("args", []), f"{path}.args"))
-    if args and script is None:
+    if workload.args and script is None:
         raise SpecError(f"{path}.args", "args are passed to a script; an entrypoint takes none")
-    env = tuple(
-        _mapping(item, f"{path}.env[{index}]", required=True)
-        for index, item in enumerate(_list(workload.get("env"), f"{path}.env"))
-    )
+    env = tuple(raw.get("env") or ())
     for index, item in enumerate(env):
-        if not isinstance(item.get("name"), str) or not item["name"]:
-            raise SpecError(f"{path}.env[{index}].name", "is required")
-        if not _ENV_NAME.match(item["name"]):
-            raise SpecError(f"{path}.env[{index}].name", f"must be a variable name, got {item['name']!r}")
         if "valueFrom" in item:
             if "value" in item:
                 raise SpecError(f"{path}.env[{index}]", "sets value or valueFrom, not both")
+            # Exactly one source and no unknown field: JSON-schema rules pydantic does not evaluate.
             _check_value_from(item["valueFrom"], f"{path}.env[{index}].valueFrom")
-        elif "value" in item and not isinstance(item["value"], str):
-            raise SpecError(f"{path}.env[{index}].value", f"must be a string, got {item['value']!r}")
         if item["name"] in _RESERVED_ENV or item["name"].startswith("JAX_PERSISTENT_CACHE_"):
             raise SpecError(
                 f"{path}.env[{index}].name",
                 f"{item['name']} comes from spec.mountPath, spec.storage and spec.warmup.jax, so that "
                 "warmers and trainers match; do not set it in a workload's env",
             )
-    pools = tuple(_strings(workload.get("pools", []), f"{path}.pools"))
-    steps = workload.get("steps")
-    if steps is not None and steps != STEPS_AUTO and not _whole(steps, 1, 100_000):
-        raise SpecError(f"{path}.steps", f"must be a whole number from 1 to 100000 or {STEPS_AUTO}, got {steps!r}")
+    steps = workload.steps
     if steps is not None and script is None:
         raise SpecError(f"{path}.steps", "the exact mode runs a script; an entrypoint's targets are compiled ahead")
-    step_fn = _optional_str(workload.get("stepFn"), f"{path}.stepFn")
-    if step_fn is not None and (script is None or not _IDENTIFIER.match(step_fn)):
+    step_fn = workload.stepFn
+    if step_fn is not None and script is None:
         raise SpecError(f"{path}.stepFn", f"names a Python function (with script), got {step_fn!r}")
-    budget = workload.get("budget")
+    budget = workload.budget
     if budget is not None and (script is None or steps not in (None, STEPS_AUTO)):
         raise SpecError(f"{path}.budget", f"bounds steps: {STEPS_AUTO} (the default for a script), not a step count")
     budget_seconds = None if budget is None else _convert(units.parse_duration, budget, f"{path}.budget")
     if budget_seconds is not None and not budget_seconds >= 1:
         raise SpecError(f"{path}.budget", f"must be at least 1s, got {budget!r}")
-    resume, resume_args = _resume_fields(workload, path, script)
+    resume = workload.resume
+    if resume is not None and script is None:
+        raise SpecError(f"{path}.resume", f"is true or false, with a script (the exact mode), got {resume!r}")
+    resume_args = tuple(workload.resumeArgs or ())
+    if resume_args and (script is None or resume is False):
+        raise SpecError(f"{path}.resumeArgs", "are added to the resumed run: they need a script, and resume not false")
     return Workload(
-        name=name,
-        entrypoint=entrypoint,
+        name=workload.name,
+        entrypoint=workload.entrypoint,
         script=script,
-        args=args,
+        args=tuple(workload.args or ()),
         env=env,
-        pools=pools,
+        pools=tuple(workload.pools or ()),
         steps=steps,
         step_fn=step_fn,
         budget_seconds=budget_seconds,
@@ -915,93 +835,64 @@ def _workload(raw: Any, path: str) -> Workload:
     )
 
 
-def _resume_fields(workload: Mapping[str, Any], path: str, script: str | None) -> tuple[bool | None, tuple[str, ...]]:
-    """``resume`` and ``resumeArgs``: the exact mode's resumed run (compilecache warm --resume, --resume-arg)."""
-    resume = workload.get("resume")
-    if resume is not None and (not isinstance(resume, bool) or script is None):
-        raise SpecError(f"{path}.resume", f"is true or false, with a script (the exact mode), got {resume!r}")
-    resume_args = tuple(_strings(workload.get("resumeArgs", []), f"{path}.resumeArgs"))
-    if resume_args and (script is None or resume is False):
-        raise SpecError(f"{path}.resumeArgs", "are added to the resumed run: they need a script, and resume not false")
-    return resume, resume_args
-
-
-def _whole(value: Any, low: int, high: int) -> bool:
-    """An int (not a bool) from ``low`` to ``high``."""
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _pool(raw: Any, path: str) -> PoolSpec:
-    pool = _mapping(raw, path, required=True)
-    gpus = pool.get("gpusPerPod")
+def _pool(pool: model.Pool, raw: Mapping[str, Any], path: str) -> PoolSpec:
     return PoolSpec(
-        name=_name(pool.get("name"), f"{path}.name"),
-        node_selector=_labels(pool.get("nodeSelector"), f"{path}.nodeSelector"),
-        tolerations=_tolerations(pool.get("tolerations"), f"{path}.tolerations"),
-        gpus_per_pod=None if gpus is None else _int(gpus, f"{path}.gpusPerPod", minimum=0),
-        gpu_resource=_gpu_resource(pool.get("gpuResource"), f"{path}.gpuResource"),
+        name=pool.name,
+        node_selector=_labels(raw.get("nodeSelector"), f"{path}.nodeSelector"),
+        tolerations=_tolerations(raw.get("tolerations"), f"{path}.tolerations"),
+        gpus_per_pod=pool.gpusPerPod,
+        gpu_resource=_gpu_resource(pool.gpuResource, f"{path}.gpuResource"),
     )
 
 
-def _discover(discover: Mapping[str, Any]) -> Discover:
-    group_by = _optional_str(discover.get("groupBy", DEFAULT_GROUP_BY), "spec.warmup.discover.groupBy")
-    if group_by is None or not is_qualified_name(group_by):
-        raise SpecError("spec.warmup.discover.groupBy", f"must be a node label key, got {group_by!r}")
+def _discover(discover: model.Discover, raw: Mapping[str, Any]) -> Discover:
+    # The model's pattern bounds the whole key (316), not its prefix (253) and name (63) apart.
+    if not is_qualified_name(discover.groupBy):
+        raise SpecError("spec.warmup.discover.groupBy", f"must be a node label key, got {discover.groupBy!r}")
     return Discover(
-        node_selector=_labels(discover.get("nodeSelector"), "spec.warmup.discover.nodeSelector"),
-        group_by=group_by,
-        tolerations=_tolerations(discover.get("tolerations"), "spec.warmup.discover.tolerations"),
-        gpu_resource=_gpu_resource(discover.get("gpuResource"), "spec.warmup.discover.gpuResource"),
+        node_selector=_labels(raw.get("nodeSelector"), "spec.warmup.discover.nodeSelector"),
+        group_by=discover.groupBy,
+        tolerations=_tolerations(raw.get("tolerations"), "spec.warmup.discover.tolerations"),
+        gpu_resource=_gpu_resource(discover.gpuResource, "spec.warmup.discover.gpuResource"),
     )
 
 
-def _lifecycle(lifecycle: Mapping[str, Any]) -> Lifecycle:
-    max_age = lifecycle.get("maxAge")
-    max_size = lifecycle.get("maxSize")
-    keep = lifecycle.get("keepVersions")
+def _lifecycle(lifecycle: model.Lifecycle) -> Lifecycle:
+    max_age, max_size = lifecycle.maxAge, lifecycle.maxSize
     return Lifecycle(
         max_age_seconds=None if max_age is None else _convert(units.parse_duration, max_age, "spec.lifecycle.maxAge"),
         max_size_bytes=None if max_size is None else _max_size(max_size),
-        keep_versions=None if keep is None else _int(keep, "spec.lifecycle.keepVersions", minimum=1),
-        verify=_bool(lifecycle.get("verify", True), "spec.lifecycle.verify"),
+        keep_versions=lifecycle.keepVersions,
+        verify=lifecycle.verify,
     )
 
 
-def _max_size(value: Any) -> int:
+def _max_size(value: str) -> int:
     size: int = _convert(units.parse_bytes, value, "spec.lifecycle.maxSize")
     if size > MAX_SIZE_BYTES:
         raise SpecError("spec.lifecycle.maxSize", f"must be at most 1E30 bytes, got {value!r}")
     return size
 
 
-def _consumers(consumers: Mapping[str, Any]) -> Consumers:
-    selector = consumers.get("podSelector")
+def _consumers(consumers: model.Consumers, raw: Mapping[str, Any]) -> Consumers:
+    """``spec.consumers``: the podSelector as written (``raw``), checked where the model does not."""
+    selector = raw.get("podSelector") if consumers.podSelector is not None else None
     if selector is not None:
-        selector = _mapping(selector, "spec.consumers.podSelector")
+        # Map keys and the parts of a label key: what the model's patterns cannot bound.
         _labels(selector.get("matchLabels"), "spec.consumers.podSelector.matchLabels")
-        for index, item in enumerate(
-            _list(selector.get("matchExpressions"), "spec.consumers.podSelector.matchExpressions")
-        ):
-            where = f"spec.consumers.podSelector.matchExpressions[{index}]"
-            requirement = _mapping(item, where, required=True)
-            if not isinstance(requirement.get("key"), str) or not is_qualified_name(requirement["key"]):
-                raise SpecError(f"{where}.key", f"must be a label key, got {requirement.get('key')!r}")
-            for vindex, value in enumerate(_strings(requirement.get("values"), f"{where}.values")):
-                if not is_label_value(value):
-                    raise SpecError(f"{where}.values[{vindex}]", f"must be a label value, got {value!r}")
-        problem = selector_problem(selector)
+        for index, requirement in enumerate(selector.get("matchExpressions") or ()):
+            if not is_qualified_name(requirement["key"]):
+                where = f"spec.consumers.podSelector.matchExpressions[{index}]"
+                raise SpecError(f"{where}.key", f"must be a label key, got {requirement['key']!r}")
+        problem = selector_problem(selector)  # CEL rule
         if problem is not None:
             raise SpecError("spec.consumers.podSelector", problem)
     return Consumers(
         pod_selector=selector,
-        read_only=_bool(consumers.get("readOnly", True), "spec.consumers.readOnly"),
-        gate=_bool(consumers.get("gate", True), "spec.consumers.gate"),
-        gate_timeout_seconds=_convert(
-            units.parse_duration,
-            consumers.get("gateTimeout", DEFAULT_GATE_TIMEOUT),
-            "spec.consumers.gateTimeout",
-        ),
-        init_containers=_bool(consumers.get("initContainers", False), "spec.consumers.initContainers"),
+        read_only=consumers.readOnly,
+        gate=consumers.gate,
+        gate_timeout_seconds=_convert(units.parse_duration, consumers.gateTimeout, "spec.consumers.gateTimeout"),
+        init_containers=consumers.initContainers,
     )
 
 
@@ -1069,37 +960,30 @@ def _strings(value: Any, path: str) -> list[str]:
 
 
 def _labels(value: Any, path: str) -> dict[str, str]:
+    """A label map as written; its keys checked (values are the model's: map keys have no schema)."""
     labels = _mapping(value, path)
-    for key, item in labels.items():
-        if not isinstance(key, str) or not is_qualified_name(key):
+    for key in labels:
+        if not is_qualified_name(key):
             raise SpecError(f"{path}.{key}", f"must be a label key (a qualified name), got {key!r}")
-        if not isinstance(item, str) or not is_label_value(item):
-            raise SpecError(f"{path}.{key}", f"must be a label value (at most 63 characters), got {item!r}")
     return dict(labels)
 
 
 def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
-    tolerations = tuple(
-        _mapping(item, f"{path}[{index}]", required=True) for index, item in enumerate(_list(value, path))
-    )
+    """Tolerations as written: the key's parts bounded (the model's pattern bounds only the whole), CEL rules."""
+    tolerations = tuple(_list(value, path))
     for index, toleration in enumerate(tolerations):
         key, operator = toleration.get("key", ""), toleration.get("operator", "Equal")
-        if not isinstance(key, str) or (key and not is_qualified_name(key)):
+        if key and not is_qualified_name(key):
             raise SpecError(f"{path}[{index}].key", f"must be a taint key (a qualified name), got {key!r}")
         if not key and operator != "Exists":
             raise SpecError(f"{path}[{index}].operator", "a toleration without key must use operator Exists")
-        value_ = toleration.get("value", "")
-        if not isinstance(value_, str) or not is_label_value(value_):
-            raise SpecError(f"{path}[{index}].value", f"must be a label value, got {value_!r}")
-        if operator == "Exists" and value_:
+        if operator == "Exists" and toleration.get("value", ""):
             raise SpecError(f"{path}[{index}].value", "a toleration with operator Exists must not set value")
     return tolerations
 
 
-def _gpu_resource(value: Any, path: str) -> str:
-    resource = _optional_str(value, path)
-    if resource is None:
-        return DEFAULT_GPU_RESOURCE
+def _gpu_resource(resource: str, path: str) -> str:
+    # The model's pattern admits kubernetes.io/ names, requests.* and over-long parts; a pod's validation does not.
     if not is_extended_resource_name(resource):
         raise SpecError(path, f"must be an extended resource name such as nvidia.com/gpu, got {resource!r}")
     return resource
@@ -1119,12 +1003,8 @@ def _check_resources(resources: Mapping[str, Any], gpu_resources: set[str]) -> N
                 raise SpecError(
                     where, f"must be cpu, memory, ephemeral-storage, hugepages-* or domain/name, got {name!r}"
                 )
-            if isinstance(value, float):
-                raise SpecError(where, f"must be an integer or a quantity string, got {value!r}")
-            quantity = _convert(units.parse_quantity, value, where)
-            if quantity < 0:
-                raise SpecError(where, f"must not be negative, got {value!r}")
-            parsed[kind][name] = quantity
+            # The model refuses floats and signs; the comparisons below need the parsed amount.
+            parsed[kind][name] = _convert(units.parse_quantity, value, where)
     for name, request in parsed["requests"].items():
         limit = parsed["limits"].get(name)
         if limit is not None and request > limit:
@@ -1193,20 +1073,6 @@ def _bool(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError(path, f"must be true or false, got {value!r}")
     return value
-
-
-def _int(value: Any, path: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(path, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise SpecError(path, f"must be at least {minimum}, got {value}")
-    return value
-
-
-def _number(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise SpecError(path, f"must be a non-negative number, got {value!r}")
-    return float(value)
 
 
 def _unique(names: Sequence[str], path: str) -> None:
