@@ -56,12 +56,17 @@ demo-pytorch: $(DEMO_STAMP)
 	$(BIN)/pip install --quiet -c $(LOCK) '$(TORCH)'
 	$(BIN)/compilecache demo --framework pytorch
 
-## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip;
-## 9-11 min on a 2-core machine).
+## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip).
+## Two pytest-xdist workers, each module whole on one (--dist loadfile: a module's fixtures are made
+## once): many tests wait on processes, servers and retries, so two workers keep both cores busy.
+## 11-15 min on a 2-core machine; TEST_WORKERS=0 runs it in one process (about a third longer),
+## TEST_WORKERS=auto one worker per core.
+TEST_WORKERS ?= 2
 test: $(STAMP) tools
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-## Only the fast tests (60-80 s on a 2-core machine): no real JAX, no operator runs, no helm.
+## Only the fast tests (about 1 min on a 2-core machine, in one process: two workers gain nothing here,
+## the property tests dominate): no real JAX, no operator runs, no helm.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow'
 

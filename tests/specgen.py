@@ -13,6 +13,7 @@ list types and CEL) and rejects the rest, so nothing inadmissible reaches a test
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -87,8 +88,14 @@ def _edge_strings(max_length: int) -> list[str]:
 
 def string(node: Schema) -> st.SearchStrategy[str]:
     """Strings ``node`` admits: from its pattern, plus edge values that match it."""
-    low, high = int(node.get("minLength", 0)), int(node.get("maxLength", _TEXT_CAP))
-    pattern = node.get("pattern")
+    return _string(int(node.get("minLength", 0)), int(node.get("maxLength", _TEXT_CAP)), node.get("pattern"))
+
+
+# Strategies are built once and reused: hypothesis validates a new strategy object (and compiles
+# its regex) on first use, which cost most of a draw when every draw built its own (the property
+# tests drew for minutes). The same structure draws the same examples from the same choices.
+@functools.cache
+def _string(low: int, high: int, pattern: str | None) -> st.SearchStrategy[str]:
 
     def fits(text: str) -> bool:
         return low <= len(text) <= high and (pattern is None or re.search(pattern, text) is not None)
@@ -100,8 +107,9 @@ def string(node: Schema) -> st.SearchStrategy[str]:
     edges = [text for text in _edge_strings(high) if fits(text)]
     if not edges:
         return base.filter(fits)
-    # Mostly what the pattern generates, one draw in four an edge value.
-    return st.integers(0, 5).flatmap(lambda pick: st.sampled_from(edges) if pick == 0 else base.filter(fits))
+    # Mostly what the pattern generates, one draw in six an edge value.
+    edge, generated = st.sampled_from(edges), base.filter(fits)
+    return st.integers(0, 5).flatmap(lambda pick: edge if pick == 0 else generated)
 
 
 def _integer(node: Schema) -> st.SearchStrategy[int]:
@@ -321,10 +329,20 @@ MAP_KEYS: dict[str, st.SearchStrategy[str]] = {
 _NAME = string({"maxLength": 253, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"})
 
 
+_SPEC_STRATEGIES: dict[int, tuple[Schema, st.SearchStrategy[dict[str, Any]]]] = {}
+
+
+def _spec_strategy(schema: Schema) -> st.SearchStrategy[dict[str, Any]]:
+    """``from_schema`` of the spec, built once per schema (the schema is kept, so its id stays its own)."""
+    if id(schema) not in _SPEC_STRATEGIES:
+        _SPEC_STRATEGIES[id(schema)] = (schema, from_schema(schema["properties"]["spec"], "spec"))
+    return _SPEC_STRATEGIES[id(schema)][1]
+
+
 @st.composite
 def cache_objects(draw: st.DrawFn, schema: Schema) -> dict[str, Any]:
     """A CompileCache the CRD admits, as the API server stores it (defaults applied)."""
-    spec = draw(from_schema(schema["properties"]["spec"], "spec"))
+    spec = draw(_spec_strategy(schema))
     warmup = spec["warmup"]
     pool_names = [pool["name"] for pool in warmup.get("pools", [])]
     if pool_names and draw(st.booleans()):
@@ -351,9 +369,7 @@ def node_sets(draw: st.DrawFn, cache: Mapping[str, Any]) -> list[dict[str, Any]]
     """Nodes for the cache's pools: explicit pools' selectors, and discovered groups with odd label values."""
     warmup = cache["spec"]["warmup"]
     nodes = []
-    valid_values = st.one_of(
-        st.sampled_from([v for v in _LABEL_VALUES if v]), string({"maxLength": 63, "pattern": _LV})
-    )
+    valid_values = _VALID_LABEL_VALUES
 
     def node(labels: dict[str, str], resource: str) -> dict[str, Any]:
         gpus = draw(st.sampled_from(["0", "1", "4", "8", "16"]))
@@ -378,3 +394,6 @@ def node_sets(draw: st.DrawFn, cache: Mapping[str, Any]) -> list[dict[str, Any]]
 
 
 _LV = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_VALID_LABEL_VALUES = st.one_of(
+    st.sampled_from([v for v in _LABEL_VALUES if v]), string({"maxLength": 63, "pattern": _LV})
+)

@@ -238,14 +238,20 @@ def report_at_exit() -> None:
         write_termination_message(result, os.environ.get(TERMINATION_LOG, DEFAULT_TERMINATION_LOG))
 
 
+_PRINTING = threading.Lock()
+
+
 def print_verdict(recorder: Recorder, *, early: bool) -> dict[str, Any] | None:
     """Print the one line to stderr, once per distinct count; the result, or None on an error (never raises)."""
     try:
         tally = recorder.snapshot()
         result = current_verdict(tally)
-        if recorder.printed != (tally.requests, tally.hits) and not (early and recorder.printed):
-            recorder.printed = (tally.requests, tally.hits)
-            print(result["summary"], file=sys.stderr, flush=True)
+        with _PRINTING:  # the settle watcher and the exit may both get here
+            if recorder.printed != (tally.requests, tally.hits) and not (early and recorder.printed):
+                print(result["summary"], file=sys.stderr, flush=True)
+                # Only once the whole line is out: whoever reads `printed` (a test's script) may
+                # write next, and would otherwise cut into the line on a busy machine.
+                recorder.printed = (tally.requests, tally.hits)
         return result
     except Exception as error:  # a report must never turn a clean run into a traceback
         print(f"compilecache: no report ({type(error).__name__}: {error})", file=sys.stderr, flush=True)
