@@ -233,7 +233,7 @@ def main(argv: Sequence[str]) -> int:
     from compilecache.cache import compilehook
     from compilecache.cache.keydiff import signature_of_computation
     from compilecache.jobtools.childproc import run_to_dict, write_result
-    from compilecache.jobtools.compiler import CacheEvents, TargetRun, environment_facts, one_line
+    from compilecache.jobtools.compiler import CacheEvents, TargetRun, environment_facts
     from compilecache.jobtools.progress import script_progress
 
     request: dict[str, Any] = json.loads(Path(argv[0]).read_text())
@@ -250,8 +250,6 @@ def main(argv: Sequence[str]) -> int:
         run.step_fn, run.steps = counter.step_fn, request.get("steps")
     if request.get("resumed"):  # the second run of a pair: its own target, matched by verify's second run
         run.name += RESUMED_SUFFIX
-    code = 0
-    error = None
     sys.argv = [entry, *entry_args]
     _set_import_path(entry, request.get("origin"))
     processes = int(request.get("processes") or 1)
@@ -283,7 +281,6 @@ def main(argv: Sequence[str]) -> int:
             os._exit(2)
 
         watch = _watch_first_call(counter, deadline, expired)
-    stopped = False
 
     used: dict[str, Any] = {}  # the key settings read at the first compile
 
@@ -300,19 +297,9 @@ def main(argv: Sequence[str]) -> int:
 
     compilehook.install(record)
     with CacheEvents() as events, events.attribute_to(run), script_progress(shown, run):
-        try:
-            _run_entry(entry)
-        except StopWarm as stop:
-            code, stopped = 0, True
-            if stop.reason == "abandoned":  # a wrong step name: fail now, not after the whole training
-                stopped = False
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-            if code:
-                error = f"script {shown} exited with status {code}"
-        except BaseException as raised:
-            traceback.print_exc()
-            code, error = 1, f"script {shown} raised {one_line(raised)}"
+        code, error, stop = run_guarded(entry, shown)
+        # A wrong step name (abandoned) fails now, not after the whole training.
+        stopped = stop is not None and stop.reason != "abandoned"
     if watch is not None:
         watch.cancel()  # the entrypoint is over: its own outcome is the result
     run.compile_seconds = time.perf_counter() - start
@@ -389,6 +376,27 @@ def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[
 
 def _is_path(entry: str) -> bool:
     return entry.endswith(".py") or "/" in entry or Path(entry).is_file()
+
+
+def run_guarded(entry: str, shown: str) -> tuple[int, str | None, StopWarm | None]:
+    """Run the entrypoint in this process: its exit code, the one-line error, and the stop that ended it.
+
+    A :class:`StopWarm` (ours, at a step boundary) is a success; the script's own ``SystemExit``
+    gives its code; anything else it raises is exit 1, with the traceback on stderr.
+    """
+    from compilecache.jobtools.compiler import one_line
+
+    try:
+        _run_entry(entry)
+    except StopWarm as stop:  # before SystemExit: StopWarm is one
+        return 0, None, stop
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        return code, (f"script {shown} exited with status {code}" if code else None), None
+    except BaseException as raised:
+        traceback.print_exc()
+        return 1, f"script {shown} raised {one_line(raised)}", None
+    return 0, None, None
 
 
 def _run_entry(entry: str) -> None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.jobtools.scriptrun import AUTO, StopWarm, _run_entry, _set_import_path
+from compilecache.jobtools.scriptrun import AUTO, StopWarm, _set_import_path, run_guarded
 
 
 class StepHook:
@@ -79,19 +78,9 @@ def main(argv: Sequence[str]) -> int:
     steps = request.get("steps") or 1
     hook = StepHook(steps if steps == AUTO else int(steps), request.get("budget"))
     handle = register_optimizer_step_post_hook(hook)
-    code, error = 0, None
     start = time.perf_counter()
     try:
-        _run_entry(entry)
-    except StopWarm:
-        pass
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        if code:
-            error = f"script {shown} exited with status {code}"
-    except BaseException as raised:
-        traceback.print_exc()
-        code, error = 1, f"script {shown} raised {type(raised).__name__}: {' '.join(str(raised).split())[:300]}"
+        code, error, _ = run_guarded(entry, shown)
     finally:
         handle.remove()
     seconds = time.perf_counter() - start
