@@ -36,3 +36,15 @@ def storage_error(action: str, path: str, error: OSError) -> StorageError:
     reason = error.strerror or str(error) or type(error).__name__
     number = f"[Errno {code}] {errno.errorcode.get(code, '?')}: " if code is not None else ""
     return StorageError(f"{action} {path} failed: {number}{reason}")
+
+
+def one_line(error: BaseException, limit: int | None = 400) -> str:
+    """``Type: message`` on one line, for errors shown to users (a message over ``limit`` is cut).
+
+    Whitespace runs, newlines included, become one space: gcsfs puts GCS's own reason on a
+    second line (``Forbidden: <url>\n<quota message>``), which stays.
+    """
+    text = " ".join(str(error).split())
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + " …"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -52,7 +52,7 @@ from compilecache.cache.entries import (
     is_entry_name,
     sha256_file,
 )
-from compilecache.cache.errors import WarmError, storage_error
+from compilecache.cache.errors import WarmError, one_line, storage_error
 
 META_DIR = ".compilecache"
 MANIFESTS_DIR = f"{META_DIR}/manifests"
@@ -689,7 +689,7 @@ class GCSStore:
             raise _NotFound(f"{self.url}: {what}: not found") from error
         except Exception as error:
             # OSError, ValueError, and aiohttp and google-auth errors that gcsfs passes on after its retries.
-            raise WarmError(f"{self.url}: {what} failed: {_one_line(error)}") from error
+            raise WarmError(f"{self.url}: {what} failed: {one_line(error, limit=None)}") from error
 
 
 def _quiet_out_of_retries(record: logging.LogRecord) -> bool:
@@ -698,12 +698,6 @@ def _quiet_out_of_retries(record: logging.LogRecord) -> bool:
 
 class _NotFound(WarmError):
     """An object or folder that is not there (``delete`` and the manifests treat it as done)."""
-
-
-def _one_line(error: BaseException) -> str:
-    # gcsfs puts GCS's own reason on a second line (``Forbidden: <url>\n<quota message>``): keep it.
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _gcs_time(item: dict[str, Any]) -> float:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from compilecache.cache.errors import WarmError
+from compilecache.cache.errors import WarmError, one_line
 from compilecache.jobtools.target import Target
 
 if TYPE_CHECKING:
@@ -307,11 +307,3 @@ def environment_facts() -> dict[str, Any]:
     # The top-level fields are what expiry ranks builds by (keepVersions, per platform);
     # `settings` is everything a trainer compares to say why it missed (keysettings).
     return {"settings": settings} | {key: settings[key] for key in keysettings.PLATFORM}
-
-
-def one_line(error: BaseException) -> str:
-    """``Type: message`` on one line, for errors shown to users."""
-    text = " ".join(str(error).split())
-    if len(text) > 400:
-        text = text[:400] + " …"
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -41,8 +41,8 @@ from compilecache.cache.cacheenv import (
     GROUP_PROCESSES,
     JOB_COMPLETION_INDEX,
 )
-from compilecache.cache.errors import WarmError
-from compilecache.jobtools.compiler import WRITE_FAILED, one_line
+from compilecache.cache.errors import WarmError, one_line
+from compilecache.jobtools.compiler import WRITE_FAILED
 
 # Bounds, in seconds (environment variables, for tests and unusual clusters).
 ENV_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"

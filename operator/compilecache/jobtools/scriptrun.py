@@ -384,7 +384,7 @@ def run_guarded(entry: str, shown: str) -> tuple[int, str | None, StopWarm | Non
     A :class:`StopWarm` (ours, at a step boundary) is a success; the script's own ``SystemExit``
     gives its code; anything else it raises is exit 1, with the traceback on stderr.
     """
-    from compilecache.jobtools.compiler import one_line
+    from compilecache.cache.errors import one_line
 
     try:
         _run_entry(entry)

@@ -173,9 +173,9 @@ def main(argv: Sequence[str]) -> int:
     """Child entry point: ``REQUEST.json RESULT.json``."""
     import json
 
-    from compilecache.cache.errors import WarmError
+    from compilecache.cache.errors import WarmError, one_line
     from compilecache.jobtools.childproc import run_to_dict, write_result
-    from compilecache.jobtools.compiler import CacheEvents, compile_targets, environment_facts, one_line
+    from compilecache.jobtools.compiler import CacheEvents, compile_targets, environment_facts
     from compilecache.jobtools.workload import load_targets
 
     request_path, result_path = argv[0], argv[1]

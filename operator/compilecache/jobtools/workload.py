@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from compilecache.cache.errors import WarmError
+from compilecache.cache.errors import WarmError, one_line
 from compilecache.jobtools.target import Target, check_target
 
 _SPEC = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
@@ -64,7 +64,7 @@ def load_targets(spec: str) -> list[Target]:
     except ModuleNotFoundError as error:
         raise WarmError(f"workload {spec}: cannot import module {module_name!r}: {error}") from error
     except Exception as error:
-        raise WarmError(f"workload {spec}: importing {module_name!r} raised {_one_line(error)}") from error
+        raise WarmError(f"workload {spec}: importing {module_name!r} raised {one_line(error, limit=None)}") from error
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             raise WarmError(f"workload {spec}: module {module_name!r} has no attribute {attr_path!r}")
@@ -75,12 +75,7 @@ def load_targets(spec: str) -> list[Target]:
         produced = obj()
         values = list(produced)
     except Exception as error:
-        raise WarmError(f"workload {spec} raised {_one_line(error)}") from error
+        raise WarmError(f"workload {spec} raised {one_line(error, limit=None)}") from error
     if not values:
         raise WarmError(f"workload {spec} returned no targets")
     return [check_target(value, spec) for value in values]
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -39,6 +39,7 @@ from compilecache.cache.cacheenv import (
     TORCH_CACHE_DIR,
     TORCH_SOURCE,
 )
+from compilecache.cache.errors import one_line
 
 # compilecache.jobtools.scriptrun.WARMUP_ENV: the training side may not import jobtools.
 WARMUP_ENV = "COMPILECACHE_WARMUP"
@@ -65,14 +66,10 @@ def initialize() -> None:
 
 def _warn(error: Exception) -> None:
     print(
-        f"compilecache: PyTorch cache hook failed, training compiles without the warm cache ({_one_line(error)})",
+        f"compilecache: PyTorch cache hook failed, training compiles without the warm cache ({one_line(error)})",
         file=sys.stderr,
         flush=True,
     )
-
-
-def _one_line(error: Exception) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
 def setup(environ: Mapping[str, str]) -> None:
@@ -95,7 +92,7 @@ def setup(environ: Mapping[str, str]) -> None:
         try:
             copy_cache(source, Path(local), loud=reporting, copy=not inherited)
         except Exception as error:
-            _state["copy_error"] = _one_line(error)
+            _state["copy_error"] = one_line(error)
             raise
         os.environ[COPIED] = local
 
