@@ -257,6 +257,59 @@ def test_a_process_that_fails_before_the_barrier_fails_the_group_and_nothing_is_
     print(f"group with a process that {failure}s ended in {warmed.seconds:.1f} s")
 
 
+# One process of a bare Coordination group: it fails or waits as argv says, then leaves as the warmer does.
+LEAVER = """
+import os, sys, time
+from compilecache.jobtools.multihost import COMPILE_PORT, Coordination, GroupFailed, Timeouts, group_from
+from compilecache.jobtools.multihost import group_request, join_jax
+
+process, role, linger = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+group = group_from(2, process, sys.argv[4], {})
+timeouts = Timeouts(connect=60, phase=60, heartbeat=30)
+group = type(group)(group.processes, group.process_id, group.host, group.port, timeouts)
+coordination = Coordination(group)
+coordination.connect()
+join_jax(group_request(group, COMPILE_PORT), own_keys=False)  # as a --workload warm-up compiles
+import jax
+
+jax.devices()  # the backend joins the group too
+if role == "fail":
+    coordination.fail(RuntimeError("this process cannot go on"))
+    # What a failing pod may do before it leaves: write its reports, on a slow node.
+    time.sleep(linger)
+else:
+    try:
+        coordination.post("compile", "ok")
+        coordination.wait("compile")
+        sys.exit("the wait passed though the other process failed")
+    except GroupFailed as error:
+        print("heard:", error, flush=True)
+        coordination.fail(error)
+coordination.abandon()
+print("left", flush=True)
+os._exit(2)
+"""
+
+
+@pytest.mark.parametrize("failing", [1, 0])
+def test_a_failed_process_slow_to_leave_is_never_aborted_by_the_group_ending(tmp_path: Path, failing: int) -> None:
+    # jaxlib's client aborts its process (SIGABRT) once process 0's service is gone; process 0 must
+    # therefore outlast every other process's connection, however slowly that process leaves.
+    port = free_port(block=4)
+    script = tmp_path / "leaver.py"
+    script.write_text(LEAVER)
+    commands = [
+        [sys.executable, str(script), str(index), "fail" if index == failing else "wait", "3", f"127.0.0.1:{port}"]
+        for index in range(2)
+    ]
+    finished = run_processes(commands, [cpu_env(tmp_path / "cache", 1)] * 2, tmp_path / "run", 120, cwd=REPO)
+
+    logs = explain(finished, f"group whose process {failing} fails and lingers", 120)
+    assert [one.returncode for one in finished] == [2, 2], logs
+    assert all("left" in one.tail() for one in finished), logs
+    assert "cannot go on" in finished[1 - failing].tail(), logs
+
+
 def test_a_script_that_never_joins_its_group_fails_and_says_what_to_read(tmp_path: Path) -> None:
     import subprocess
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -57,6 +58,9 @@ VERIFY_PORT = GROUP_PORTS - 1  # the fresh verify processes (workloads, then the
 
 _KEY_PREFIX = "compilecache/"
 _POLL_MS = 1000  # each wait on the key-value store; the phase deadline bounds the whole
+# Between another process's "left" and the drop of its connection it runs no Python but the drop
+# itself; this covers its being descheduled on a loaded node (see Coordination.abandon).
+_LEAVE_GRACE_S = 1.0
 _WRITE_PARAMS = ("cache_key", "compile_time_secs", "module_name", "backend", "executable", "host_callbacks")
 
 T = TypeVar("T")
@@ -210,8 +214,6 @@ def leave_jax() -> None:
 
 def joined_processes() -> int:
     """How many processes the ``jax.distributed`` group of this process has (1: none joined)."""
-    import sys
-
     if "jax" not in sys.modules:
         return 1
     from jax._src import distributed
@@ -294,6 +296,7 @@ class Coordination:
         self.busy = threading.Lock()
         self._settled = False
         self._watcher: threading.Thread | None = None
+        self._leaving = threading.Lock()  # the main thread and the watcher may both leave
 
     def connect(self) -> None:
         """Start (process 0) and join the group; fails if not all processes come in time."""
@@ -354,8 +357,8 @@ class Coordination:
     def fail(self, error: BaseException) -> None:
         """Tell the others this process failed (whatever phase they wait in), best effort.
 
-        Process 0 hosts the service, and the others learn why only while it runs: it waits
-        (bounded by the heartbeat timeout) until each has read the news.
+        They learn why only while process 0's service runs: :meth:`abandon` keeps it up until
+        each has left.
         """
         if self._failing:
             return
@@ -366,18 +369,6 @@ class Coordination:
             self._client.key_value_set(
                 f"{_KEY_PREFIX}abort", f"process {self.group.process_id} of {self.group.processes} failed: {why}"[:2000]
             )
-        if self.group.process_id != 0 or self._client is None:
-            return
-        deadline = time.monotonic() + self.group.timeouts.heartbeat
-        for peer in range(1, self.group.processes):
-            # A peer that failed itself needs no news (and may be gone: waiting on it would
-            # outlast the heartbeat bound, when JAX's client aborts this process).
-            while time.monotonic() < deadline and self._failure(peer) is None:
-                try:
-                    self._client.blocking_key_value_get(f"{_KEY_PREFIX}acked/{peer}", _POLL_MS)
-                    break
-                except Exception:
-                    continue
 
     def watch(self, on_abort: Callable[[str], None]) -> None:
         """Call ``on_abort(why)`` from a thread once another process failed or the group is lost.
@@ -406,8 +397,6 @@ class Coordination:
                     return
                 if self._stopped or self._failing:
                     return
-                with contextlib.suppress(Exception):
-                    self._client.key_value_set(f"{_KEY_PREFIX}acked/{self.group.process_id}", "1")
                 with self.busy:
                     if self._settled:
                         return
@@ -473,30 +462,72 @@ class Coordination:
             ) from error
 
     def close(self) -> None:
-        """Leave together (every process has finished): a bounded barrier, then the shutdown.
-
-        Process 0 hosts the service: it must not stop it while another process still reads
-        what it posted (jaxlib 0.10.2's client shutdown does not wait for the others).
-        """
+        """Leave together (every process has finished): a bounded barrier, then :meth:`abandon`'s leave."""
         self._stopped = True
         if self._watcher is not None:
             # Never leave it inside a call into jaxlib: a thread still there when Python exits
             # aborts the process ("FATAL: exception not rethrown"); its waits last _POLL_MS.
             self._watcher.join(timeout=10 * _POLL_MS / 1000)
-        try:
-            if self._client is not None:
+        if self._client is not None:
+            try:
                 self._client.wait_at_barrier(f"{_KEY_PREFIX}done", self.group.timeouts.connect * 1000)
-                self._client.shutdown()
-            if self._service is not None:
-                self._service.shutdown()
-        except Exception as error:  # all work is done and agreed: say it, never fail the run for it
-            log.warning("leaving the warm-up group: %s", one_line(error))
-        self._client = self._service = None
+            except Exception as error:  # all work is done and agreed: say it, never fail the run for it
+                log.warning("leaving the warm-up group: %s", one_line(error))
+        self.abandon()
 
     def abandon(self) -> None:
-        """Drop the group without waiting for the others (this process failed)."""
-        self._stopped = True
-        self._client = self._service = None
+        """Leave the group now, whether this process failed, another did, or all are done.
+
+        A process whose connection is still open when process 0's service ends is aborted by
+        JAX's client (SIGABRT, whatever its own outcome; jaxlib 0.10.2's client shutdown is
+        local: the service is not told). So each other process says it leaves, then drops its
+        connection at once; process 0 waits for every word (bounded by the heartbeat timeout:
+        a process silent that long is dead), then keeps its service up a moment longer, for the
+        last of them to drop theirs, before it ends.
+        """
+        with self._leaving:
+            client, self._client = self._client, None
+            self._stopped = True  # a wait that our own shutdown cancels is no lost group
+            if client is None:
+                return
+            # First the compile's jax.distributed group, if this process is in one (process 0 hosts
+            # that service too): leaving it is a barrier that every process reaches here.
+            _drop_jax_group()
+            me = self.group.process_id
+            if me != 0:
+                with contextlib.suppress(Exception):
+                    client.key_value_set(f"{_KEY_PREFIX}left/{me}", "1")
+                with contextlib.suppress(Exception):
+                    client.shutdown()
+                return
+            deadline = time.monotonic() + self.group.timeouts.heartbeat
+            for peer in range(1, self.group.processes):
+                while (left := deadline - time.monotonic()) > 0:
+                    try:
+                        client.blocking_key_value_get(f"{_KEY_PREFIX}left/{peer}", int(min(_POLL_MS, left * 1000)) or 1)
+                        break
+                    except Exception as error:
+                        if not _timed_out(one_line(error)):
+                            break  # the group is lost: nobody to wait for
+            with contextlib.suppress(Exception):
+                client.shutdown()
+            if self.group.processes > 1:
+                time.sleep(_LEAVE_GRACE_S)
+            if self._service is not None:
+                with contextlib.suppress(Exception):
+                    self._service.shutdown()
+                self._service = None
+
+
+def _drop_jax_group() -> None:
+    """Leave this process's ``jax.distributed`` group now, if it is in one (a failed compile's), best effort."""
+    if "jax" not in sys.modules:
+        return
+    from jax._src import distributed
+
+    if distributed.global_state.client is not None or distributed.global_state.service is not None:
+        with contextlib.suppress(Exception):
+            distributed.global_state.shutdown()
 
 
 def _timed_out(text: str) -> bool:

@@ -45,6 +45,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -267,18 +268,29 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     coordination = Coordination(group)
     coordination.connect()
 
+    # One outcome per process: the first of the watcher (another process failed) and the main
+    # thread (this one did) reports it; the other one only leaves. Leaving the JAX group from the
+    # watcher fails whatever the main thread was doing with it, with an error that is no cause.
+    outcome = threading.Lock()
+
     def abort(why: str) -> None:
         # Another process failed while this one works (the main thread may be inside XLA):
         # report it and end now; nothing of this process has been published before the agreement.
+        if not outcome.acquire(blocking=False):
+            return  # the main thread reports this process's own failure
         _report_failure(args, GroupFailed(why))
+        coordination.abandon()
         _exit_now(GroupFailed.exit_code)
 
     coordination.watch(abort)
     try:
         report = _warm(args, script_args, base_env, group, coordination)
     except BaseException as error:
-        # Report first: once the others hear of it, process 0 may end, and the group's client
-        # then ends this process too (SIGABRT from JAX's coordination client).
+        if not outcome.acquire(blocking=False):
+            coordination.abandon()  # the watcher reported and leaves: wait for it, end as it does
+            _exit_now(GroupFailed.exit_code)
+        # Report first: a process that dies before it leaves (a kill, the heartbeat bound) has
+        # said why.
         if isinstance(error, WarmError):
             _report_failure(args, error)
         else:
