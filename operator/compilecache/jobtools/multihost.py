@@ -10,7 +10,8 @@ stages *its own* entries, publishes them and verifies them. This module holds wh
   coordination service and client (gRPC, the key-value store ``jax.distributed`` uses), started
   directly: no backend, no devices, no collectives. Process 0 shares the run id through it, and
   every phase ends in :meth:`Coordination.agree`: each process posts ``ok`` or why it failed,
-  and waits (bounded) until all have posted ``ok``.
+  and waits (bounded) until all have posted ``ok``. Processes leave it, and the compile's JAX
+  group, in one order whatever happened (:meth:`Coordination.abandon`), process 0 last.
 * :func:`join_jax`: where JAX itself must see the N processes (compiling, verifying) it joins a
   ``jax.distributed`` group on ``port + offset`` (:data:`COMPILE_PORT`, :data:`SCRIPT_PORT`,
   :data:`VERIFY_PORT`); groups never share a port, and phases never overlap (a phase starts
