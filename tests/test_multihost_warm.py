@@ -257,57 +257,71 @@ def test_a_process_that_fails_before_the_barrier_fails_the_group_and_nothing_is_
     print(f"group with a process that {failure}s ended in {warmed.seconds:.1f} s")
 
 
-# One process of a bare Coordination group: it fails or waits as argv says, then leaves as the warmer does.
+# One process of a bare Coordination group, as the warmer runs it: a watcher ends it once another
+# process failed; the failing process fails before or after it joined the compile's JAX group.
 LEAVER = """
-import os, sys, time
-from compilecache.jobtools.multihost import COMPILE_PORT, Coordination, GroupFailed, Timeouts, group_from
+import os, sys, threading, time
+from compilecache.jobtools.multihost import COMPILE_PORT, Coordination, Timeouts, group_from
 from compilecache.jobtools.multihost import group_request, join_jax
 
-process, role, linger = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-group = group_from(2, process, sys.argv[4], {})
+process, role, linger, address = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+group = group_from(2, process, address, {})
 timeouts = Timeouts(connect=60, phase=60, heartbeat=30)
 group = type(group)(group.processes, group.process_id, group.host, group.port, timeouts)
 coordination = Coordination(group)
 coordination.connect()
-join_jax(group_request(group, COMPILE_PORT), own_keys=False)  # as a --workload warm-up compiles
-import jax
 
-jax.devices()  # the backend joins the group too
-if role == "fail":
-    coordination.fail(RuntimeError("this process cannot go on"))
-    # What a failing pod may do before it leaves: write its reports, on a slow node.
-    time.sleep(linger)
-else:
-    try:
-        coordination.post("compile", "ok")
-        coordination.wait("compile")
-        sys.exit("the wait passed though the other process failed")
-    except GroupFailed as error:
-        print("heard:", error, flush=True)
-        coordination.fail(error)
+
+def heard(why):
+    print("heard:", why, flush=True)
+    coordination.abandon()
+    print("left", flush=True)
+    os._exit(2)
+
+
+def join():  # as a --workload warm-up does before it compiles
+    join_jax(group_request(group, COMPILE_PORT), own_keys=False)
+    import jax
+
+    jax.devices()  # the backend joins the group too
+
+
+coordination.watch(heard)
+if role == "wait":
+    join()  # the other process may never join: the watcher ends this one meanwhile
+    threading.Event().wait(90)
+    sys.exit("never heard of the other process's failure")
+if role == "fail-joined":
+    join()
+coordination.fail(RuntimeError("this process cannot go on"))
+time.sleep(linger)  # what a failing pod may do before it leaves: write its reports, on a slow node
 coordination.abandon()
 print("left", flush=True)
+time.sleep(linger)  # and between leaving and its exit, descheduled on a busy node
 os._exit(2)
 """
 
 
-@pytest.mark.parametrize("failing", [1, 0])
-def test_a_failed_process_slow_to_leave_is_never_aborted_by_the_group_ending(tmp_path: Path, failing: int) -> None:
+@pytest.mark.parametrize(("failing", "failure"), [(1, "fail-joined"), (0, "fail-joined"), (1, "fail"), (0, "fail")])
+def test_a_failed_process_slow_to_leave_is_never_aborted_by_the_group_ending(
+    tmp_path: Path, failing: int, failure: str
+) -> None:
     # jaxlib's client aborts its process (SIGABRT) once process 0's service is gone; process 0 must
-    # therefore outlast every other process's connection, however slowly that process leaves.
+    # therefore outlast every other process's connection, however slowly that process leaves, and
+    # whether or not every process had joined the compile's JAX group.
     port = free_port(block=4)
     script = tmp_path / "leaver.py"
     script.write_text(LEAVER)
     commands = [
-        [sys.executable, str(script), str(index), "fail" if index == failing else "wait", "3", f"127.0.0.1:{port}"]
+        [sys.executable, str(script), str(index), failure if index == failing else "wait", "3", f"127.0.0.1:{port}"]
         for index in range(2)
     ]
     finished = run_processes(commands, [cpu_env(tmp_path / "cache", 1)] * 2, tmp_path / "run", 120, cwd=REPO)
 
-    logs = explain(finished, f"group whose process {failing} fails and lingers", 120)
+    logs = explain(finished, f"group whose process {failing} fails ({failure}) and lingers", 120)
     assert [one.returncode for one in finished] == [2, 2], logs
     assert all("left" in one.tail() for one in finished), logs
-    assert "cannot go on" in finished[1 - failing].tail(), logs
+    assert "heard: process" in finished[1 - failing].tail() and "cannot go on" in finished[1 - failing].tail(), logs
 
 
 def test_a_script_that_never_joins_its_group_fails_and_says_what_to_read(tmp_path: Path) -> None:
