@@ -194,8 +194,6 @@ def test_deleting_the_cache_releases_its_pods(kube_env: Any, operator: KopfRunne
 
 @pytest.mark.slow
 @pytest.mark.emulator
-@pytest.mark.slow
-@pytest.mark.emulator
 def test_a_timeout_release_counts_only_where_its_patch_took(kube_env: Any) -> None:
     """Two paths may release one pod (a pass, the pod's own event): the one whose patch fails (422) counted none."""
     from prometheus_client import generate_latest
@@ -225,6 +223,44 @@ def test_a_timeout_release_counts_only_where_its_patch_took(kube_env: Any) -> No
     gates.apply(client, NS, "t", None, Consumers(), late, stale)
     assert timeouts() - before == 1  # only "waiting": "raced" had been released as CacheReady
     assert gate_names(kube_env, "waiting") == [OTHER_GATE["name"]]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(
+    ("served", "released"),
+    [
+        (["team-*"], {"team-a", "team-b"}),
+        (["!team-*"], {"other", NS}),  # kopf: a leading exclusion implies "*" before it
+        (["team-a", "oth*"], {"team-a", "other"}),
+        (["team-a, !team-a"], set()),
+        ([None], {"team-a", "team-b", "other", NS}),
+    ],
+)
+def test_the_watchdog_serves_kopfs_namespace_patterns(
+    kube_env: Any, served: list[str | None], released: set[str]
+) -> None:
+    # A replica started with `-n 'team-*'` must still release the pods of team-a when no replica is
+    # active: the watchdog matches kopf's patterns against the namespaces there are, as kopf does.
+    from compilecache.controller import watchdog
+    from compilecache.controller.kube import Client
+
+    spaces = ["team-a", "team-b", "other", NS]
+    for namespace in spaces:
+        kube_env.create("v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        body = gated_pod("train-0", cache="gone")  # its cache is gone: due at once
+        del body["metadata"]["creationTimestamp"]
+        kube_env.create(PODS, body, namespace)
+    client = Client.from_environment()
+    try:
+        watchdog.release_overdue(client, served)
+    finally:
+        client.close()
+
+    def gated(namespace: str) -> bool:
+        pod = kube_env.get(PODS, "train-0", namespace)
+        return GATE in [gate["name"] for gate in pod["spec"].get("schedulingGates") or []]
+
+    assert {namespace for namespace in spaces if not gated(namespace)} == released
 
 
 def test_print_snippet_reads_the_cache_from_the_cluster(kube_env: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -86,6 +86,7 @@ class Resource:
 COMPILECACHES = Resource("compilecache.dev/v1alpha1", "compilecaches")
 JOBS = Resource("batch/v1", "jobs")
 NODES = Resource("v1", "nodes", namespaced=False)
+NAMESPACES = Resource("v1", "namespaces", namespaced=False)  # the gate watchdog expands kopf's patterns
 PVCS = Resource("v1", "persistentvolumeclaims")
 EVENTS = Resource("v1", "events")
 PODS = Resource("v1", "pods")

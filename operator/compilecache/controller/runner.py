@@ -75,8 +75,8 @@ def peering_priority(started_ns: int, tiebreak: int) -> int:
 def served_namespaces(passthrough: Sequence[str]) -> list[str] | None:
     """The namespaces given to kopf (``-n NS``/``--namespace[=]NS``, repeatable); ``None``: all (``-A``).
 
-    Names as given: kopf's glob patterns (``-n 'team-*'``) are not expanded here, so the gate
-    watchdog needs literal names (the chart writes them).
+    Names as given: kopf's patterns (``-n 'team-*'``) are matched by the gate watchdog each round
+    (:func:`compilecache.controller.watchdog.namespace_names`).
     """
     names: list[str] = []
     args = list(passthrough)

@@ -5,7 +5,9 @@ for the time when no replica reconciles (a takeover after a crash, a higher-prio
 a broken warm-up). Every ``PERIOD_SECONDS`` it lists the pods held by the
 ``compilecache.dev/warm`` gate in the served namespaces, reads each one's cache, and releases
 those that are due through the same code as a pass (``reconcile.release_gates``): the cache
-is Ready, Degraded or gone, its gate is off, or the pod's ``gateTimeout`` passed. Two replicas
+is Ready, Degraded or gone, its gate is off, or the pod's ``gateTimeout`` passed. The served
+namespaces are kopf's own options: names, or kopf's patterns (``-n 'team-*'``, ``-n '!kube-*'``),
+which each round matches, with kopf's own matcher, against the namespaces that exist then. Two replicas
 releasing the same pod make one release and one Event: the JSON patch tests the gate list it
 read (``gates.release_patch``), so the second one gets 422 and moves on.
 """
@@ -19,9 +21,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# kopf's own reading of its --namespace patterns (private, pinned by the lock; a test runs both).
+from kopf._cogs.structs.references import match_namespace, select_specific_namespaces
+
 from compilecache.controller import gates
 from compilecache.controller.jobs import LABEL_CACHE
-from compilecache.controller.kube import COMPILECACHES, PODS, ApiError, Client
+from compilecache.controller.kube import COMPILECACHES, NAMESPACES, PODS, ApiError, Client
 from compilecache.controller.policy import DEFAULT, Policy
 from compilecache.controller.reconcile import release_gates
 
@@ -57,13 +62,33 @@ def held_by_cache(pods: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], li
     return dict(sorted(held.items()))
 
 
+def namespace_names(client: Client, served: Sequence[str | None]) -> list[str | None]:
+    """The served namespaces as names to list in (``None``: all), kopf's patterns matched now.
+
+    As kopf does when it may not list namespaces, a refused list leaves the literal names only.
+    """
+    if None in served:
+        return [None]
+    names = sorted(select_specific_namespaces(name for name in served if name))
+    patterns = [name for name in served if name and name not in names]
+    if patterns:
+        try:
+            existing = [ns["metadata"]["name"] for ns in client.list(NAMESPACES, None)]
+        except ApiError as exc:
+            logger.warning("The gate watchdog could not list namespaces for %s: %s", ", ".join(patterns), exc)
+            existing = []
+        names += sorted(n for n in existing if n not in names and any(match_namespace(n, p) for p in patterns))
+    return list(names)
+
+
 def release_overdue(client: Client, namespaces: Sequence[str | None], policy: Policy = DEFAULT) -> None:
     """One round: release every gated pod in ``namespaces`` that is due (``None``: all namespaces).
 
-    ``policy`` bounds each cache's gateTimeout, as in a pass.
+    ``namespaces`` may hold kopf's patterns (:func:`namespace_names`). ``policy`` bounds each
+    cache's gateTimeout, as in a pass.
     """
     pods: list[dict[str, Any]] = []
-    for namespace in namespaces:
+    for namespace in namespace_names(client, namespaces):
         pods.extend(client.list(PODS, namespace, labels={LABEL_CACHE: None}))
     for (namespace, name), held in held_by_cache(pods).items():
         cache = client.get(COMPILECACHES, name, namespace)
