@@ -280,7 +280,7 @@ def heard(why):
 
 
 def join():  # as a --workload warm-up does before it compiles
-    join_jax(group_request(group, COMPILE_PORT), own_keys=False)
+    join_jax(group_request(group, COMPILE_PORT, ordered_leave=True), own_keys=False)
     import jax
 
     jax.devices()  # the backend joins the group too

@@ -156,15 +156,21 @@ def verify_script_env(group: Group) -> dict[str, str]:
     return {**script_env(group), GROUP_COORDINATOR: group.address(VERIFY_PORT)}
 
 
-def group_request(group: Group, offset: int) -> dict[str, Any]:
-    """A child's request field: the group it joins with :func:`join_jax`."""
+def group_request(group: Group, offset: int, *, ordered_leave: bool = False) -> dict[str, Any]:
+    """A child's request field: the group it joins with :func:`join_jax`.
+
+    With ``ordered_leave`` the group has no shutdown barrier (a shutdown timeout of 0): each
+    process's :func:`leave_jax` disconnects at once and the service is told, so the warmer's own
+    group can order the leaving (:meth:`Coordination.leave_compile_group`, :meth:`Coordination.abandon`),
+    which a barrier that a failed process never reaches cannot.
+    """
     return {
         "coordinator": group.address(offset),
         "processes": group.processes,
         "process_id": group.process_id,
         "connect": group.timeouts.connect,
         "heartbeat": group.timeouts.heartbeat,
-        "shutdown": group.timeouts.shutdown,
+        "shutdown": 0 if ordered_leave else group.timeouts.shutdown,
     }
 
 
@@ -207,7 +213,7 @@ def join_jax(request: Mapping[str, Any], *, own_keys: bool = True) -> None:
 
 
 def leave_jax() -> None:
-    """Leave the ``jax.distributed`` group (bounded by its shutdown timeout)."""
+    """Leave the ``jax.distributed`` group (bounded by its shutdown timeout; at once without one)."""
     import jax
 
     jax.distributed.shutdown()
@@ -462,6 +468,20 @@ class Coordination:
                 f"while waiting for {what} (process 0 ended or the network failed): {text}"
             ) from error
 
+    def leave_compile_group(self) -> None:
+        """Leave the compile's ``jax.distributed`` group (joined with ``ordered_leave``), process 0 last.
+
+        Process 0 hosts its service, and a process still connected when it ends is aborted: the
+        others leave, then say so; process 0 leaves once all have. :class:`GroupFailed` as in :meth:`wait`.
+        """
+        if self.group.process_id != 0:
+            leave_jax()
+            self.post("left-compile", "ok")
+            return
+        self.post("left-compile", "ok")
+        self.wait("left-compile")
+        leave_jax()
+
     def close(self) -> None:
         """Leave together (every process has finished): a bounded barrier, then :meth:`abandon`'s leave."""
         self._stopped = True
@@ -479,56 +499,41 @@ class Coordination:
     def abandon(self) -> None:
         """Leave the group now, whether this process failed, another did, or all are done.
 
-        A process whose connection is still open when process 0's service ends is aborted by
-        JAX's client (SIGABRT, whatever its own outcome; jaxlib 0.10.2's client shutdown is
-        local: the service is not told). So each other process says it leaves, then drops its
-        connection at once; process 0 waits for every word (bounded by the heartbeat timeout:
-        a process silent that long is dead), then keeps its service up a moment longer, for the
-        last of them to drop theirs, before it ends.
+        A process whose connection is still open when process 0's services end is aborted by
+        JAX's client (SIGABRT, whatever its own outcome). So each other process leaves the
+        compile's JAX group, says it leaves, and drops its connection here at once (jaxlib
+        0.10.2's shutdown of this client is local: the service is not told); process 0 waits for
+        every word (bounded by the heartbeat timeout: a process silent that long is dead), leaves
+        the JAX group, then keeps its service up a moment longer, for the last of them to drop
+        theirs, before it ends.
         """
         with self._leaving:
-            client, self._client = self._client, None
             self._stopped = True  # a wait that our own shutdown cancels is no lost group
-            if client is None:
+            if self._client is None:
                 return
-            # First the compile's jax.distributed group, if this process is in one (process 0 hosts
-            # that service too): leaving it is a barrier that every process reaches here.
-            _drop_jax_group()
-            me = self.group.process_id
-            if me != 0:
+            # A group without a shutdown barrier (ordered_leave): each leaves it at once, process 0 last.
+            if self.group.process_id != 0:
+                if joined_processes() > 1:
+                    with contextlib.suppress(Exception):
+                        leave_jax()
                 with contextlib.suppress(Exception):
-                    client.key_value_set(f"{_KEY_PREFIX}left/{me}", "1")
-                with contextlib.suppress(Exception):
-                    client.shutdown()
-                return
-            deadline = time.monotonic() + self.group.timeouts.heartbeat
-            for peer in range(1, self.group.processes):
-                while (left := deadline - time.monotonic()) > 0:
-                    try:
-                        client.blocking_key_value_get(f"{_KEY_PREFIX}left/{peer}", int(min(_POLL_MS, left * 1000)) or 1)
-                        break
-                    except Exception as error:
-                        if not _timed_out(one_line(error)):
-                            break  # the group is lost: nobody to wait for
+                    self._client.key_value_set(f"{_KEY_PREFIX}left/{self.group.process_id}", "1")
+            else:
+                deadline = time.monotonic() + self.group.timeouts.heartbeat
+                with contextlib.suppress(GroupFailed):  # past the bound, or the group is lost: nobody to wait for
+                    for peer in range(1, self.group.processes):
+                        while self._wait_key(f"{_KEY_PREFIX}left/{peer}", deadline, f"process {peer} to leave") is None:
+                            pass
+                if joined_processes() > 1:
+                    with contextlib.suppress(Exception):
+                        leave_jax()
             with contextlib.suppress(Exception):
-                client.shutdown()
-            if self.group.processes > 1:
-                time.sleep(_LEAVE_GRACE_S)
+                self._client.shutdown()
             if self._service is not None:
+                time.sleep(_LEAVE_GRACE_S)
                 with contextlib.suppress(Exception):
                     self._service.shutdown()
-                self._service = None
-
-
-def _drop_jax_group() -> None:
-    """Leave this process's ``jax.distributed`` group now, if it is in one (a failed compile's), best effort."""
-    if "jax" not in sys.modules:
-        return
-    from jax._src import distributed
-
-    if distributed.global_state.client is not None or distributed.global_state.service is not None:
-        with contextlib.suppress(Exception):
-            distributed.global_state.shutdown()
+            self._client = self._service = None
 
 
 def _timed_out(text: str) -> bool:

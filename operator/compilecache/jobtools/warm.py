@@ -384,11 +384,9 @@ def _warm(
             with contextlib.suppress(WarmError):
                 store.withdraw(_own_entries(store, workdir, failed.runs))
             raise
-        if group is not None and args.workload:
-            from compilecache.jobtools.multihost import leave_jax
-
-            leave_jax()  # every process has compiled: the compile group ends at once
         if coordination is not None:
+            if args.workload:
+                coordination.leave_compile_group()  # every process has compiled: the compile group ends now
             coordination.settle()
 
         # What both of this run's manifests record: the pending one, then the complete one.
@@ -576,7 +574,7 @@ def _compile_workloads(
         from compilecache.jobtools.multihost import COMPILE_PORT, group_request, join_jax
 
         # Before any workload runs: its devices (and so its keys) must be the whole group's.
-        join_jax(group_request(group, COMPILE_PORT))
+        join_jax(group_request(group, COMPILE_PORT, ordered_leave=True))
     runs: list[TargetRun] = []
     progress = Progress(entry_bytes=local_entry_bytes(staging_env[CACHE_DIR]))
     with CacheEvents() as events, progress:
