@@ -11,8 +11,11 @@ GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
 # A policy that refuses nothing: for tests about what the operator makes of any spec the CRD admits.
 OPEN_POLICY = parse_policy(
-    {key: {"allow": ["*"], "deny": []} for key in ("serviceAccounts", "nodeSelectors", "tolerations", "claims")}
-    | {"images": {"allow": ["*"], "deny": [], "requirePinned": False}}
+    {
+        key: {"allow": ["*"], "deny": []}
+        for key in ("serviceAccounts", "nodeSelectors", "tolerations", "claims", "secrets", "csiDrivers")
+    }
+    | {"images": {"allow": ["*"], "deny": [], "requirePinned": False}, "serviceAccountTokens": True}
     | dict.fromkeys(("maxGpusPerPod", "maxHosts", "maxPools", "maxGateTimeout"))
 )
 

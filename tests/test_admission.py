@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from compilecache.cache.cacheenv import NOT_IN_KEY, REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
-from compilecache.controller import admission, jobs
+from compilecache.controller import admission, jobs, policy
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
 from specs import cache, cluster
@@ -305,18 +305,18 @@ def test_selector_expressions(expression: dict[str, Any], labels: dict[str, str]
 
 def test_pod_chosen_by_selector_gets_the_label_so_its_gate_can_be_found() -> None:
     llama = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
-    result = admission.admit(pod({"app": "llama-train"} | INJECT), [llama])
+    result = admission.admit(pod({"app": "llama-train"} | INJECT), [llama], rules=policy.DEFAULT)
     assert result.pod["metadata"]["labels"] == {"app": "llama-train", **INJECT, "compilecache.dev/cache": "llama"}
 
 
 def test_admit_fails_open_on_unknown_cache_and_invalid_spec() -> None:
     original = pod({"compilecache.dev/cache": "nope"})
-    result = admission.admit(original, [cache()])
+    result = admission.admit(original, [cache()], rules=policy.DEFAULT)
     assert result.pod == original and result.warnings and "does not exist" in result.warnings[0]
     broken = cache(storage={})
-    result = admission.admit(pod(LABELLED), [broken])
+    result = admission.admit(pod(LABELLED), [broken], rules=policy.DEFAULT)
     assert result.pod == pod(LABELLED) and "invalid spec" in result.warnings[0]
-    assert admission.admit(pod(), [cache()]) == admission.Mutation(pod=pod())
+    assert admission.admit(pod(), [cache()], rules=policy.DEFAULT) == admission.Mutation(pod=pod())
 
 
 def test_snippet_is_what_the_webhook_adds() -> None:
@@ -353,7 +353,9 @@ def test_example_training_job_opts_in_and_trains_the_warmed_model() -> None:
     llama["metadata"]["namespace"] = "default"
     template = job["spec"]["template"]
     result = admission.admit(
-        {"metadata": {"namespace": "default", **template["metadata"]}, "spec": template["spec"]}, [llama]
+        {"metadata": {"namespace": "default", **template["metadata"]}, "spec": template["spec"]},
+        [llama],
+        rules=policy.DEFAULT,
     )
     assert result.skipped == ()
     train = result.pod["spec"]["containers"][0]
@@ -371,7 +373,7 @@ def test_selector_match_on_a_name_that_is_no_label_value_fails_open(length: int)
     name = ("a" * (length - 1) + "z")[:length]
     long = cache(consumers={"podSelector": {"matchLabels": {"app": "llama-train"}}})
     long["metadata"]["name"] = name
-    result = admission.admit(pod({"app": "llama-train"} | INJECT), [long])
+    result = admission.admit(pod({"app": "llama-train"} | INJECT), [long], rules=policy.DEFAULT)
     if length <= 63:
         assert result.pod["metadata"]["labels"]["compilecache.dev/cache"] == name
     else:

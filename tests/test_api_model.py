@@ -62,7 +62,12 @@ def test_a_pydantic_location_becomes_the_json_path(loc: tuple[int | str, ...], p
 
 def test_what_the_parser_forgives_the_model_does_not_refuse() -> None:
     """A trailing / of mountPath and a leading / of a GCS prefix are harmless: parse_spec normalises them."""
-    spec = parse_spec(cache_spec(storage={"gcs": {"bucket": "b-1", "prefix": "/caches/"}}, mountPath="/var/cache/cc/"))
+    spec = parse_spec(
+        cache_spec(
+            storage={"gcs": {"bucket": "b-1", "prefix": "/caches/", "serviceAccountName": "w"}},
+            mountPath="/var/cache/cc/",
+        )
+    )
     assert (spec.mount_path, spec.gcs and spec.gcs.prefix) == ("/var/cache/cc", "caches")
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache.controller import admission, api, expiryjob, jobs
+from compilecache.controller import admission, api, expiryjob, jobs, policy
 from compilecache.controller.api import SpecError, parse_cache, parse_spec
 from compilecache.controller.pools import resolve_pools
 from crdschema import eval_rule, load_crd, openapi_schema, validate
@@ -75,7 +75,7 @@ def test_no_admitted_selector_gates_a_pod_without_the_opt_in(selector: dict[str,
     assert eval_rule(SELECTOR_RULE, selector) is True
     # An admitted selector narrows: it never matches a pod that has no labels at all.
     assert admission.selector_matches(selector, {}) is False
-    result = admission.admit(pod(labels), [cached])
+    result = admission.admit(pod(labels), [cached], rules=policy.DEFAULT)
     opted_in = labels.get(jobs.LABEL_CACHE) == "llama" or labels.get(admission.LABEL_INJECT) == "true"
     if gated(result) or result.pod != pod(labels):
         assert opted_in, f"{labels} became a consumer without opting in"
@@ -119,7 +119,9 @@ def test_an_unrelated_pod_in_the_namespace_is_never_held() -> None:
         {"matchLabels": {"app": "postgres"}},
         {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
     ):
-        assert admission.admit(database, [consumer_cache(selector)]) == admission.Mutation(pod=database)
+        assert admission.admit(database, [consumer_cache(selector)], rules=policy.DEFAULT) == admission.Mutation(
+            pod=database
+        )
 
 
 def operator_pods() -> list[dict[str, Any]]:
@@ -145,7 +147,7 @@ def test_the_operators_own_pods_are_never_consumers(index: int) -> None:
     for extra in ({}, INJECT, {jobs.LABEL_CACHE: "llama"}):
         candidate = {**own, "metadata": {**own["metadata"], "labels": {**labels, **extra}}}
         assert admission.choose_cache(candidate, [consumer_cache(selector)]) == admission.Choice(None)
-        assert admission.admit(candidate, [consumer_cache(selector)]).pod == candidate
+        assert admission.admit(candidate, [consumer_cache(selector)], rules=policy.DEFAULT).pod == candidate
 
 
 GCS = {"gcs": {"bucket": "b-1", "serviceAccountName": "cache-writer", "readerServiceAccountName": "cache-reader"}}
@@ -177,5 +179,6 @@ def test_a_reader_that_is_no_writer_is_admitted_and_the_writers_stay_on_the_jobs
     expiry = expiryjob.expiry_job(llama, spec, [warmup["metadata"]["name"]])
     for job in (warmup, expiry):
         assert job["spec"]["template"]["spec"]["serviceAccountName"] == "cache-writer"
-    trainer = admission.admit(pod({jobs.LABEL_CACHE: "llama"}), [llama]).pod
+    accounts = policy.parse({"serviceAccounts": {"allow": ["cache-writer", "cache-reader"]}})
+    trainer = admission.admit(pod({jobs.LABEL_CACHE: "llama"}), [llama], rules=accounts).pod
     assert trainer["spec"]["serviceAccountName"] == "cache-reader"

@@ -345,7 +345,7 @@ TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedu
 BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
     (
         "both-storages",
-        _set("storage.gcs", {"bucket": "b-1"}),
+        _set("storage.gcs", {"bucket": "b-1", "serviceAccountName": "w"}),
         "spec.storage",
         "cel",
         "storage must set exactly one of pvc or gcs",
@@ -739,6 +739,27 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "spec",
         "cel",
         "storage.gcs.readerServiceAccountName must not be warmup.serviceAccountName",
+    ),
+    (
+        "gcs-without-a-writer",
+        _set("storage", {"gcs": {"bucket": "b-1", "readerServiceAccountName": "r"}}),
+        "spec",
+        "cel",
+        "a GCS cache names its writer, storage.gcs.serviceAccountName",
+    ),
+    (
+        "gcs-writer-is-default",
+        _set("storage", {"gcs": {"bucket": "b-1", "serviceAccountName": "default"}}),
+        "spec.storage.gcs",
+        "cel",
+        "storage.gcs.serviceAccountName (the writer) must not be default",
+    ),
+    (
+        "gcs-warmup-writer-is-default",
+        _both(_set("storage", {"gcs": {"bucket": "b-1"}}), _set("warmup.serviceAccountName", "default")),
+        "spec",
+        "cel",
+        "warmup.serviceAccountName of a GCS cache (its writer) must not be default",
     ),
 ]
 

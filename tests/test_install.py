@@ -21,7 +21,7 @@ import yaml
 
 import podsecurity
 from chartrender import CHART, ROOT, helm, one
-from compilecache.controller import admission
+from compilecache.controller import admission, policy
 
 DOC = ROOT / "docs" / "install.md"
 REGISTRY, TAG, NEXT_TAG = "registry.example.com/ml", "0.1.0", "0.2.0"
@@ -199,7 +199,7 @@ def test_the_verify_pod_gets_the_documented_warning_from_the_webhook():
         "metadata": {"name": args[2], "labels": labels},
         "spec": {"containers": [{"name": args[2], "image": "busybox"}], "restartPolicy": "Never"},
     }
-    mutation = admission.admit(pod, [])
+    mutation = admission.admit(pod, [], rules=policy.DEFAULT)
     assert mutation.pod == pod  # admitted unchanged: the check leaves nothing behind
     [warning] = mutation.warnings
     assert f"Warning: {warning}\npod/{CHECK} created (server dry run)" in DOC.read_text()

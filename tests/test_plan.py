@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from compilecache.controller import admission, expiryjob, gates, plan, status
+from compilecache.controller import admission, expiryjob, gates, plan, policy, status
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError
 from compilecache.controller.snapshot import Cache, Snapshot
 from specs import PRODUCT, cache, cache_spec, cluster, node
@@ -29,8 +29,13 @@ SUMMARY = {"schema": "compilecache.dev/expiry/v1", "ok": True, "after": {"entrie
 OURS = {"compilecache.dev/cache": "llama"}  # the label the operator puts on the claims it creates
 
 
+# The default policy, with the GCS writer of SPECS allowed.
+RULES = policy.parse({"serviceAccounts": {"allow": ["default", "cache-writer"]}})
+
+
 def snapshot(obj: dict[str, Any] | None = None, **parts: Any) -> Snapshot:
     parts.setdefault("nodes", tuple(cluster()))
+    parts.setdefault("policy", RULES)
     return Snapshot(Cache.read(obj or cache()), **parts)
 
 
@@ -237,7 +242,7 @@ def test_a_spec_the_parser_cannot_read_is_failed_and_pods_get_the_default_timeou
 
 SPECS = [
     cache_spec(),
-    cache_spec(storage={"gcs": {"bucket": "my-caches", "prefix": "c/llama"}}),
+    cache_spec(storage={"gcs": {"bucket": "my-caches", "prefix": "c/llama", "serviceAccountName": "cache-writer"}}),
     cache_spec(storage={"pvc": {"claimName": "brought"}}, lifecycle={"maxAge": "7d", "keepVersions": 2}),
     cache_spec(schedule="0 3 * * *", consumers={"gateTimeout": "1m"}),
     cache_spec(
@@ -402,7 +407,7 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
         {"metadata": {"name": name, "ownerReferences": [{"uid": "uid-1" if ours else "uid-0"}]}}
         for name, ours in strays
     )
-    snap = Snapshot(Cache.read(obj), pods=pods, claim=claim_obj, nodes=nodes, jobs=stray_jobs)
+    snap = Snapshot(Cache.read(obj), pods=pods, claim=claim_obj, nodes=nodes, jobs=stray_jobs, policy=RULES)
     fate = itertools.cycle(fates)
     for _ in range(passes):
         decided = plan.plan(snap, now)
@@ -451,4 +456,5 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
             expiry_jobs=tuple(j for j in expiry_jobs if j["metadata"]["name"] not in deleted),
             expiry_pods=tuple(expiry_pods),
             services=tuple(s for s in services_ if s["metadata"]["name"] not in gone),
+            policy=RULES,
         )

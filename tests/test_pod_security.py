@@ -13,14 +13,16 @@ from typing import Any
 
 import pytest
 
-from compilecache.controller import expiryjob, plan
+from compilecache.controller import expiryjob, plan, policy
 from compilecache.controller.snapshot import Cache, Snapshot
 from podsecurity import violations
 from specs import cache, cache_spec, cluster, node
 
 NOW = "2026-11-22T10:00:00Z"
 FINISHED = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
-GCS = {"gcs": {"bucket": "my-caches", "prefix": "p"}}
+GCS = {"gcs": {"bucket": "my-caches", "prefix": "p", "serviceAccountName": "cache-writer"}}
+# The default policy, with the GCS cache's writer allowed.
+RULES = policy.parse({"serviceAccounts": {"allow": ["default", "cache-writer"]}})
 BOUND = {"status": {"phase": "Bound"}}
 EXPIRY_OF = expiryjob.LABEL_EXPIRY_OF
 SCRIPT = {"name": "exact", "script": "train.py", "steps": 2, "args": ["--model", "small"]}
@@ -28,7 +30,7 @@ SCRIPT = {"name": "exact", "script": "train.py", "steps": 2, "args": ["--model",
 
 def created_jobs(obj: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every Job the passes create for ``obj`` until it is Ready: warm-ups, then the expiry."""
-    snap = Snapshot(Cache.read(obj), nodes=tuple(nodes))
+    snap = Snapshot(Cache.read(obj), nodes=tuple(nodes), policy=RULES)
     made: list[dict[str, Any]] = []
     for _ in range(4):
         decided = plan.plan(snap, NOW)

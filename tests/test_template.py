@@ -218,6 +218,9 @@ def test_the_job_name_changes_with_trainings_env_not_with_its_volumes() -> None:
     assert names(other_env).isdisjoint(base)  # an env var can enter what a script compiles
 
 
+# The default policy, with the Secret of training_pod_spec() allowed (no Secret is, by default).
+TEMPLATE_POLICY = policy.parse({"secrets": {"allow": ["hf-token"]}})
+
 # --- policy -------------------------------------------------------------------------------------------
 
 
@@ -225,25 +228,27 @@ def test_a_template_asking_for_a_host_path_is_refused_by_the_policy() -> None:
     pod = training_pod_spec()
     pod["volumes"].append({"name": "host", "hostPath": {"path": "/etc"}})
     obj = with_template({"spec": pod})
-    found = policy.admission_violations(obj, policy.DEFAULT)
+    found = policy.admission_violations(obj, TEMPLATE_POLICY)
     assert ("spec.warmup.podTemplate.spec.volumes[4]", found[0][1]) == found[0], found
     assert "hostPath" in found[0][1]
 
 
 def test_a_template_running_as_a_service_account_the_policy_refuses_is_refused() -> None:
     obj = with_template({"spec": training_pod_spec(serviceAccountName="cluster-admin-ish")})
-    found = policy.admission_violations(obj, policy.DEFAULT)
+    found = policy.admission_violations(obj, TEMPLATE_POLICY)
     assert [path for path, _ in found] == ["spec.warmup.podTemplate.spec.serviceAccountName"], found
     # warmup.serviceAccountName wins over training's account: then that one is what the policy checks.
     obj["spec"]["warmup"]["serviceAccountName"] = "default"
-    assert policy.admission_violations(obj, policy.DEFAULT) == []
+    assert policy.admission_violations(obj, TEMPLATE_POLICY) == []
 
 
 def test_the_pass_checks_a_referenced_template_against_the_policy() -> None:
     obj = with_template({"templateRef": {"kind": "Job", "name": "training"}})
     pod = training_pod_spec(volumes=[*training_pod_spec()["volumes"], {"name": "h", "hostPath": {"path": "/"}}])
     training = {"kind": "Job", "metadata": {"name": "training"}, "spec": {"template": {"spec": pod}}}
-    result = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster()), template=training), NOW)
+    result = plan.plan(
+        Snapshot(Cache.read(obj), policy=TEMPLATE_POLICY, nodes=tuple(cluster()), template=training), NOW
+    )
     assert result.status["phase"] == status.FAILED and not result.creates
     assert "templateRef (Job training: spec.template.spec).volumes[4]" in result.status["message"]
 
@@ -253,7 +258,7 @@ def test_the_pass_checks_a_referenced_template_against_the_policy() -> None:
 
 def test_a_missing_reference_waits_naming_the_field_and_creates_nothing() -> None:
     obj = with_template({"templateRef": {"kind": "PodTemplate", "name": "training"}})
-    result = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster())), NOW)
+    result = plan.plan(Snapshot(Cache.read(obj), policy=TEMPLATE_POLICY, nodes=tuple(cluster())), NOW)
     assert result.status["phase"] == status.PENDING
     assert not result.creates
     ready = result.status["conditions"][0]
@@ -266,7 +271,7 @@ def test_a_referenced_template_that_cannot_be_used_fails_naming_where() -> None:
     pod = training_pod_spec()
     pod["containers"][0]["image"] = "registry.example/trainer:9"
     body = {"kind": "PodTemplate", "template": {"spec": pod}}
-    result = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster()), template=body), NOW)
+    result = plan.plan(Snapshot(Cache.read(obj), policy=TEMPLATE_POLICY, nodes=tuple(cluster()), template=body), NOW)
     assert result.status["phase"] == status.FAILED
     assert "templateRef (PodTemplate training: template.spec).containers[0].image" in result.status["message"]
 
@@ -274,7 +279,7 @@ def test_a_referenced_template_that_cannot_be_used_fails_naming_where() -> None:
 def test_a_referenced_template_that_exists_creates_the_jobs_with_it() -> None:
     obj = with_template({"templateRef": {"kind": "Job", "name": "training"}})
     body = {"kind": "Job", "spec": {"template": {"spec": training_pod_spec()}}}
-    result = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster()), template=body), NOW)
+    result = plan.plan(Snapshot(Cache.read(obj), policy=TEMPLATE_POLICY, nodes=tuple(cluster()), template=body), NOW)
     created = [create.manifest for create in result.creates if create.resource.plural == "jobs"]
     assert created and all(
         {"name": "data", "mountPath": "/data", "readOnly": True}
@@ -345,7 +350,7 @@ def test_any_training_template_gives_valid_objects_or_names_the_field(pod: dict[
     outcome = check(obj, cluster(), KUBERNETES_VERSIONS[-1:])
     event(outcome)
     try:
-        objects = manifests(obj, cluster(), policy.DEFAULT if usual else OPEN_POLICY)
+        objects = manifests(obj, cluster(), TEMPLATE_POLICY if usual else OPEN_POLICY)
     except SpecError as error:
         assert field_exists(obj, error.field), error
         return

@@ -112,6 +112,22 @@ EXTENDED_RESOURCE = (
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 
+# Bounds of what the model leaves free-form (the API server bounds a whole object at 1.5 MiB, each
+# field only where its schema says so: every string, list and map here has one, which no real value
+# reaches, so the work any check does on a field is bounded before it starts).
+QUANTITY_MAX = 64  # a resource.Quantity: at most 18 digits, a point, an exponent or suffix
+# An image reference as the container runtime parses it (distribution/reference): a name of at most
+# 255 characters (NameTotalLengthMax), a tag of at most 128, a digest of at most 7 + 128 (sha512).
+IMAGE_MAX = 1024
+ARG_MAX = 4096  # one argument of a script
+ENV_VALUE_MAX = 32768  # one environment variable's value (a JSON config fits)
+XLA_FLAGS_MAX = 8192
+LABEL_MAP_MAX = 32  # entries of a nodeSelector
+RESOURCE_MAP_MAX = 32  # entries of requests or limits
+
+# A quantity written as a string (an int-or-string field's string branch).
+QuantityText = Annotated[str, Field(max_length=QUANTITY_MAX, pattern=NONNEGATIVE_QUANTITY)]
+
 # A cron field: *, ?, a number or name, a range, a step, or a list of them; five of them (no @macros).
 _CRON_FIELD = r"(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*"
 CRON = rf"^ *{_CRON_FIELD}( +{_CRON_FIELD}){{4}} *$"
@@ -137,7 +153,11 @@ class Model(BaseModel):
     Unknown fields are dropped (not refused) because the API server prunes them from a structural schema.
     """
 
-    model_config = ConfigDict(strict=True, extra="ignore", regex_engine="python-re", frozen=True)
+    # rust-regex (pydantic's default engine, the Rust regex crate): matching takes time linear in the
+    # input ("all searches execute in linear time with respect to the size of the regular expression
+    # and search text", the crate's docs), as Go's RE2 in the API server; and `$` is the end of the
+    # text, as RE2's, where Python's re also matched before a trailing newline ("abc\n" was a DNS label).
+    model_config = ConfigDict(strict=True, extra="ignore", regex_engine="rust-regex", frozen=True)
 
 
 class ConsumersStatus(Model):
@@ -699,6 +719,7 @@ class Lifecycle(Model):
         description=(
             "Delete least-recently-used entries until the cache fits this size, a Kubernetes quantity such as 100Gi."
         ),
+        max_length=QUANTITY_MAX,
         pattern=QUANTITY,
         json_schema_extra={
             **doc("quantity ≥ 0", "", "LRU down to this size"),
@@ -763,6 +784,7 @@ class Jax(Model):
             "XLA_FLAGS for warmers and trainers. XLA flags are part of the cache key, so set "
             "them here (not in a workload's env or by hand in a training pod)."
         ),
+        max_length=XLA_FLAGS_MAX,
         json_schema_extra={
             **doc("string", "", "`XLA_FLAGS`, identical in warmers and trainers"),
         },
@@ -796,22 +818,22 @@ class Resources(Model):
         dict[
             str,
             Annotated[
-                Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=NONNEGATIVE_QUANTITY)],
+                Annotated[int, Field(ge=0)] | QuantityText,
                 Field(description="A quantity, e.g. 8, 500m, 64Gi (not negative).", json_schema_extra=INT_OR_STRING),
             ],
         ]
         | None
-    ) = Field(default=None, description='Minimum resources, e.g. cpu "8", memory 64Gi.')
+    ) = Field(default=None, description='Minimum resources, e.g. cpu "8", memory 64Gi.', max_length=RESOURCE_MAP_MAX)
     limits: (
         dict[
             str,
             Annotated[
-                Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=NONNEGATIVE_QUANTITY)],
+                Annotated[int, Field(ge=0)] | QuantityText,
                 Field(description="A quantity, e.g. 8, 500m, 64Gi (not negative).", json_schema_extra=INT_OR_STRING),
             ],
         ]
         | None
-    ) = Field(default=None, description="Maximum resources, e.g. memory 96Gi.")
+    ) = Field(default=None, description="Maximum resources, e.g. memory 96Gi.", max_length=RESOURCE_MAP_MAX)
 
 
 class Discover(Model):
@@ -831,6 +853,7 @@ class Discover(Model):
     ) = Field(
         default=None,
         description='Node labels that candidate nodes must have, e.g. nvidia.com/gpu.present "true".',
+        max_length=LABEL_MAP_MAX,
         json_schema_extra={
             **doc("map: label key → label value", "", "nodes to discover pools from"),
         },
@@ -947,6 +970,7 @@ class Pool(Model):
         description=(
             "Node labels that select the pool's nodes, e.g. cloud.google.com/gke-accelerator: nvidia-h100-80gb."
         ),
+        max_length=LABEL_MAP_MAX,
         json_schema_extra={
             **doc("map: label key → label value (≤ 63 characters)", "", "nodes of the pool"),
         },
@@ -1005,7 +1029,7 @@ class ResourceFieldRef(Model):
     resource: str = Field(description="The resource to select.", min_length=1, max_length=316)
     divisor: (
         Annotated[
-            Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=NONNEGATIVE_QUANTITY)],
+            Annotated[int, Field(ge=0)] | QuantityText,
             Field(description="Output format of the exposed resources, e.g. 1Mi.", json_schema_extra=INT_OR_STRING),
         ]
         | None
@@ -1085,7 +1109,9 @@ class EnvVar(Model):
         description="Name of the variable.", min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
     )
     value: str | None = Field(
-        default=None, description="Value of the variable; $(VAR) references are expanded as in a pod."
+        default=None,
+        description="Value of the variable; $(VAR) references are expanded as in a pod.",
+        max_length=ENV_VALUE_MAX,
     )
     valueFrom: ValueFrom | None = Field(
         default=None,
@@ -1178,7 +1204,7 @@ class Workload(Model):
             **doc("path", "", "a script run under the cache settings (`compilecache warm --script`)"),
         },
     )
-    args: list[Annotated[str, Field(description="One argument.")]] | None = Field(
+    args: list[Annotated[str, Field(description="One argument.", max_length=ARG_MAX)]] | None = Field(
         default=None,
         description="Arguments passed to script (only with script), e.g. the training config.",
         max_length=256,
@@ -1468,6 +1494,7 @@ class Warmup(Model):
             "(the `compilecache warm` command)."
         ),
         min_length=1,
+        max_length=IMAGE_MAX,
         json_schema_extra={
             **doc("string, required", "", "image of the warm-up Jobs, usually the training image itself"),
         },
@@ -1689,6 +1716,13 @@ class Gcs(Model):
                         "writer"
                     ),
                 },
+                {
+                    "rule": "!has(self.serviceAccountName) || self.serviceAccountName != 'default'",
+                    "message": (
+                        "storage.gcs.serviceAccountName (the writer) must not be default: every pod "
+                        "that names no ServiceAccount runs as default"
+                    ),
+                },
             ],
         }
     )
@@ -1719,8 +1753,10 @@ class Gcs(Model):
         default=None,
         description=(
             "Kubernetes ServiceAccount bound (Workload Identity) to a Google service account "
-            "that may write the prefix. Warm-up pods use it unless warmup.serviceAccountName "
-            "is set; training pods never get it (see readerServiceAccountName)."
+            "that may write the prefix: the cache's writer, required (here or as "
+            "warmup.serviceAccountName) and never default. Warm-up and expiry pods run as it "
+            "unless warmup.serviceAccountName is set; training pods never get it (see "
+            "readerServiceAccountName)."
         ),
         max_length=253,
         pattern=DNS_SUBDOMAIN,
@@ -1770,6 +1806,7 @@ class PvcCreate(Model):
             'Gi, Ti; not "GB"). Compiled executables of a large model take a few GiB per jax '
             "version and device kind."
         ),
+        max_length=QUANTITY_MAX,
         pattern=QUANTITY,
         json_schema_extra={
             **doc("quantity, required in `create`", "", "create the claim with this size when it does not exist"),
@@ -1903,6 +1940,26 @@ class Spec(Model):
                         "storage.gcs.readerServiceAccountName must not be "
                         "warmup.serviceAccountName: training pods must not run as the cache's "
                         "writer"
+                    ),
+                },
+                {
+                    "rule": (
+                        "!has(self.storage.gcs) || has(self.storage.gcs.serviceAccountName) || "
+                        "has(self.warmup.serviceAccountName)"
+                    ),
+                    "message": (
+                        "a GCS cache names its writer, storage.gcs.serviceAccountName: the warm-up and "
+                        "expiry pods write the prefix as it, and training pods never run as it"
+                    ),
+                },
+                {
+                    "rule": (
+                        "!has(self.storage.gcs) || !has(self.warmup.serviceAccountName) || "
+                        "self.warmup.serviceAccountName != 'default'"
+                    ),
+                    "message": (
+                        "warmup.serviceAccountName of a GCS cache (its writer) must not be default: "
+                        "every pod that names no ServiceAccount runs as default"
                     ),
                 },
             ],

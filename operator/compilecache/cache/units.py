@@ -6,6 +6,10 @@ the number to Python's ``Decimal``, so it also reads ``NaN``, ``Infinity``, ``1_
 operator accepted would then fail at the API with a 422. ``_QUANTITY`` is apimachinery's grammar.
 Cron expressions are read by croniter, with the two checks it lacks (five fields, no reversed
 range) added here.
+
+The texts come from cache authors (durations, sizes, schedules): each is first matched in linear
+time (``cache/linear.py``); Python's ``re`` then only reads the parts of a text already known to
+fit its grammar.
 """
 
 from __future__ import annotations
@@ -16,20 +20,24 @@ from decimal import Decimal, InvalidOperation
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from compilecache.cache import linear
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
             "P": Decimal(10**15), "E": Decimal(10**18)}  # fmt: skip
-_QUANTITY = re.compile(r"^(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
+_QUANTITY_SYNTAX = r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?"
+_IS_QUANTITY = linear.regex(_QUANTITY_SYNTAX)
+_QUANTITY = re.compile(_QUANTITY_SYNTAX)
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+$")
+_IS_DURATION = linear.regex(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 # minute hour day-of-month month day-of-week; each field a list of */N, N, N-M, N-M/S or names.
 # The same grammar as the CRD's pattern for spec.schedule.
 _CRON_ITEM = r"(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/\d+)?"
-_CRON_FIELD = re.compile(rf"^{_CRON_ITEM}(,{_CRON_ITEM})*$")
+_IS_CRON_FIELD = linear.regex(rf"{_CRON_ITEM}(,{_CRON_ITEM})*")
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
@@ -41,7 +49,8 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise ValueError(f"not a quantity: {text!r}")
     if isinstance(text, int | float):
         return Decimal(str(text))
-    match = _QUANTITY.match(text) if isinstance(text, str) else None  # no strip: the API server does not
+    # No strip: the API server does not.
+    match = _QUANTITY.fullmatch(text) if isinstance(text, str) and _IS_QUANTITY(text) else None
     if match is None:
         raise ValueError(f"not a quantity: {text!r} (expected e.g. 100Gi, 500M, 1.5Ti)")
     try:
@@ -69,7 +78,7 @@ def parse_bytes(text: str | int) -> int:
 
 def parse_duration(text: str) -> float:
     """Parse a duration such as ``7d``, ``12h``, ``1h30m`` or ``90s`` into seconds."""
-    if not isinstance(text, str) or not _DURATION.match(text.strip()):
+    if not isinstance(text, str) or not _IS_DURATION(text.strip()):
         raise ValueError(f"not a duration: {text!r} (expected e.g. 7d, 12h, 1h30m, 90s)")
     return sum(float(number) * _DURATION_UNITS[unit] for number, unit in _DURATION_PART.findall(text))
 
@@ -83,7 +92,7 @@ def check_cron(text: str) -> str:
     """
     stripped = text.strip() if isinstance(text, str) else ""
     fields = stripped.split()
-    if len(fields) != 5 or not all(_CRON_FIELD.match(field) for field in fields):
+    if len(fields) != 5 or not all(_IS_CRON_FIELD(field) for field in fields):
         raise ValueError(f"not a cron schedule: {text!r} (expected 5 fields, e.g. '0 3 * * *')")
     for index, field in enumerate(fields):
         for item in field.split(","):

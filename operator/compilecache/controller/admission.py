@@ -15,17 +15,16 @@ the reason is recorded in the ``compilecache.dev/skipped`` annotation.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
 
-from compilecache.cache import units
+from compilecache.cache import linear, units
 from compilecache.cache.cacheenv import TERMINATION_LOG, TORCH_LOCAL_DIR, torch_cache_env, trainer_env
-from compilecache.controller import status
-from compilecache.controller.api import CacheSpec, SpecError, parse_cache
+from compilecache.controller import policy, status
+from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, parse_cache
 from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, cache_env, warmup_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
@@ -33,12 +32,11 @@ ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the
 VOLUME = "compilecache"  # the name of the cache volume in a training pod
 # PyTorch consumers: the emptyDir at TORCH_LOCAL_DIR that holds the trainer's writable copy of the cache.
 LOCAL_VOLUME = "compilecache-local"
-DEFAULT_SERVICE_ACCOUNT = "default"
 # A pod's own switch (Istio's sidecar.istio.io/inject): "true" opts it in to consumers.podSelector
 # (in a namespace labelled compilecache.dev/injection=enabled); "false" opts it out of everything.
 LABEL_INJECT = "compilecache.dev/inject"
 # k8s.io/apimachinery/pkg/util/validation: qualifiedNameFmt-style label values, 63 characters at most.
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_VALUE = linear.regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # in linear time: a pod's labels
 _LABEL_VALUE_MAX = 63
 # What a pod may set that changes JAX's cache key or the compiled program, hence every key, beyond
 # the cache's own settings: XLA_FLAGS and LIBTPU_INIT_ARGS are hashed (jax/_src/cache_key.py
@@ -120,11 +118,12 @@ def choose_cache(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) ->
     return Choice(matching[0] if matching else None)
 
 
-def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) -> Mutation:
-    """The webhook's decision for a new pod, given the CompileCaches of its namespace.
+def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]], *, rules: policy.Policy) -> Mutation:
+    """The webhook's decision for a new pod, given the CompileCaches of its namespace and the policy in force.
 
     Fails open: a pod that uses no cache, names one that does not exist, or uses one whose
-    spec is invalid comes back unchanged, with a warning where the user should know.
+    spec is invalid or refused by ``rules`` comes back unchanged, with a warning where the user
+    should know.
     """
     choice = choose_cache(pod, caches)
     if choice.name is None:
@@ -140,7 +139,7 @@ def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]]) -> Mutati
         )
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
     try:
-        return mutate(pod, cache, by_label=choice.by_label)
+        return mutate(pod, cache, by_label=choice.by_label, rules=rules)
     except SpecError as exc:
         warning = f"CompileCache {choice.name} has an invalid spec ({exc}); the pod runs without a cache"
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
@@ -150,7 +149,7 @@ def is_label_value(value: str) -> bool:
     """Whether ``value`` is a valid Kubernetes label value: at most 63 characters, alphanumerics and
     ``-_.`` inside, alphanumeric at both ends, or empty (apimachinery's ``IsValidLabelValue``).
     """
-    return len(value) <= _LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value) is not None
+    return len(value) <= _LABEL_VALUE_MAX and _LABEL_VALUE(value)
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -396,16 +395,28 @@ def reader_account(spec: CacheSpec, own: str | None) -> tuple[str | None, str | 
     return None, None
 
 
-def mutate(pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool = True) -> Mutation:
+def mutate(
+    pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool = True, rules: policy.Policy | None = None
+) -> Mutation:
     """Return ``pod`` with ``cache`` added: volume, mounts, JAX environment, gate, service account.
 
     Idempotent: mutating the result again changes nothing. ``by_label`` False (the pod was
     chosen by ``consumers.podSelector``) also labels the pod with the cache's name, so that
     the operator finds it to release its gate. Raises :class:`compilecache.controller.api.SpecError`
-    on a cache whose spec is invalid.
+    on a cache whose spec is invalid. ``rules``: the operator's policy in force now (the webhook's);
+    a cache it refuses gives the pod nothing, not its reader identity nor a gate that only its Ready
+    would lift, even when the cache was admitted before the policy changed or without the
+    validating webhook.
     """
     spec = parse_cache(cache)
     name = cache["metadata"]["name"]
+    refused = policy.violations(spec, rules) if rules is not None else []
+    if refused:
+        warning = (
+            f"CompileCache {name} is refused by the operator's policy ({policy.describe(refused)}); "
+            "the pod runs without a cache"
+        )
+        return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
     new = copy.deepcopy(dict(pod))
     meta = new.setdefault("metadata", {})
     pod_spec = new.setdefault("spec", {})

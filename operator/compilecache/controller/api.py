@@ -27,7 +27,6 @@ server accepts: the name and label rules below are apimachinery's
 from __future__ import annotations
 
 import posixpath
-import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -37,7 +36,7 @@ from typing import Any
 import pydantic
 
 from compilecache.api import model
-from compilecache.cache import units
+from compilecache.cache import linear, units
 
 GROUP = "compilecache.dev"
 VERSION = "v1alpha1"
@@ -47,15 +46,16 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 DEFAULT_MOUNT_PATH: str = model.Spec.model_fields["mountPath"].default
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN_SYNTAX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Matched in linear time (cache/linear.py), each against the whole value: these read a cache author's strings.
+_DNS_LABEL = linear.regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN_SYNTAX = linear.regex(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME_PART = linear.regex(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = linear.regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_ENV_NAME = linear.regex(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+_CONFIG_KEY = linear.regex(r"[-._a-zA-Z0-9]+")
 # `steps: auto`: whole epochs within a time budget (`compilecache warm --steps auto`).
 STEPS_AUTO = "auto"
-_MOUNT_PATH = re.compile(r"^(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+$")  # the CRD's pattern
+_MOUNT_PATH = linear.regex(r"(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+")  # the CRD's pattern
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}  # and hugepages-<size>
 _VALUE_SOURCES = {
     "secretKeyRef": "key",
@@ -64,6 +64,13 @@ _VALUE_SOURCES = {
     "resourceFieldRef": "resource",
 }
 NAME_MAX = 63  # a cache's name is the value of labels on its Jobs, claims and pods
+DEFAULT_SERVICE_ACCOUNT = "default"  # what a pod without serviceAccountName runs as
+# A training pod template (inline, or the object templateRef names) is free-form (the CRD preserves
+# its unknown fields): bounded here, before anything reads it. A real pod spec is a few KiB and
+# nests about 10 levels (affinity terms, projected sources); the API server bounds a whole object
+# at 1.5 MiB and its JSON nesting only at 10,000 levels, deeper than Python's parsers go.
+TEMPLATE_MAX_CHARS = 256 * 1024
+TEMPLATE_MAX_DEPTH = 32
 # Paths the operator mounts in warm-up and expiry containers itself (jobs.TMP_DIR): a cache
 # there would be a duplicate mountPath, which the API server refuses.
 RESERVED_MOUNT_PATHS = frozenset({"/tmp"})
@@ -314,17 +321,17 @@ def check_cache_name(name: Any) -> str:
 
 def is_dns_subdomain(value: str) -> bool:
     """A DNS-1123 subdomain: lower-case labels joined by dots, at most 253 characters."""
-    return len(value) <= 253 and bool(_DNS_SUBDOMAIN_SYNTAX.match(value))
+    return len(value) <= 253 and _DNS_SUBDOMAIN_SYNTAX(value)
 
 
 def is_dns_label(value: str) -> bool:
     """A DNS-1123 label: at most 63 lower-case letters, digits and '-'."""
-    return bool(_DNS_LABEL.match(value))
+    return _DNS_LABEL(value)
 
 
 def is_label_value(value: str) -> bool:
     """A label value: empty, or at most 63 alphanumerics with '-', '_', '.' inside."""
-    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+    return len(value) <= 63 and _LABEL_VALUE(value)
 
 
 def is_qualified_name(value: str) -> bool:
@@ -332,7 +339,7 @@ def is_qualified_name(value: str) -> bool:
     prefix, slash, name = value.rpartition("/")
     if slash and not (prefix and is_dns_subdomain(prefix)):
         return False
-    return len(name) <= 63 and bool(_QUALIFIED_NAME_PART.match(name))
+    return len(name) <= 63 and _QUALIFIED_NAME_PART(name)
 
 
 def is_extended_resource_name(value: str) -> bool:
@@ -369,6 +376,8 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
         raise SpecError("spec.mountPath", f"{mount_path} is where the operator mounts its own scratch volume")
 
     warmup = _warmup(typed.warmup, spec["warmup"], gcs, mount_path)
+    if gcs is not None:
+        _check_writer(gcs, typed.warmup.serviceAccountName)
     if gcs is not None and gcs.reader_service_account_name is not None:
         # Training pods run as the reader: the same account as a writer would let them write the cache.
         # (The CRD's CEL rules refuse both cases too.)
@@ -394,6 +403,28 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
         lifecycle=_lifecycle(typed.lifecycle),
         consumers=_consumers(typed.consumers, _mapping(spec.get("consumers"), "spec.consumers")),
     )
+
+
+def _check_writer(gcs: GCSStorage, warmup_account: str | None) -> None:
+    """A GCS cache's writer (CEL rules): named, and not ``default``. Its warm-up and expiry pods write the
+    prefix as it, and it is what keeps training off the prefix: were it ``default`` (or unnamed, so
+    ``default``), every training pod that names no ServiceAccount would run as the writer."""
+    if gcs.service_account_name is None and warmup_account is None:
+        raise SpecError(
+            "spec.storage.gcs.serviceAccountName",
+            "a GCS cache names its writer: the warm-up and expiry pods write the prefix as it (Workload "
+            "Identity), and training pods never run as it; set it to a ServiceAccount that may write the prefix",
+        )
+    for path, account in (
+        ("spec.storage.gcs.serviceAccountName", gcs.service_account_name),
+        ("spec.warmup.serviceAccountName", warmup_account),
+    ):
+        if account == DEFAULT_SERVICE_ACCOUNT:
+            raise SpecError(
+                path,
+                "the cache's writer must not be default: every pod that names no ServiceAccount runs as default, "
+                "training's too; name a ServiceAccount of its own",
+            )
 
 
 def _forgiven(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -625,6 +656,7 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
     Used for the inline ``podTemplate.spec`` and, by the pass, for the pod spec of the object
     ``templateRef`` names (``origin`` then says which). Fields not taken are not read at all.
     """
+    check_bounded(pod_spec, origin)
     containers = _list(pod_spec.get("containers"), f"{origin}.containers")
     if not containers:
         raise SpecError(origin, "must list training's container in containers")
@@ -647,7 +679,7 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
         for index, item in enumerate(_list(chosen.get("env"), f"{where}.env"))
     )
     for index, item in enumerate(env):
-        if not isinstance(item.get("name"), str) or not _ENV_NAME.match(item["name"]):
+        if not isinstance(item.get("name"), str) or not _ENV_NAME(item["name"]):
             raise SpecError(f"{where}.env[{index}].name", f"must be a variable name, got {item.get('name')!r}")
         if "valueFrom" in item:
             _check_value_from(item["valueFrom"], f"{where}.env[{index}].valueFrom")
@@ -673,7 +705,7 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
         if mount.get("name") not in declared:
             raise SpecError(f"{mpath}.name", f"names no volume of the template ({sorted(declared)})")
         target = mount.get("mountPath")
-        if not isinstance(target, str) or not _MOUNT_PATH.match(target.rstrip("/") or "/"):
+        if not isinstance(target, str) or not _MOUNT_PATH(target.rstrip("/") or "/"):
             raise SpecError(f"{mpath}.mountPath", f"must be an absolute path without '..' or ':', got {target!r}")
         if target.rstrip("/") in targets:  # the API server refuses a container with two mounts at one path
             raise SpecError(f"{mpath}.mountPath", f"{target} is mounted twice")
@@ -714,6 +746,29 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
     )
 
 
+def check_bounded(value: Any, path: str) -> None:
+    """Refuse a free-form object (a pod template) larger than :data:`TEMPLATE_MAX_CHARS` characters of keys
+    and strings, or nested deeper than :data:`TEMPLATE_MAX_DEPTH`, naming where it went past the bound.
+
+    One walk without recursion, which stops as soon as a bound is passed: its work is bounded too.
+    """
+    budget = TEMPLATE_MAX_CHARS
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > TEMPLATE_MAX_DEPTH:
+            raise SpecError(where, f"nests deeper than {TEMPLATE_MAX_DEPTH} levels; a pod spec needs about 10")
+        if isinstance(item, Mapping):
+            budget -= sum(len(str(key)) for key in item)
+            stack += [(child, f"{where}.{key}", depth + 1) for key, child in item.items()]
+        elif isinstance(item, list):
+            stack += [(child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item)]
+        else:
+            budget -= len(item) if isinstance(item, str) else 8
+        if budget < 0:
+            raise SpecError(where, f"the pod spec holds more than {TEMPLATE_MAX_CHARS // 1024} KiB of text")
+
+
 def _env_from(raw: Any, path: str) -> Mapping[str, Any]:
     """An EnvFromSource: exactly one of configMapRef or secretRef naming its object; an optional prefix."""
     source = _mapping(raw, path, required=True)
@@ -722,7 +777,7 @@ def _env_from(raw: Any, path: str) -> Mapping[str, Any]:
         raise SpecError(path, "must set exactly one of configMapRef or secretRef")
     _subdomain(_mapping(source[refs[0]], f"{path}.{refs[0]}", required=True).get("name"), f"{path}.{refs[0]}.name")
     prefix = _optional_str(source.get("prefix"), f"{path}.prefix")
-    if prefix and not _ENV_NAME.match(prefix):
+    if prefix and not _ENV_NAME(prefix):
         raise SpecError(f"{path}.prefix", f"must start a variable name, got {prefix!r}")
     return source
 
@@ -1035,7 +1090,7 @@ def _check_value_from(value: Any, path: str) -> None:
     text = ref.get(required)
     if not isinstance(text, str) or not text:
         raise SpecError(f"{path}.{kind}.{required}", "is required")
-    if required == "key" and (len(text) > 253 or not _CONFIG_KEY.match(text)):
+    if required == "key" and (len(text) > 253 or not _CONFIG_KEY(text)):
         raise SpecError(f"{path}.{kind}.key", f"must be a valid key, got {text!r}")
     if "name" in ref:
         _subdomain(ref["name"], f"{path}.{kind}.name")
@@ -1046,7 +1101,7 @@ def _check_value_from(value: Any, path: str) -> None:
 
 
 def _name(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not _DNS_LABEL.match(value):
+    if not isinstance(value, str) or not _DNS_LABEL(value):
         raise SpecError(path, f"must be a DNS label (lower-case letters, digits, '-'), got {value!r}")
     return value
 

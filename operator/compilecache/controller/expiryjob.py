@@ -23,6 +23,13 @@ CONTAINER = "expire"
 TERMINATION_LOG = "/dev/termination-log"
 EXPIRED_CONDITION = "Expired"
 BACKOFF_LIMIT = 2
+# The expire command lists the cache and checks entries a few at a time, each read in bounded pieces
+# (cache/entries.py), so its memory grows with the number of entries listed, not their sizes: about
+# 1 KiB an entry, so the limit holds a million entries. No accelerator: it compiles nothing.
+RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "250m", "memory": "256Mi"},
+    "limits": {"memory": "2Gi"},
+}
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,11 @@ def expire_command(spec: CacheSpec) -> list[str]:
     return command
 
 
-def expiry_job(cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[str]) -> dict[str, Any]:
-    """The expiry Job: the warm-up image, the pod security of the warm-up Jobs, the cache read-write."""
+def expiry_job(
+    cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[str], *, run_as_user: int | None = jobs.RUN_AS_USER
+) -> dict[str, Any]:
+    """The expiry Job: the warm-up image, identity, pull Secrets and pod security, the cache read-write,
+    and resources of its own (:data:`RESOURCES`)."""
     meta = cache["metadata"]
     name = meta["name"]
     digest = expiry_hash(spec, warmup_jobs)
@@ -87,6 +97,7 @@ def expiry_job(cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[
         "env": [{"name": "TMPDIR", "value": jobs.TMP_DIR}, {"name": "HOME", "value": jobs.TMP_DIR}],
         "volumeMounts": mounts,
         "securityContext": jobs.container_security_context(),
+        "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
         # The summary on success; the log's tail if the command crashed before writing it.
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -96,15 +107,12 @@ def expiry_job(cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
-        "securityContext": jobs.pod_security_context(),
+        "securityContext": jobs.pod_security_context(run_as_user),
         "containers": [container],
         "volumes": volumes,
+        # Who it is and what it pulls: the warm-up's, which wrote what it reads and deletes.
+        **jobs.identity(spec),
     }
-    account = (spec.gcs.service_account_name if spec.gcs else None) or spec.warmup.service_account_name
-    if account:
-        pod_spec["serviceAccountName"] = account
-    if spec.warmup.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in spec.warmup.image_pull_secrets]
     labels = {**jobs.common_labels(name, "expiry"), LABEL_EXPIRY_OF: name, jobs.LABEL_ROLE: "expiry"}
     stem = f"{name}-expire"[: jobs.NAME_MAX - jobs.HASH_LENGTH - 1].rstrip("-.")
     return {

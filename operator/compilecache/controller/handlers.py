@@ -294,7 +294,7 @@ def _pass(client: Client, rules: policy.Policy, namespace: str, name: str, uid: 
 def mutate_pods(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Give a new training pod its cache (``admission.py``); fail open on any trouble."""
     pod = copy.deepcopy(dict(body))
-    mutated = _admit(memo.client, pod)
+    mutated = _admit(memo.client, pod, memo.policy)
     warnings.extend(mutated.warnings)
     if mutated.pod != pod:
         # kopf diffs the body after this function against the original into the JSON patch.
@@ -338,13 +338,13 @@ def _claim(client: Client, cache: Mapping[str, Any]) -> Mapping[str, Any] | None
         return None
 
 
-def _admit(client: Client, pod: dict[str, Any]) -> admission.Mutation:
+def _admit(client: Client, pod: dict[str, Any], rules: policy.Policy) -> admission.Mutation:
     namespace = (pod.get("metadata") or {}).get("namespace")
     if not namespace:  # the API server sets it before admission; nothing to look up without it
         metrics.METRICS.admission("unchanged")
         return admission.Mutation(pod=pod)
     try:
-        mutated = admission.admit(pod, client.list(COMPILECACHES, namespace))
+        mutated = admission.admit(pod, client.list(COMPILECACHES, namespace), rules=rules)
     except Exception as exc:
         # A pod must never be refused because of the cache: it would only train slower without it.
         # Names only in the log: a pod's environment may hold secrets.

@@ -166,16 +166,22 @@ def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def pod_security_context() -> dict[str, Any]:
-    """The pod securityContext of every pod the operator runs: non-root, RuntimeDefault seccomp."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
-        "fsGroup": RUN_AS_USER,
-        "fsGroupChangePolicy": "OnRootMismatch",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def pod_security_context(run_as_user: int | None = RUN_AS_USER) -> dict[str, Any]:
+    """The pod securityContext of every pod the operator runs: non-root, RuntimeDefault seccomp.
+
+    ``run_as_user`` (the policy's ``runAsUser``) is also the group and the fsGroup (so the pod can write
+    the claim it mounts); ``None`` leaves all three to the platform: OpenShift's restricted SCC assigns
+    them from the namespace's ranges, and refuses a pod that pins its own.
+    """
+    context: dict[str, Any] = {"runAsNonRoot": True}
+    if run_as_user is not None:
+        context |= {
+            "runAsUser": run_as_user,
+            "runAsGroup": run_as_user,
+            "fsGroup": run_as_user,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
+    return context | {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def container_security_context() -> dict[str, Any]:
@@ -194,6 +200,8 @@ def warmup_job(
     pool: Pool,
     slot: str | None = None,
     topology: Topology = SINGLE_HOST,
+    *,
+    run_as_user: int | None = RUN_AS_USER,
 ) -> dict[str, Any]:
     """The warm-up Job of one pool and topology: runs ``compilecache warm`` on the pool's nodes with its GPUs.
 
@@ -222,12 +230,7 @@ def warmup_job(
         volumes += template_volumes(template)
         mounts += template_mounts(template)
 
-    resources: dict[str, dict[str, Any]] = {
-        kind: dict(warmup.resources.get(kind) or {}) for kind in ("requests", "limits")
-    }
-    if pool.gpus_per_pod > 0:
-        resources["limits"][pool.gpu_resource] = pool.gpus_per_pod
-    resources = {kind: values for kind, values in resources.items() if values}
+    resources = container_resources(spec, pool.gpu_resource, pool.gpus_per_pod)
 
     def container(container_name: str, command: list[str], index: int) -> dict[str, Any]:
         extra = coordinator_env(job, topology, index) if topology.multi_host else {}
@@ -265,7 +268,7 @@ def warmup_job(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "nodeSelector": dict(pool.node_selector),
-        "securityContext": pod_security_context(),
+        "securityContext": pod_security_context(run_as_user),
         "containers": [container("warm", main_command, len(init_containers))],
         "volumes": volumes,
     }
@@ -273,12 +276,7 @@ def warmup_job(
         pod_spec["initContainers"] = init_containers
     if pool.tolerations:
         pod_spec["tolerations"] = [dict(toleration) for toleration in pool.tolerations]
-    account = warmup_service_account(spec)
-    if account:
-        pod_spec["serviceAccountName"] = account
-    pull_secrets = dict.fromkeys([*warmup.image_pull_secrets, *(template.image_pull_secrets if template else ())])
-    if pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in pull_secrets]
+    pod_spec |= identity(spec)
 
     job_labels = {**common_labels(name, "warmup"), LABEL_CACHE: name, LABEL_POOL: pool.name}
     # Warm-up pods must not carry the training opt-in label: the admission webhook would
@@ -330,10 +328,44 @@ def warmup_job(
     }
 
 
+def container_resources(spec: CacheSpec, gpu_resource: str, gpus: int) -> dict[str, dict[str, Any]]:
+    """The resources of a warm-up container: ``warmup.resources``, and the pool's ``gpus`` as a limit of
+    ``gpu_resource`` (the request defaults to it, as for every extended resource)."""
+    resources: dict[str, dict[str, Any]] = {
+        kind: dict(spec.warmup.resources.get(kind) or {}) for kind in ("requests", "limits")
+    }
+    if gpus > 0:
+        resources["limits"][gpu_resource] = gpus
+    return {kind: values for kind, values in resources.items() if values}
+
+
 def warmup_service_account(spec: CacheSpec) -> str | None:
-    """The warm-up pods' ServiceAccount: ``warmup.serviceAccountName`` (or the GCS writer), else training's."""
+    """The ServiceAccount the warm-up and expiry pods run as: ``warmup.serviceAccountName``, which for GCS
+    defaults to (and is required with) the cache's writer; else, for a PVC cache, training's.
+
+    A GCS cache never takes training's: the writer's identity is the only guard of the prefix, and
+    training pods must never have it (``admission.reader_account``).
+    """
     template = spec.warmup.pod_template
-    return spec.warmup.service_account_name or (template.service_account_name if template else None)
+    if spec.warmup.service_account_name or spec.gcs is not None:
+        return spec.warmup.service_account_name
+    return template.service_account_name if template else None
+
+
+def identity(spec: CacheSpec) -> dict[str, Any]:
+    """The pod spec fields that say who a warm-up or expiry pod is and what it may pull: its
+    ServiceAccount (:func:`warmup_service_account`) and pull Secrets (``warmup.imagePullSecrets``, then
+    a training template's). The expiry Job runs with exactly the warm-up's: it reads and deletes
+    what the warm-up wrote, from the same image."""
+    fields: dict[str, Any] = {}
+    account = warmup_service_account(spec)
+    if account:
+        fields["serviceAccountName"] = account
+    template = spec.warmup.pod_template
+    pull_secrets = dict.fromkeys([*spec.warmup.image_pull_secrets, *(template.image_pull_secrets if template else ())])
+    if pull_secrets:
+        fields["imagePullSecrets"] = [{"name": secret} for secret in pull_secrets]
+    return fields
 
 
 def template_volumes(template: PodTemplate) -> list[dict[str, Any]]:

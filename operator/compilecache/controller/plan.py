@@ -320,6 +320,9 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
         if expired and outcome.summary is not None:  # what the last expiry deleted, by rule (for the metrics)
             deleted = outcome.summary.get("deleted") or {}
             extra["cache"]["lastDeleted"] = {str(rule)[:63]: int(count or 0) for rule, count in deleted.items()}
+    refused = _pod_violations(creates, pools, snapshot.policy)
+    if refused:  # what the spec's checks missed, found on the pods themselves: nothing is created
+        return _refused_by_policy(cache, spec, refused, now), [], deletes
     if status.keeps_serving(old, spec_hash, phase):
         phase, message = status.READY, f"ready; refreshing: {message}"
     ready = phase == status.READY
@@ -391,6 +394,19 @@ def _storage(snapshot: Snapshot, spec: CacheSpec) -> tuple[bool, str, str, Creat
     return True, "ClaimFound", f"PersistentVolumeClaim {claim_name} is {phase}", None
 
 
+def _pod_violations(creates: Sequence[Create], pools: Sequence[Pool], rules: policy.Policy) -> list[policy.Violation]:
+    """The policy held on the pod of each Job to create (``policy.pod_violations``), whatever field made it."""
+    gpu_resources = {pool.name: pool.gpu_resource for pool in pools}
+    found: list[policy.Violation] = []
+    for create in creates:
+        if create.resource is not JOBS:
+            continue
+        template = create.manifest["spec"]["template"]
+        gpu_resource = gpu_resources.get(_labels(template).get(jobs.LABEL_POOL, ""), "")
+        found += policy.pod_violations(template["spec"], rules, gpu_resource, f"Job {create.name}")
+    return found
+
+
 def _refused_by_policy(cache: Cache, spec: CacheSpec, refused: Sequence[policy.Violation], now: str) -> dict[str, Any]:
     """The Failed status of a spec the operator's policy refuses: the message names each field."""
     message = f"refused by the operator's policy: {policy.describe(refused)}"
@@ -417,7 +433,7 @@ def _warmups(
     serving: set[str] = set()  # Services of multi-host Jobs that are to run or running
     for pool in pools:
         for topology in spec.warmup.topologies:
-            manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology)
+            manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology, run_as_user=snapshot.policy.run_as_user)
             job_name = str(manifest["metadata"]["name"])
             job_key = JOBS.key(job_name)
             service = jobs.warmup_service(manifest) if topology.multi_host else None
@@ -480,7 +496,7 @@ def _expiry(
     """
     cache = snapshot.cache
     warmups = [str(pool["job"]) for pool in pools if pool.get("state") == status.POOL_SUCCEEDED and pool.get("job")]
-    manifest = expiryjob.expiry_job(cache.obj, spec, warmups)
+    manifest = expiryjob.expiry_job(cache.obj, spec, warmups, run_as_user=snapshot.policy.run_as_user)
     job_name = str(manifest["metadata"]["name"])
     deletes = _superseded(cache, snapshot.expiry_jobs, keep={job_name}, what="expiry")
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)

@@ -21,24 +21,39 @@ by hostname or role, no existing claim that has not opted in (``claim_violation`
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from fnmatch import fnmatchcase
+from decimal import Decimal
 from typing import Any
 
-from compilecache.cache import units
+from compilecache.cache import linear, units
 from compilecache.controller import api, jobs
-from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
+from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.pools import Pool
 
 POLICY_ENV = "COMPILECACHE_POLICY"
-DEFAULT_SERVICE_ACCOUNT = "default"  # what a pod without serviceAccountName runs as
 # On a claim: "true" lets every cache of the namespace mount it; the label compilecache.dev/cache
 # naming one cache (what the operator puts on the claims it creates) lets that cache.
 CLAIM_OPT_IN_LABEL = "compilecache.dev/cache-claim"
 
 NAMED_REGISTRY = r"^([^/]*[.:][^/]*|localhost)/.+"  # an image reference that starts with its registry host
+# The extended resources that count as accelerators in maxGpusPerPod, besides each pool's own gpuResource:
+# the device plugins' resource names of NVIDIA (GPUs and MIG slices), AMD, Intel, Google TPUs, Habana
+# Gaudi and AWS Neuron.
+ACCELERATORS = (
+    "nvidia.com/*",
+    "amd.com/*",
+    "gpu.intel.com/*",
+    "google.com/tpu",
+    "habana.ai/*",
+    "aws.amazon.com/neuron*",
+)
+# The Secrets Store CSI driver mounts secrets of a cloud secret manager: a credential like a Secret volume.
+SECRET_CSI_DRIVERS = ("secrets-store.csi.k8s.io",)
+# Sources of a projected volume that carry no credential (secrets are checked by name, tokens by the policy).
+_PLAIN_PROJECTIONS = frozenset({"configMap", "downwardAPI", "clusterTrustBundle"})
+# Projected sources that mint a credential of the pod's identity for whatever runs in it.
+_TOKEN_PROJECTIONS = frozenset({"serviceAccountToken", "podCertificate"})
 
 Violation = tuple[str, str]  # (the field's path, why it is refused)
 
@@ -49,10 +64,9 @@ class PolicyError(ValueError):
 
 def matches(value: str, pattern: str) -> bool:
     """A pattern starting with ``^`` is a regular expression (the whole value must match), else a glob
-    (``fnmatch``, case-sensitive; ``*`` also matches ``/``)."""
-    if pattern.startswith("^"):
-        return re.fullmatch(pattern, value) is not None
-    return fnmatchcase(value, pattern)
+    (``fnmatch``'s, case-sensitive; ``*`` also matches ``/``). Both in time linear in the value
+    (``cache/linear.py``): the values are a cache author's, the operator's loop must not wait on them."""
+    return (linear.regex(pattern) if pattern.startswith("^") else linear.glob(pattern))(value)
 
 
 @dataclass(frozen=True)
@@ -88,10 +102,22 @@ class Policy:
     tolerations: Rules = Rules(deny=("", "node-role.kubernetes.io/*", "node.kubernetes.io/*"))
     # Names of existing claims usable without opting in (none by default).
     claims: Rules = Rules(allow=())
+    # Names of the Secrets a warm-up or expiry pod may read (volumes, projected volumes, env and envFrom of
+    # a training template or a workload): none by default, since the cache author's code runs there.
+    secrets: Rules = Rules(allow=())
+    # Drivers of csi volumes a training template may bring (by driver name).
+    csi_drivers: Rules = Rules(deny=SECRET_CSI_DRIVERS)
+    # Projected ServiceAccount tokens (and pod certificates) in a training template's volumes.
+    service_account_tokens: bool = False
+    # Extended resources counted in max_gpus_per_pod (patterns), besides each pool's gpuResource.
+    accelerators: tuple[str, ...] = ACCELERATORS
     max_gpus_per_pod: int | None = 8
     max_hosts: int | None = 16
     max_pools: int | None = 16
     max_gate_timeout_seconds: float | None = 2 * 3600.0
+    # The uid (and gid, fsGroup) of the pods the operator creates; None leaves them to the platform
+    # (OpenShift's restricted SCC assigns one from the namespace's range and refuses a pinned one).
+    run_as_user: int | None = jobs.RUN_AS_USER
 
     @property
     def max_gate_timeout(self) -> str | None:
@@ -107,6 +133,8 @@ _RULES = {
     "nodeSelectors": "node_selectors",
     "tolerations": "tolerations",
     "claims": "claims",
+    "secrets": "secrets",
+    "csiDrivers": "csi_drivers",
 }
 _CAPS = {"maxGpusPerPod": "max_gpus_per_pod", "maxHosts": "max_hosts", "maxPools": "max_pools"}
 
@@ -117,7 +145,7 @@ def parse(raw: Mapping[str, Any] | None) -> Policy:
         return DEFAULT
     if not isinstance(raw, Mapping):
         raise PolicyError(f"the policy must be an object, got {type(raw).__name__}")
-    known = {*_RULES, *_CAPS, "maxGateTimeout"}
+    known = {*_RULES, *_CAPS, "maxGateTimeout", "serviceAccountTokens", "accelerators", "runAsUser"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise PolicyError(f"policy.{unknown[0]} is not a policy key (known: {sorted(known)})")
@@ -137,6 +165,17 @@ def parse(raw: Mapping[str, Any] | None) -> Policy:
                 raise PolicyError(f"policy.{key} must be a whole number (0 or null: no cap), got {value!r}")
             # 0 too: Helm drops a key set to null from the values, so the chart cannot say null.
             changes[attr] = value or None
+    if "serviceAccountTokens" in raw:
+        if not isinstance(raw["serviceAccountTokens"], bool):
+            raise PolicyError(f"policy.serviceAccountTokens must be true or false, got {raw['serviceAccountTokens']!r}")
+        changes["service_account_tokens"] = raw["serviceAccountTokens"]
+    if "accelerators" in raw:
+        changes["accelerators"] = _patterns(raw["accelerators"], "policy.accelerators")
+    if "runAsUser" in raw:
+        value = raw["runAsUser"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise PolicyError(f"policy.runAsUser must be a uid (0 or null: the platform's), got {value!r}")
+        changes["run_as_user"] = value or None  # 0 too: never root (runAsNonRoot), and Helm drops null
     if "maxGateTimeout" in raw:
         value = raw["maxGateTimeout"]
         try:
@@ -165,21 +204,22 @@ def _rules(raw: Any, default: Rules, path: str) -> Rules:
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise PolicyError(f"{path}.{unknown[0]} is not a key of {path} (known: {sorted(allowed)})")
-    lists = {}
-    for key in ("allow", "deny"):
-        value = raw.get(key, getattr(default, key))
-        if value is None:
-            value = ()
-        if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
-            raise PolicyError(f"{path}.{key} must be a list of patterns (strings), got {value!r}")
-        for item in value:
-            if item.startswith("^"):
-                try:
-                    re.compile(item)
-                except re.error as exc:
-                    raise PolicyError(f"{path}.{key}: {item!r} is not a regular expression: {exc}") from None
-        lists[key] = tuple(value)
+    lists = {key: _patterns(raw.get(key, getattr(default, key)), f"{path}.{key}") for key in ("allow", "deny")}
     return Rules(allow=lists["allow"], deny=lists["deny"])
+
+
+def _patterns(value: Any, path: str) -> tuple[str, ...]:
+    """A list of patterns (:func:`matches`), each compiled once here so that a bad one stops the operator."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise PolicyError(f"{path} must be a list of patterns (strings), got {value!r}")
+    for item in value:
+        try:
+            linear.regex(item) if item.startswith("^") else linear.glob(item)
+        except linear.PatternError as exc:
+            raise PolicyError(f"{path}: {exc} (RE2 syntax: no backreferences, no look-around)") from None
+    return tuple(value)
 
 
 def image_pinned(image: str) -> bool:
@@ -200,13 +240,18 @@ def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
     elif policy.require_pinned_images and not image_pinned(warmup.image):
         found.append(("spec.warmup.image", f"image {warmup.image!r} must have a tag other than latest, or a digest"))
     found += _accounts(spec, policy)
-    found += _template_volumes(spec)
+    found += _template_volumes(spec, policy)
+    found += _secret_env(spec, policy)
     for index, pool in enumerate(warmup.pools):
         path = f"spec.warmup.pools[{index}]"
         found += _placement(pool.node_selector, pool.tolerations, path, policy)
         cap = policy.max_gpus_per_pod
         if cap is not None and pool.gpus_per_pod is not None and pool.gpus_per_pod > cap:
             found.append((f"{path}.gpusPerPod", f"{pool.gpus_per_pod} GPUs per pod is above the policy's {cap}"))
+        else:  # the pool's GPUs with what warmup.resources adds (a node's count, when unset, is the pass's)
+            found += _resource_accelerators(spec, pool.gpu_resource, pool.gpus_per_pod or 0, pool.name, policy)
+    if warmup.discover is not None:
+        found += _resource_accelerators(spec, warmup.discover.gpu_resource, 0, "discovered", policy)
     if warmup.discover is not None:
         discover = warmup.discover
         found += _placement(discover.node_selector, discover.tolerations, "spec.warmup.discover", policy)
@@ -250,6 +295,8 @@ def pool_violations(spec: CacheSpec, pools: Sequence[Pool], policy: Policy) -> l
             where = f"{path}.gpusPerPod" if explicit else path
             message = f"pool {pool.name!r} would use {pool.gpus_per_pod} GPUs per pod, above the policy's {cap}"
             found.append((where, message))
+        else:
+            found += _resource_accelerators(spec, pool.gpu_resource, pool.gpus_per_pod, pool.name, policy)
     if policy.max_pools is not None and len(resolved) > policy.max_pools:
         message = f"{len(resolved)} pools with nodes is above the policy's {policy.max_pools}"
         found.append(("spec.warmup.discover" if spec.warmup.discover else "spec.warmup.pools", message))
@@ -363,8 +410,9 @@ def _accounts(spec: CacheSpec, policy: Policy) -> list[Violation]:
     return found
 
 
-def _template_volumes(spec: CacheSpec) -> list[Violation]:
-    """Training's volumes may come only in the kinds a pod of the namespace shares (api.TEMPLATE_VOLUME_TYPES).
+def _template_volumes(spec: CacheSpec, policy: Policy) -> list[Violation]:
+    """Training's volumes may come only in the kinds a pod of the namespace shares (api.TEMPLATE_VOLUME_TYPES),
+    and without credentials the policy does not allow (:func:`_volume_credentials`).
 
     Not hostPath (a node's files), nor the in-tree network kinds (nfs, iscsi, ...: a server any
     author could name). Claims need no opt-in (``claim_violation``): that guards the claim the
@@ -383,6 +431,168 @@ def _template_volumes(spec: CacheSpec) -> list[Violation]:
                     f"a {kind} volume is not allowed in a warm-up (allowed: {sorted(api.TEMPLATE_VOLUME_TYPES)})",
                 )
             )
+    return found + _volume_credentials(template.volumes, f"{template.origin}.volumes", policy)
+
+
+def accelerators(resources: Mapping[str, Mapping[str, Any]], policy: Policy, gpu_resource: str) -> Decimal:
+    """How many accelerators a container's ``resources`` ask for: each extended resource the policy counts
+    (``accelerators``) or that is the pool's ``gpu_resource``, by the larger of its request and limit
+    (an extended resource's request defaults to its limit, and the two must be equal)."""
+    total = Decimal(0)
+    names = {name for kind in ("requests", "limits") for name in resources.get(kind) or {}}
+    for name in names:
+        if name == gpu_resource or any(matches(name, pattern) for pattern in policy.accelerators):
+            amounts = [(resources.get(kind) or {}).get(name) for kind in ("requests", "limits")]
+            total += max(_quantity(amount) for amount in amounts if amount is not None)
+    return total
+
+
+def pod_accelerators(pod_spec: Mapping[str, Any], policy: Policy, gpu_resource: str) -> Decimal:
+    """A pod's accelerators as the scheduler counts its request: the containers' sum, or the largest init
+    container's when that is more (init containers run one at a time, before the containers)."""
+
+    def count(container: Any) -> Decimal:
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        return accelerators(resources if isinstance(resources, Mapping) else {}, policy, gpu_resource)
+
+    running = sum((count(c) for c in pod_spec.get("containers") or ()), Decimal(0))
+    return max([running, *(count(c) for c in pod_spec.get("initContainers") or ())])
+
+
+def pod_violations(pod_spec: Mapping[str, Any], policy: Policy, gpu_resource: str, where: str) -> list[Violation]:
+    """What the policy refuses in a pod the operator is about to create, whatever field of the spec it came from.
+
+    The spec's checks (:func:`violations`, :func:`pool_violations`) name the cache's fields; this one
+    holds the same rules on the pod itself (``where`` names it, e.g. ``Job x``), so that no field
+    they miss can reach a pod: the images, the ServiceAccount, the accelerators, the placement, the
+    volumes and the Secrets of the environment.
+    """
+    found: list[Violation] = []
+    containers = [
+        (f"{where}: {kind}[{index}]", container)
+        for kind in ("initContainers", "containers")
+        for index, container in enumerate(pod_spec.get(kind) or ())
+    ]
+    for path, container in containers:
+        image = str(container.get("image") or "")
+        if not policy.images.permits(image):
+            found.append((f"{path}.image", f"image {image!r} is not allowed ({policy.images.describe()})"))
+        elif policy.require_pinned_images and not image_pinned(image):
+            found.append((f"{path}.image", f"image {image!r} must have a tag other than latest, or a digest"))
+        found += _env_secrets(container.get("env") or (), container.get("envFrom") or (), path, policy)
+    account = str(pod_spec.get("serviceAccountName") or DEFAULT_SERVICE_ACCOUNT)
+    if not policy.service_accounts.permits(account):
+        message = f"ServiceAccount {account!r} is not allowed ({policy.service_accounts.describe()})"
+        found.append((f"{where}: serviceAccountName", message))
+    if pod_spec.get("automountServiceAccountToken") is not False:
+        message = "must be false: no pod of the operator's needs the API"
+        found.append((f"{where}: automountServiceAccountToken", message))
+    cap = policy.max_gpus_per_pod
+    total = pod_accelerators(pod_spec, policy, gpu_resource)
+    if cap is not None and total > cap:
+        found.append((f"{where}: resources", f"the pod asks for {total} accelerators, above the policy's {cap}"))
+    found += _placement(pod_spec.get("nodeSelector") or {}, pod_spec.get("tolerations") or (), where, policy)
+    found += _volume_credentials(pod_spec.get("volumes") or (), f"{where}: volumes", policy)
+    return found
+
+
+def _resource_accelerators(spec: CacheSpec, gpu_resource: str, gpus: int, pool: str, policy: Policy) -> list[Violation]:
+    """The accelerators ``warmup.resources`` adds to a pool's ``gpus``, against ``maxGpusPerPod``."""
+    cap = policy.max_gpus_per_pod
+    resources = jobs.container_resources(spec, gpu_resource, gpus)
+    total = accelerators(resources, policy, gpu_resource)
+    if cap is None or total <= cap:
+        return []
+    counted = [
+        f"{kind}.{name}"
+        for kind in ("requests", "limits")
+        for name in spec.warmup.resources.get(kind) or {}
+        if name != gpu_resource and any(matches(name, pattern) for pattern in policy.accelerators)
+    ]
+    where = f"spec.warmup.resources.{counted[0]}" if counted else "spec.warmup.resources"
+    message = (
+        f"the warm-up pod of pool {pool!r} would ask for {total} accelerators ({gpus} {gpu_resource} from the pool "
+        f"and {', '.join(counted)} from warmup.resources), above the policy's {cap}"
+    )
+    return [(where, message)]
+
+
+def _quantity(value: Any) -> Decimal:
+    try:
+        return units.parse_quantity(value)
+    except ValueError:
+        return Decimal(0)  # not a quantity: the spec's own validation refused it already
+
+
+def _volume_credentials(volumes: Sequence[Any], path: str, policy: Policy) -> list[Violation]:
+    """Volumes that carry a credential: Secrets outside the policy's ``secrets``, projected tokens and pod
+    certificates unless ``serviceAccountTokens``, csi drivers outside ``csiDrivers``."""
+    found: list[Violation] = []
+    for index, volume in enumerate(volumes):
+        if not isinstance(volume, Mapping):
+            continue
+        where = f"{path}[{index}]"
+        secret = volume.get("secret")
+        if isinstance(secret, Mapping):
+            found += _secret(secret.get("secretName"), f"{where}.secret.secretName", policy)
+        csi = volume.get("csi")
+        if isinstance(csi, Mapping) and not policy.csi_drivers.permits(str(csi.get("driver") or "")):
+            message = f"csi driver {csi.get('driver')!r} is not allowed ({policy.csi_drivers.describe()})"
+            found.append((f"{where}.csi.driver", message))
+        projected = volume.get("projected")
+        sources = projected.get("sources") if isinstance(projected, Mapping) else None
+        for sindex, source in enumerate(sources if isinstance(sources, list) else ()):
+            spath = f"{where}.projected.sources[{sindex}]"
+            for kind, value in source.items() if isinstance(source, Mapping) else ():
+                if kind == "secret":
+                    name = value.get("name") if isinstance(value, Mapping) else None
+                    found += _secret(name, f"{spath}.secret.name", policy)
+                elif kind in _TOKEN_PROJECTIONS and not policy.service_account_tokens:
+                    message = (
+                        f"a projected {kind} gives the warm-up's code a credential of its ServiceAccount; "
+                        "not allowed (policy serviceAccountTokens)"
+                    )
+                    found.append((f"{spath}.{kind}", message))
+                elif kind not in _PLAIN_PROJECTIONS | _TOKEN_PROJECTIONS | {"secret"}:
+                    found.append((f"{spath}.{kind}", f"an unknown projected source {kind!r} is not allowed"))
+    return found
+
+
+def _env_secrets(env: Sequence[Any], env_from: Sequence[Any], path: str, policy: Policy) -> list[Violation]:
+    """Secrets an environment reads (``valueFrom.secretKeyRef``, ``envFrom[].secretRef``), against ``secrets``."""
+    found: list[Violation] = []
+    for index, item in enumerate(env):
+        value_from = item.get("valueFrom") if isinstance(item, Mapping) else None
+        ref = value_from.get("secretKeyRef") if isinstance(value_from, Mapping) else None
+        if isinstance(ref, Mapping):
+            found += _secret(ref.get("name"), f"{path}.env[{index}].valueFrom.secretKeyRef.name", policy)
+    for index, item in enumerate(env_from):
+        ref = item.get("secretRef") if isinstance(item, Mapping) else None
+        if isinstance(ref, Mapping):
+            found += _secret(ref.get("name"), f"{path}.envFrom[{index}].secretRef.name", policy)
+    return found
+
+
+def _secret(name: Any, path: str, policy: Policy) -> list[Violation]:
+    if policy.secrets.permits(str(name or "")):
+        return []
+    return [
+        (
+            path,
+            f"Secret {name!r} is not allowed ({policy.secrets.describe()}): the warm-up runs the cache author's "
+            "code, which could read it; allow it in the operator's policy (secrets)",
+        )
+    ]
+
+
+def _secret_env(spec: CacheSpec, policy: Policy) -> list[Violation]:
+    """The Secrets the warm-up's environment reads: each workload's env and a training template's env and envFrom."""
+    found: list[Violation] = []
+    for index, workload in enumerate(spec.warmup.workloads):
+        found += _env_secrets(workload.env, (), f"spec.warmup.workloads[{index}]", policy)
+    template = spec.warmup.pod_template
+    if template is not None:
+        found += _env_secrets(template.env, template.env_from, template.container_path, policy)
     return found
 
 
