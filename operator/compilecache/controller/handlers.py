@@ -320,16 +320,16 @@ def validate_cache(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     if kwargs.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return
     cache = dict(body)
-    refused = policy.admission_violations(cache, memo.policy, _claim(memo.client, cache))
+    namespace = (cache.get("metadata") or {}).get("namespace")
+    refused = policy.admission_violations(cache, memo.policy, lambda name: _claim(memo.client, name, namespace))
     if refused:
         # 422 as for the CRD's own schema; kube-apiserver passes a webhook's code on to the client.
         raise kopf.AdmissionError(policy.describe(refused), code=422)
 
 
-def _claim(client: Client, cache: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The existing claim the cache names, if any; on an API error none (the pass checks it again)."""
-    name, namespace = policy.claim_name(cache), (cache.get("metadata") or {}).get("namespace")
-    if name is None or not namespace:
+def _claim(client: Client, name: str, namespace: str | None) -> Mapping[str, Any] | None:
+    """The existing claim a valid cache names, if any; on an API error none (the pass checks it again)."""
+    if not namespace:
         return None
     try:
         return client.get(PVCS, name, namespace)

@@ -21,7 +21,7 @@ by hostname or role, no existing claim that has not opted in (``claim_violation`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -332,31 +332,26 @@ def claim_violation(
 
 
 def admission_violations(
-    cache: Mapping[str, Any], policy: Policy, claim: Mapping[str, Any] | None = None
+    cache: Mapping[str, Any], policy: Policy, read_claim: Callable[[str], Mapping[str, Any] | None] | None = None
 ) -> list[Violation]:
     """What refuses a CompileCache at apply time: its first spec error (``api.parse_cache``), else the policy's.
 
     The parser's checks include those the CRD's CEL cannot afford (a workload naming a pool not
-    in ``warmup.pools``), which a real API server would otherwise accept. ``claim``: the existing
-    claim ``storage.pvc.claimName`` names (``claim_name`` tells which), if any.
+    in ``warmup.pools``), which a real API server would otherwise accept. ``read_claim`` reads the
+    existing claim ``storage.pvc.claimName`` names, if any; it is called only once the spec is
+    valid, so a name of a megabyte never reaches the API.
     """
     try:
         spec = parse_cache(cache)
     except SpecError as exc:
         return [(exc.field, exc.message)]
     found = violations(spec, policy)
+    claim = read_claim(spec.pvc.claim_name) if spec.pvc is not None and read_claim is not None else None
     if spec.pvc is not None and claim is not None:
         meta = cache.get("metadata") or {}
         refused = claim_violation(spec, claim, str(meta.get("name")), meta.get("uid"), policy)
         found += [refused] if refused is not None else []
     return found
-
-
-def claim_name(cache: Mapping[str, Any]) -> str | None:
-    """The claim a CompileCache names (``spec.storage.pvc.claimName``), read before any validation."""
-    pvc = ((cache.get("spec") or {}).get("storage") or {}).get("pvc")
-    name = pvc.get("claimName") if isinstance(pvc, Mapping) else None
-    return name if isinstance(name, str) and name else None
 
 
 def bounded(consumers: Consumers, policy: Policy) -> Consumers:
