@@ -35,12 +35,14 @@ from chartrender import (
     render,
     wildcards,
 )
-from compilecache.controller import policy, webhook
+from compilecache.controller import expiryjob, plan, policy, webhook
 from compilecache.controller.admission import selector_matches
+from compilecache.controller.api import parse_cache
+from compilecache.controller.snapshot import Cache, Snapshot
 from compilecache.local.apiserver import KubeEmulator
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from k8snames import KUBERNETES_VERSIONS
-from specs import PRODUCT, cache_spec, cluster
+from specs import PRODUCT, cache, cache_spec, cluster
 
 CC = "compilecache.dev/v1alpha1/compilecaches"
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -117,7 +119,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "extraVolumeMounts": [{"name": "proxy-ca", "mountPath": "/etc/proxy-ca", "readOnly": True}],
     },
     # OpenShift's restricted SCC assigns the UID: nothing may force one (the defaults force none).
-    "openshift": {"podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}},
+    "openshift": {
+        "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "policy": {"runAsUser": 0},  # nor do the pods the operator creates
+    },
     # Where no platform assigns one, the image's user pinned explicitly.
     "pinned-uid": {"podSecurityContext": {"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532}},
     "existing-secret": {"webhook": {"enabled": True, "existingSecret": "my-webhook-tls", "caBundle": CA_BUNDLE}},
@@ -735,6 +740,30 @@ def test_policy_values_reach_the_operator_and_the_defaults_are_the_operators(ren
     assert parsed.claims.permits("shared-cache") and not parsed.claims.permits("shared-db-data")
     assert (parsed.max_gpus_per_pod, parsed.max_gate_timeout_seconds) == (None, 45 * 60)
     assert parsed.tolerations == policy.DEFAULT.tolerations  # unset keys keep the defaults
+
+
+@pytest.mark.slow
+def test_with_run_as_user_0_no_pod_of_the_operator_pins_a_uid(rendered):
+    """The chart's OpenShift setting: the operator's own pods pin none by default, and the warm-up and expiry
+    pods it creates pin none either, and still pass the restricted Pod Security Standard."""
+    objects = rendered["openshift"]
+    rules = policy.from_env(env_of(objects))
+    assert rules.run_as_user is None
+    pinned = {"runAsUser", "runAsGroup", "fsGroup"}
+    assert not pinned & set(deployment_of(objects)["spec"]["template"]["spec"].get("securityContext") or {})
+    obj = cache()
+    made: list[dict[str, Any]] = []
+    snapshot = Snapshot(Cache.read(obj), nodes=tuple(cluster()), policy=rules)
+    warmups = [
+        dict(c.manifest) for c in plan.plan(snapshot, "2026-11-26T10:00:00Z").creates if c.manifest["kind"] == "Job"
+    ]
+    made += warmups
+    made.append(expiryjob.expiry_job(obj, parse_cache(obj), [w["metadata"]["name"] for w in warmups], run_as_user=None))
+    assert len(made) > 1
+    for job in made:
+        context = job["spec"]["template"]["spec"]["securityContext"]
+        assert not pinned & set(context) and context["runAsNonRoot"] is True, context
+        assert podsecurity.violations(job) == [], job["metadata"]["name"]
 
 
 @pytest.mark.slow

@@ -94,7 +94,7 @@ def test_scripts_run_in_order_before_entrypoints():
     pod = _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]
     init = pod["initContainers"][0]["command"]
     # Without steps a script runs whole epochs within the default budget (--steps auto).
-    assert init[-7:] == ["--script", "/app/train_compile.py", "--steps", "auto", "--", "--steps", "1"]
+    assert init[-6:] == ["--script=/app/train_compile.py", "--steps", "auto", "--", "--steps", "1"]
     assert pod["containers"][0]["command"][-2:] == ["--workload", "m:f"]
     assert {"name": "MODEL_LAYERS", "value": "24"} in pod["containers"][0]["env"]
 
@@ -104,7 +104,7 @@ def test_exact_mode_runs_the_script_with_its_step_count_and_keeps_other_job_name
     plain = {"name": "train", "script": "/app/train.py", "args": ["--steps=100000"]}
     warmup["workloads"] = [plain | {"steps": 2, "stepFn": "_train_step"}]
     pod = _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]
-    exact = ["--script", "/app/train.py", "--steps", "2", "--step-fn", "_train_step", "--", "--steps=100000"]
+    exact = ["--script=/app/train.py", "--steps", "2", "--step-fn", "_train_step", "--", "--steps=100000"]
     [command] = [c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
     assert command[-len(exact) :] == exact  # the script's own args after --
     # Without steps, a workload hashes as it did before the fields existed: no Job is renamed by the upgrade.
@@ -122,7 +122,7 @@ def test_steps_auto_passes_its_step_fn_and_budget_and_a_group_runs_to_the_end():
     warmup["workloads"] = [workload]
     [command] = [c["command"] for c in _jobs(cache(warmup=warmup))[0]["spec"]["template"]["spec"]["containers"]]
     flags = ["--steps", "auto", "--step-fn", "_train_step", "--budget", "90"]
-    assert command[-9:] == ["--script", "/app/train.py", *flags, "--"]
+    assert command[-8:] == ["--script=/app/train.py", *flags, "--"]
     # The budget is part of what the Job compiles: a new budget is a new Job.
     shorter = warmup | {"workloads": [workload | {"budget": "1m"}]}
     assert _jobs(cache(warmup=warmup))[0]["metadata"]["name"] != _jobs(cache(warmup=shorter))[0]["metadata"]["name"]

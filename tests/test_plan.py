@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from compilecache.controller import admission, expiryjob, gates, plan, policy, status
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError
 from compilecache.controller.snapshot import Cache, Snapshot
-from specs import PRODUCT, cache, cache_spec, cluster, node
+from specs import GPU, PRODUCT, cache, cache_spec, cluster, node
 
 NOW = "2026-11-21T10:00:00Z"
 PHASES = {status.PENDING, status.WARMING, status.EXPIRING, status.READY, status.DEGRADED, status.FAILED}
@@ -325,6 +325,9 @@ def check(snap: Snapshot, decided: plan.Plan) -> None:
             owners = create.manifest["metadata"]["ownerReferences"]
             assert [(o["uid"], o["controller"]) for o in owners] == [(uid, True)]
             assert len(create.name) <= 63
+            # The policy holds on the pod itself, whatever field of the spec made it.
+            pod_spec = create.manifest["spec"]["template"]["spec"]
+            assert policy.pod_violations(pod_spec, snap.policy, GPU, create.name) == [], create.name
     owned = {job["metadata"]["name"] for job in (*snap.jobs, *snap.expiry_jobs)}
     assert {delete.name for delete in decided.deletes if delete.resource == JOBS} <= owned
     services = {service["metadata"]["name"] for service in snap.services}

@@ -63,7 +63,7 @@ def test_warmup_job_runs_the_pytorch_warmer_on_the_script_without_jax_settings()
     assert container["command"] == [
         "compilecache", "warm", "--framework", "pytorch", "--cache-dir", MOUNT, "--verify",
         "--report", jobs.REPORT_PATH, "--termination-log", jobs.TERMINATION_LOG,
-        "--script", "examples/pytorch/train.py", "--steps", "3", "--", "--layers", "2",
+        "--script=examples/pytorch/train.py", "--steps", "3", "--", "--layers", "2",
     ]  # fmt: skip
     env = env_of(container)
     assert not [name for name in env if name.startswith(("JAX_", "XLA_"))], env
@@ -80,7 +80,7 @@ def test_a_script_without_steps_runs_epochs_within_its_budget() -> None:
     [job, *_] = warmup_jobs(obj)
     pod = job["spec"]["template"]["spec"]
     [first] = pod["initContainers"]  # scripts run one after the other, each its own warmer
-    assert first["command"][-7:] == ["--script", "train.py", "--steps", "auto", "--budget", "90", "--"]
+    assert first["command"][-6:] == ["--script=train.py", "--steps", "auto", "--budget", "90", "--"]
     assert pod["containers"][0]["command"][-5:] == ["--steps", "3", "--", "--layers", "2"]
     assert "--jobs" not in first["command"] and "--step-fn" not in first["command"]
 

@@ -475,7 +475,9 @@ def model_path(prefix: str, root: type[pydantic.BaseModel], loc: Sequence[int | 
             if part not in kind.model_fields:
                 break
             path += f".{part}"
-            kind = kind.model_fields[part].annotation
+            # The hints, not model_fields' annotation: a field typed with a class defined further down
+            # the module keeps its forward reference there (Discover.tolerations).
+            kind = typing.get_type_hints(kind, include_extras=True)[part]
         else:
             break
     return path

@@ -490,7 +490,8 @@ def _warm_command(spec: CacheSpec, workloads: list[Workload], hosts: int = 1) ->
     command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
     for workload in workloads:
         if workload.script is not None:
-            command += ["--script", workload.script]
+            # With '=': a script path is a cache author's string, and one starting with '-' must not read as a flag.
+            command += [f"--script={workload.script}"]
             steps = _steps_flags(workload, hosts)
             command += steps
             if steps:  # the exact mode stops the script: it may also warm a run resumed from its checkpoint
@@ -510,7 +511,7 @@ def _torch_warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]
     command = ["compilecache", "warm", "--framework", "pytorch", "--cache-dir", spec.cache_dir]
     command += ["--verify" if spec.warmup.verify else "--no-verify"]
     command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
-    command += ["--script", str(workload.script)]
+    command += [f"--script={workload.script}"]  # with '=', as _warm_command
     steps = workload.steps if workload.steps is not None else STEPS_AUTO
     command += ["--steps", str(steps)]
     if steps == STEPS_AUTO and workload.budget_seconds is not None:

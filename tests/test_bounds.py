@@ -1,0 +1,302 @@
+"""Bounded work for every request: every field of a CompileCache is bounded, and no value holds the operator.
+
+Issue 28: a 32,000-dot image took 6.2 s in the policy's image pattern (Python's ``re`` backtracks),
+holding the interpreter lock and so the operator's event loop. Here, for every string field the CRD
+has (walked from the generated schema, not listed by hand), the longest value it admits, one past
+it and a megabyte, in several fill characters, go through admission (the validating webhook's
+``policy.admission_violations``), a pass (``plan.plan``) and the command lines the pass writes (the
+``compilecache`` CLI's own parser), each within a second (the old code took 6 s at 32 KB and grew
+with the square of the length), and past the bound each is refused naming its field.
+``bench/admission_load.py`` measures the operator's event loop under the same inputs over HTTPS.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compilecache.cache import linear
+from compilecache.cli.main import build_parser
+from compilecache.controller import api, plan, policy
+from compilecache.controller.snapshot import Cache, Snapshot
+from crdschema import iter_nodes, load_crd, openapi_schema
+from specs import OPEN_POLICY, PRODUCT, cache, cache_spec, cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = openapi_schema(load_crd(ROOT / "crds" / "compilecache.yaml"), "v1alpha1")
+SPEC_SCHEMA = SCHEMA["properties"]["spec"]
+NOW = "2026-11-26T10:00:00Z"
+MB = 1_000_000
+SECOND = 1.0  # the bound of one call; the old code took 6 s on 32 KB, these take milliseconds
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def full_spec() -> dict[str, Any]:
+    """A valid spec that sets nearly every field, so that a value put anywhere meets the code that reads it."""
+    image = "registry.example/trainer:1.2"
+    return cache_spec(
+        warmup={
+            "image": image,
+            "imagePullSecrets": [{"name": "regcred"}],
+            "serviceAccountName": "default",
+            "podTemplate": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": image,
+                            "command": ["python", "train.py"],
+                            "args": ["--config", "c.yaml"],
+                            "env": [{"name": "MODEL", "value": "small"}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "workingDir": "/app",
+                        }
+                    ],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                },
+                "container": "train",
+            },
+            "workloads": [
+                {
+                    "name": "train",
+                    "script": "train.py",
+                    "args": ["--config", "c.yaml"],
+                    "steps": 2,
+                    "stepFn": "train_step",
+                    "resumeArgs": ["--restore"],
+                    "env": [{"name": "A", "value": "b"}],
+                    "pools": ["h100"],
+                }
+            ],
+            "pools": [
+                {
+                    "name": "h100",
+                    "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"},
+                    "tolerations": [dict(TOLERATION)],
+                    "gpusPerPod": 8,
+                }
+            ],
+            "discover": {"nodeSelector": {"nvidia.com/gpu.present": "true"}, "tolerations": [dict(TOLERATION)]},
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+            "jax": {"xlaFlags": "--xla_gpu_autotune_level=2"},
+        },
+        lifecycle={"maxAge": "7d", "maxSize": "10Gi", "keepVersions": 2},
+        consumers={"gateTimeout": "10m", "podSelector": {"matchLabels": {"app": "t"}}},
+        schedule="0 3 * * *",
+    )
+
+
+def string_fields() -> list[tuple[str, dict[str, Any]]]:
+    """Every string (and int-or-string) field of the spec, as crdschema names it (``warmup.workloads[].args[]``)."""
+    found = []
+    for path, node in iter_nodes(SPEC_SCHEMA):
+        if (node.get("type") == "string" or node.get("x-kubernetes-int-or-string")) and "enum" not in node:
+            found.append((path, node))
+    return found
+
+
+def put(spec: dict[str, Any], path: str, value: Any) -> str:
+    """Set ``value`` at ``path`` (``[]``: the first item, ``{}``: the map key ``k``), making what is missing;
+    return the field's JSON path as the operator names it (``spec.warmup.workloads[0].args[0]``)."""
+    parts = re.findall(r"[^.\[\]{}]+|\[\]|\{\}", path)
+    node: Any = spec
+    named = "spec"
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        following: Any = value if last else ([] if parts[index + 1] == "[]" else {})
+        if part == "[]":
+            if not node:
+                node.append(following)
+            elif last:
+                node[0] = value
+            key: Any = 0
+            named += "[0]"
+        elif part == "{}":
+            key = "k" if not node else next(iter(node))
+            named += f".{key}"
+            if last or key not in node:
+                node[key] = following
+        else:
+            key = part
+            named += f".{part}"
+            if last or not isinstance(node.get(part), list | dict):
+                node[part] = following
+        if not last:
+            node = node[key]
+    return named
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - started
+
+
+def commands(result: plan.Plan) -> list[list[str]]:
+    """The ``compilecache`` command lines of the Jobs a pass creates."""
+    found = []
+    for create in result.creates:
+        pod = create.manifest.get("spec", {}).get("template", {}).get("spec", {})
+        for container in [*pod.get("initContainers", ()), *pod.get("containers", ())]:
+            if container["command"][0] == "compilecache":
+                found.append(container["command"][1:])
+    return found
+
+
+def test_the_full_spec_is_admitted_and_warms() -> None:
+    """The base of the field walk is valid: a refusal below is the injected value's."""
+    obj = cache(**full_spec())
+    assert policy.admission_violations(obj, OPEN_POLICY) == []
+    result = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster()), policy=OPEN_POLICY), NOW)
+    assert result.status["phase"] != "Failed", result.status
+    assert commands(result)
+
+
+def test_every_free_form_string_list_and_map_of_the_spec_is_bounded() -> None:
+    """maxLength on every string, maxItems on every list, maxProperties on every map: what no field has, the
+    API server accepts up to 1.5 MiB of. The one exception is the training template's pod spec (preserved
+    unknown fields), which the operator bounds itself (``api.check_bounded``, tested below)."""
+    unbounded = []
+    for path, node in iter_nodes(SPEC_SCHEMA):
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            if path != "warmup.podTemplate.spec":
+                unbounded.append(f"{path}: preserves unknown fields")
+            continue
+        if (node.get("type") == "string" or node.get("x-kubernetes-int-or-string")) and "enum" not in node:
+            strings = [node, *node.get("anyOf", ())] if node.get("x-kubernetes-int-or-string") else [node]
+            if not any("maxLength" in item for item in strings):
+                unbounded.append(f"{path}: a string without maxLength")
+        if node.get("type") == "array" and "maxItems" not in node:
+            unbounded.append(f"{path}: a list without maxItems")
+        if isinstance(node.get("additionalProperties"), dict) and "maxProperties" not in node:
+            unbounded.append(f"{path}: a map without maxProperties")
+    assert unbounded == []
+
+
+FIELDS = string_fields()
+
+
+@pytest.mark.parametrize(("path", "node"), FIELDS, ids=[path for path, _ in FIELDS])
+def test_the_longest_value_and_past_it_cost_milliseconds_and_past_it_is_refused_naming_the_field(
+    path: str, node: dict[str, Any]
+) -> None:
+    bound = int(node.get("maxLength") or next(item["maxLength"] for item in node["anyOf"] if "maxLength" in item))
+    parser = build_parser()
+    for fill in ("a", ".", "-", "/", "0"):
+        short = full_spec()
+        put(short, path, fill)
+        short_refused = policy.admission_violations(cache(**short), OPEN_POLICY)
+        for size in (bound, bound + 1, MB):
+            spec = full_spec()
+            field = put(spec, path, fill * size)
+            obj = cache(**spec)
+            refused, seconds = timed(lambda obj=obj: policy.admission_violations(obj, OPEN_POLICY))
+            assert seconds < SECOND, (field, fill, size, seconds)
+            snapshot = Snapshot(Cache.read(obj), nodes=tuple(cluster()), policy=OPEN_POLICY)
+            result, seconds = timed(lambda snapshot=snapshot: plan.plan(snapshot, NOW))
+            assert seconds < SECOND, (field, fill, size, seconds)
+            if size > bound:
+                assert refused, (field, fill, size)
+                assert result.status["phase"] == "Failed"
+                if not short_refused:  # refused for this value, not for what put() made around it
+                    assert refused[0][0].startswith(field), (field, refused)
+            for argv in commands(result):  # what the Job would run, as its container's CLI reads it
+                _, seconds = timed(lambda argv=argv: parser.parse_known_args(argv))
+                assert seconds < SECOND, (field, argv[:3], seconds)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("warmup.pools[].nodeSelector", {"k" * MB: "v"}),
+        ("warmup.discover.nodeSelector", {("a." * (MB // 2)) + "/k": "v"}),
+        ("consumers.podSelector.matchLabels", {"a" * MB: "v"}),
+        ("warmup.resources.limits", {"example.com/" + "g" * MB: "1"}),
+    ],
+)
+def test_a_megabyte_map_key_is_refused_in_milliseconds(where: str, value: dict[str, str]) -> None:
+    spec = full_spec()
+    field = put(spec, where, value)
+    refused, seconds = timed(lambda: policy.admission_violations(cache(**spec), OPEN_POLICY))
+    assert seconds < SECOND and refused and refused[0][0].startswith(field), (refused, seconds)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    inner: dict[str, Any] = {"leaf": "x"}
+    for _ in range(depth):
+        inner = {"x": inner}
+    return inner
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda pod: pod.__setitem__("affinity", _nested(api.TEMPLATE_MAX_DEPTH)), "nests deeper than"),
+        (lambda pod: pod.__setitem__("affinity", _nested(5000)), "nests deeper than"),
+        (lambda pod: pod["containers"][0]["env"].append({"name": "B", "value": "x" * MB}), "more than 256 KiB"),
+        (lambda pod: pod.__setitem__("tolerations", [{"key": "k"}] * 100_000), "more than 256 KiB"),
+    ],
+    ids=["just-too-deep", "5000-deep", "a-megabyte-value", "a-long-list"],
+)
+def test_a_training_template_is_bounded_in_size_and_depth(
+    change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    """The pod spec of a template is free-form; a deep or large one is refused before anything reads it, and
+    the walk that refuses it stops at the bound (a 5000-deep one costs what a 33-deep one does)."""
+    obj = cache(**full_spec())
+    change(obj["spec"]["warmup"]["podTemplate"]["spec"])  # after cache(): its deepcopy would recurse 5000 deep
+    refused, seconds = timed(lambda: policy.admission_violations(obj, OPEN_POLICY))
+    assert seconds < SECOND, seconds
+    assert refused and refused[0][0].startswith("spec.warmup.podTemplate.spec"), refused
+    assert message in refused[0][1]
+
+
+def test_a_template_as_deep_and_large_as_a_real_one_is_taken() -> None:
+    spec = full_spec()
+    spec["warmup"]["podTemplate"]["spec"]["affinity"] = _nested(api.TEMPLATE_MAX_DEPTH - 3)
+    spec["warmup"]["podTemplate"]["spec"]["containers"][0]["env"] += [
+        {"name": f"V{index}", "value": "x" * 1000} for index in range(200)
+    ]
+    assert policy.admission_violations(cache(**spec), OPEN_POLICY) == []
+
+
+# --- patterns in linear time -----------------------------------------------------------------------------
+
+
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(st.text(alphabet="ab-!][*?/.\\^&~|", max_size=10), st.text(alphabet="ab-!]/.\\^&~|[", max_size=8))
+def test_a_glob_matches_exactly_what_fnmatch_matches(pattern: str, value: str) -> None:
+    assert linear.glob(pattern)(value) == fnmatchcase(value, pattern)
+
+
+def test_the_default_image_pattern_is_linear_where_python_re_was_quadratic() -> None:
+    """The value of issue 28 (and 30 times it): Python's re took 6.2 s on 32,000 dots."""
+    for size in (32_000, MB):
+        _, seconds = timed(lambda size=size: policy.DEFAULT.images.permits("." * size))
+        assert seconds < SECOND, (size, seconds)
+    assert policy.DEFAULT.images.permits("registry.example/trainer:1.2")
+    assert not policy.DEFAULT.images.permits("trainer:1.2")
+
+
+def test_a_policy_pattern_that_needs_backtracking_stops_the_operator_with_the_key() -> None:
+    with pytest.raises(policy.PolicyError, match=r"policy.images.allow: .*backreferences"):
+        policy.parse({"images": {"allow": [r"^(a+)\1$"]}})
+    with pytest.raises(policy.PolicyError, match=r"policy.secrets.deny: .*look-around"):
+        policy.parse({"secrets": {"deny": [r"^(?=a)"]}})
+
+
+def test_a_pattern_matches_the_whole_value_and_never_past_a_newline() -> None:
+    """Python's ``$`` matched before a trailing newline, so "abc\\n" was a DNS label to the model and the
+    parser; the API server's RE2 says no, and so does the operator now."""
+    assert not linear.regex("[a-z]+$")("abc\n")
+    assert not api.is_dns_label("abc\n")
+    with pytest.raises(api.SpecError, match=r"spec\.storage\.pvc\.claimName"):
+        api.parse_spec(cache_spec(storage={"pvc": {"claimName": "jax-cache\n"}}))
