@@ -43,33 +43,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 from compilecache.cache import linear  # noqa: E402
 from compilecache.controller import policy, webhook  # noqa: E402
 from conftest import running_emulator  # noqa: E402
-from test_webhook import free_port, make_certificates, post, wait_listening  # noqa: E402
+from test_webhook import free_port, make_certificates, post, review, wait_listening  # noqa: E402
 
 MB = 1_000_000
 
 
-def _review(cache: dict[str, Any]) -> dict[str, Any]:
-    gvk = {"group": "compilecache.dev", "version": "v1alpha1", "kind": "CompileCache"}
-    gvr = {"group": "compilecache.dev", "version": "v1alpha1", "resource": "compilecaches"}
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "00000000-0000-0000-0000-000000000001",
-            "kind": gvk,
-            "resource": gvr,
-            "requestKind": gvk,
-            "requestResource": gvr,
-            "name": cache["metadata"]["name"],
-            "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "author"},
-            "object": cache,
-            "oldObject": None,
-            "dryRun": True,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        },
-    }
+CACHE_KIND = (
+    {"group": "compilecache.dev", "version": "v1alpha1", "kind": "CompileCache"},
+    {"group": "compilecache.dev", "version": "v1alpha1", "resource": "compilecaches"},
+)
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -139,7 +121,7 @@ def _probe(url: str, stop: threading.Event, worst: list[float]) -> None:
 
 def measure(url: str, health: str, context: ssl.SSLContext, cache: dict[str, Any]) -> tuple[float, float, str]:
     """(answer seconds, worst /healthz seconds meanwhile, the answer) of one AdmissionReview."""
-    body = json.dumps(_review(cache)).encode()
+    body = json.dumps(review(cache, CACHE_KIND)).encode()
     worst = [0.0]
     stop = threading.Event()
     prober = threading.Thread(target=_probe, args=(health, stop, worst))

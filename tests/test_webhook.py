@@ -221,10 +221,13 @@ def pod(cache: str | None = "llama", **spec: Any) -> dict[str, Any]:
     return body
 
 
-def review(obj: dict[str, Any]) -> dict[str, Any]:
-    """An AdmissionReview as kube-apiserver sends it for a pod created by the Job controller."""
-    gvk = {"group": "", "version": "v1", "kind": "Pod"}
-    gvr = {"group": "", "version": "v1", "resource": "pods"}
+POD_KIND = ({"group": "", "version": "v1", "kind": "Pod"}, {"group": "", "version": "v1", "resource": "pods"})
+
+
+def review(obj: dict[str, Any], kind: tuple[dict[str, str], dict[str, str]] = POD_KIND) -> dict[str, Any]:
+    """An AdmissionReview as kube-apiserver sends it for an object (a pod, by default) created by the Job
+    controller; ``kind``: the object's group/version/kind and group/version/resource."""
+    gvk, gvr = kind
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

@@ -316,6 +316,9 @@ def validate_cache(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     An UPDATE that leaves the spec as it was passes (labels, annotations, a rewarm): a cache
     admitted under an older policy stays editable and deletable; the controller says it Failed.
     """
+    # A plain function: kopf runs it in its thread pool (kopf/_core/actions/invocation.py), never on the
+    # event loop; and since a thread that computes holds the interpreter lock, what it does is bounded
+    # too: every field has a bound the model checks first, every pattern is matched in linear time.
     old = kwargs.get("old")  # kopf passes old and operation to webhooks; its WebhookFn type omits them
     if kwargs.get("operation") == "UPDATE" and old is not None and old.get("spec") == body.get("spec"):
         return
