@@ -411,9 +411,9 @@ def _check_writer(gcs: GCSStorage, warmup_account: str | None) -> None:
     ``default``), every training pod that names no ServiceAccount would run as the writer."""
     if gcs.service_account_name is None and warmup_account is None:
         raise SpecError(
-            "spec.storage.gcs.serviceAccountName",
-            "a GCS cache names its writer: the warm-up and expiry pods write the prefix as it (Workload "
-            "Identity), and training pods never run as it; set it to a ServiceAccount that may write the prefix",
+            "spec.storage.gcs",
+            "names no writer: set serviceAccountName to a ServiceAccount that may write the prefix (Workload "
+            "Identity); the warm-up and expiry pods write as it, and training pods never run as it",
         )
     for path, account in (
         ("spec.storage.gcs.serviceAccountName", gcs.service_account_name),
