@@ -104,9 +104,10 @@ def open_file(root: Path, relative: str) -> Iterator[BinaryIO]:
         except OSError as error:
             _raise_if_link(error, folder, name, relative)
             raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotAFile(relative)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotAFile(relative)
         yield handle
 
 

@@ -442,7 +442,10 @@ class LocalStore:
                 data = nofollow.read_bytes(self.root, f"{MANIFESTS_DIR}/{name}", MAX_MANIFEST_BYTES + 1)
             except FileNotFoundError:
                 continue  # deleted meanwhile (an expiry took its generation)
-            except (OSError, WarmError) as error:
+            except WarmError as error:  # a link, a FIFO: says so itself
+                read.append(Malformed(name, str(error)))
+                continue
+            except OSError as error:
                 read.append(Malformed(name, f"not read: {one_line(error)}"))
                 continue
             read.append(parse_manifest(name, data))
