@@ -9,13 +9,13 @@ framework (:data:`JAX_SCHEMA`: ``compilecache.jobtools.manifest`` writes it; :da
 ``compilecache.jobtools.torchwarm``), for every field a reader uses: its type, a bound (numbers
 finite and in range, strings without NUL and encodable as UTF-8), and names that stay inside the
 cache (a run id is one plain file name, a JAX entry a plain ``<module>-<sha256>-cache`` name, a
-PyTorch file a relative path without ``..``). Readers (expiry, the warmer, verify, the trainers'
-copy and verdict) then read fields without checking types again. Unknown fields are allowed: a
-newer warmer may record more.
+PyTorch file a relative path without ``..``). Readers (expiry of both frameworks, the warmer's
+check of what it would reuse, the trainers' verdicts and the PyTorch copy) then read fields
+without checking types again. Unknown fields are allowed: a newer warmer may record more.
 
-A malformed manifest is *set aside*: left where it is (expiry never deletes what it cannot
-read), named in every command's output and expiry's termination summary, and unused. Its
-entries are then entries in no manifest (docs/faults.md says what that means per framework).
+A malformed manifest is *set aside*: left where it is (no file is deleted for being malformed),
+named in every command's output and expiry's termination summary, and unused. Its entries are
+then entries in no manifest (docs/faults.md says what that means per framework).
 """
 
 from __future__ import annotations
