@@ -24,7 +24,14 @@ from hypothesis import strategies as st
 import gcsemulator
 from compilecache.cache import keysettings, manifests
 from compilecache.cache.expiry import Policy, expected_digests, index_manifests, plan_expiry
-from compilecache.cache.manifests import JAX_SCHEMA, MAX_MANIFEST_BYTES, TORCH_SCHEMA, Malformed, parse_manifest
+from compilecache.cache.manifests import (
+    JAX_SCHEMA,
+    MAX_MANIFEST_BYTES,
+    SHOWN_IN_SUMMARY,
+    TORCH_SCHEMA,
+    Malformed,
+    parse_manifest,
+)
 from compilecache.cache.store import GCSStore, Listing, LocalStore, StagedEntry, StoredFile
 from compilecache.cache.torchcache import manifest_entries, pick_generations
 from compilecache.cache.torchexpiry import plan_torch_expiry, torch_manifests
@@ -337,7 +344,7 @@ def test_the_expiry_summary_and_the_status_message_name_the_manifests_set_aside(
     message = expirecmd.termination_message(result)
     compact = json.loads(message)
     assert len(message.encode()) <= expirecmd.TERMINATION_LIMIT
-    assert len(compact["malformedManifests"]) == expirecmd.MALFORMED_SHOWN and compact["malformedOmitted"] == 7
+    assert len(compact["malformedManifests"]) == SHOWN_IN_SUMMARY and compact["malformedOmitted"] == 7
     line = expiryjob.describe(compact)
     assert line.startswith("warmed and expired: deleted nothing; 0 entries (0); 12 malformed manifests set aside"), line
     assert "evil-0-xxx" in line and "+9 more" in line and len(line) < 1000, line

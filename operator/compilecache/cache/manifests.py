@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
@@ -103,6 +103,24 @@ def gathered(read: Iterable[Mapping[str, Any] | Malformed]) -> Manifests:
         else:
             documents.append(item)
     return Manifests(tuple(documents), tuple(malformed))
+
+
+SHOWN_IN_SUMMARY = 5  # malformed manifests a termination summary names; the rest are counted
+
+
+def summary_fields(malformed: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """What a termination summary (4 KiB in all) says of the manifests set aside (``{name, reason}`` each):
+    ``malformedManifests``, the first :data:`SHOWN_IN_SUMMARY` with name and reason cut short, and
+    ``malformedOmitted``, how many more. ``expire``'s and ``warm``'s summaries alike."""
+    fields: dict[str, Any] = {
+        "malformedManifests": [
+            {"name": shown_name(item["name"]), "reason": cut(item["reason"], 200)}
+            for item in malformed[:SHOWN_IN_SUMMARY]
+        ]
+    }
+    if len(malformed) > SHOWN_IN_SUMMARY:
+        fields["malformedOmitted"] = len(malformed) - SHOWN_IN_SUMMARY
+    return fields
 
 
 def _check(document: Any) -> None:

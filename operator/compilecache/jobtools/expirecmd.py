@@ -32,7 +32,7 @@ from typing import Any
 
 from compilecache.cache import units
 from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
-from compilecache.cache.errors import STORAGE_FULL, WarmError, cut, storage_error
+from compilecache.cache.errors import STORAGE_FULL, WarmError, storage_error
 from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_STAGING_GRACE_SECONDS,
@@ -42,14 +42,13 @@ from compilecache.cache.expiry import (
     index_manifests,
     plan_expiry,
 )
-from compilecache.cache.manifests import JAX_SCHEMA, Malformed, shown_name
+from compilecache.cache.manifests import JAX_SCHEMA, Malformed, summary_fields
 from compilecache.cache.store import CacheStore, Listing, open_store, unsound_entries
 from compilecache.cli.errors import whole_number
 
 SUMMARY_SCHEMA = "compilecache.dev/expiry/v1"
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096  # bytes of a container's termination message that Kubernetes keeps
-MALFORMED_SHOWN = 5  # malformed manifests named in the termination message; the rest are counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -217,17 +216,12 @@ def result_document(
 
 
 def termination_message(result: Mapping[str, Any]) -> str:
-    """The result without the per-file list, in at most 4 KiB: the first :data:`MALFORMED_SHOWN`
-    malformed manifests (name and reason cut short; ``malformedOmitted`` counts the rest), and the
-    versions, which are dropped from the end to fit."""
+    """The result without the per-file list, in at most 4 KiB: the first malformed manifests
+    (:func:`compilecache.cache.manifests.summary_fields`), and the versions, which are dropped from
+    the end to fit."""
     compact = {key: value for key, value in result.items() if key not in ("deletions", "notes")}
     compact["versions"] = list(result.get("versions") or [])
-    malformed = list(result.get("malformedManifests") or [])
-    compact["malformedManifests"] = [
-        {"name": shown_name(item["name"]), "reason": cut(item["reason"], 200)} for item in malformed[:MALFORMED_SHOWN]
-    ]
-    if len(malformed) > MALFORMED_SHOWN:
-        compact["malformedOmitted"] = len(malformed) - MALFORMED_SHOWN
+    compact |= summary_fields(list(result.get("malformedManifests") or []))
     text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
     while len(text.encode()) > TERMINATION_LIMIT and compact["versions"]:
         compact["versions"].pop()

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
+from compilecache.cache.manifests import summary_fields
 from compilecache.cli.errors import number, whole_number
 from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.jobtools.resume import RESUMED_SUFFIX, resume_args
@@ -934,7 +935,6 @@ def _write_report(path: str, data: bytes) -> None:
 TERMINATION_SCHEMA = "compilecache.dev/warm/v1"
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps (it cuts the rest)
 _ERROR_CHARS = 1000
-_MALFORMED_SHOWN = 5
 
 
 def termination_summary(report: Mapping[str, Any]) -> str:
@@ -976,10 +976,8 @@ def termination_summary(report: Mapping[str, Any]) -> str:
     if report.get("error"):
         summary["error"] = str(report["error"])[:_ERROR_CHARS]
     malformed = list(report.get("malformedManifests") or [])
-    if malformed:  # named in full in the output and --report; here the first few, for the pod's status
-        summary["malformedManifests"] = [str(item["name"])[:120] for item in malformed[:_MALFORMED_SHOWN]]
-        if len(malformed) > _MALFORMED_SHOWN:
-            summary["malformedOmitted"] = len(malformed) - _MALFORMED_SHOWN
+    if malformed:  # in full in the output and --report; here the first few
+        summary |= summary_fields(malformed)
     text = json.dumps(summary, separators=(",", ":"))
     while len(text.encode()) > TERMINATION_LIMIT and summary["targets"]:
         dropped = max(1, len(summary["targets"]) // 2)  # halve: a few dumps even for thousands of targets
