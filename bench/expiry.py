@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from compilecache.cache.expiry import Policy, expected_digests, index_manifests, plan_expiry
+from compilecache.cache.manifests import JAX_SCHEMA
 from compilecache.cache.store import LocalStore, open_store, unsound_entries
 
 DAY = 86400.0
@@ -48,8 +49,9 @@ def fill_local(root: Path, count: int, per_manifest: int = 1000) -> None:
             path.write_bytes(ENTRY)
             os.utime(path, (when, when))
             entries.append({"file": name(i), "size": len(ENTRY), "sha256": "0" * 64, "written_at": stamp})
-        manifest = {"jax": version, "jaxlib": version, "backend": backend, "device_kind": kind,
-                    "finished_at": stamp, "entries": entries, "hits": []}  # fmt: skip
+        manifest = {"schema": JAX_SCHEMA, "run_id": f"run-{start:08d}", "jax": version, "jaxlib": version,
+                    "backend": backend, "device_kind": kind, "finished_at": stamp, "entries": entries,
+                    "hits": []}  # fmt: skip
         (root / ".compilecache" / "manifests" / f"run-{start:08d}.json").write_text(json.dumps(manifest))
 
 
@@ -61,8 +63,9 @@ def time_local(count: int) -> dict[str, float]:
         started = time.perf_counter()
         listing = store.scan()
         scanned = time.perf_counter()
-        manifests, _ = store.read_manifests()
-        index = index_manifests(manifests)
+        manifests = store.read_manifests()
+        assert not manifests.malformed, manifests.problems
+        index = index_manifests(manifests.of(JAX_SCHEMA))
         read = time.perf_counter()
         policy = Policy(max_age_seconds=14 * DAY, max_size_bytes=count * len(ENTRY) // 3, keep_versions=1)
         plan = plan_expiry(listing, index, policy, time.time())
@@ -71,7 +74,7 @@ def time_local(count: int) -> dict[str, float]:
         # --verify's byte checks (and warm's check of what it would reuse): every entry read,
         # by descriptor without following links, hashed and decompressed. The bench's
         # manifests record a dummy sha256, so every entry is found changed.
-        damaged = unsound_entries(store, [item.name for item in listing.files], expected_digests(index))
+        damaged = unsound_entries(store, listing.files, expected_digests(index))
         checked = time.perf_counter()
         assert len(damaged) == count
         return {

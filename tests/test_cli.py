@@ -146,6 +146,14 @@ def test_version_and_help_from_the_command() -> None:
         (["warm", "--cache-dir", "DEEP", "--script", "train.py"], "does not exist; create it first"),
         (["demo", "--warmer-only", "--cache-dir", "THEIRS"], "was not made by the demo"),
         (["operator", "-A"], "no kubeconfig"),
+        # Issue 28: "invalid _steps_value value", "invalid int value", "not writable: prepare ... EEXIST".
+        (
+            ["warm", "--cache-dir", "CACHE", "--script", "train.py", "--steps", "two"],
+            "argument --steps: expected a whole number of steps or auto, got 'two' (e.g. --steps 2)",
+        ),
+        (["expire", "--cache-dir", "CACHE", "--keep-versions", "two"], "expected a whole number, got 'two'"),
+        (["warm", "--cache-dir", "AFILE", "--script", "train.py"], "afile is a file, not a folder; give the path"),
+        (["expire", "--cache-dir", "AFILE"], "afile is a file, not a folder; give the path of a folder"),
     ],
 )
 def test_user_errors_are_one_line_with_exit_2(tmp_path: Path, argv: list[str], message: str) -> None:
@@ -153,13 +161,38 @@ def test_user_errors_are_one_line_with_exit_2(tmp_path: Path, argv: list[str], m
     theirs.mkdir()
     (theirs / "precious").write_text("x")
     (tmp_path / "train.py").write_text("")
-    places = {"CACHE": tmp_path / "cache", "DEEP": tmp_path / "a" / "b" / "cache", "THEIRS": theirs}
+    (tmp_path / "afile").write_text("")
+    places = {
+        "CACHE": tmp_path / "cache",
+        "DEEP": tmp_path / "a" / "b" / "cache",
+        "THEIRS": theirs,
+        "AFILE": tmp_path / "afile",
+    }
     argv = [str(places.get(arg, arg)) for arg in argv]
     env = clean_env({"HOME": str(tmp_path), "KUBECONFIG": ""})
     line = one_line(run_cli(argv, env, cwd=tmp_path), 2)
     assert message in line, line
     assert line.startswith("compilecache"), line
     assert (theirs / "precious").exists() and not (tmp_path / "a").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["expire"], ["warm", "--script", "train.py"]], ids=["expire", "warm"])
+def test_a_gcs_cache_without_credentials_fails_at_once_naming_the_fix(tmp_path: Path, argv: list[str]) -> None:
+    # Issue 28: 46 s, then a DNS error; "credentials not found" only in a library warning. No emulator,
+    # no key file, no gcloud config, no metadata server (NO_GCE_CHECK: google-auth and gcsfs skip it).
+    (tmp_path / "train.py").write_text("")
+    env = {k: v for k, v in clean_env().items() if k not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    env |= {"HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "NO_GCE_CHECK": "true"}
+    started = time.monotonic()
+    done = run_cli([argv[0], "--cache-dir", "gs://bucket/prefix", *argv[1:]], env, cwd=tmp_path)
+    seconds = time.monotonic() - started
+    line = one_line(done, 2)
+    assert line.startswith(f"compilecache {argv[0]}: error: gs://bucket/prefix: no Google Cloud credentials found."), (
+        line
+    )
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in line and "Workload Identity" in line, line
+    assert seconds < 30, f"took {seconds:.0f}s to say there are no credentials"
 
 
 @pytest.mark.slow

@@ -81,9 +81,13 @@ def test_a_training_pod_resumed_from_its_checkpoint_hits_every_program(local: Se
         assert line == f"compilecache: {resumed['hits']}/{resumed['requests']} compiles hit", line
     else:  # warmed from a fresh start only: the restored step's train_step misses, and is named so
         assert resumed["hits"] == resumed["requests"] - 1, (resumed, line)
-        assert line.endswith("missed: train_step (arg 0 (state.step): int32[] weak_type=True vs False)"), line
+        assert line.endswith(
+            "missed: train_step (arg 0 (state.step): int32[] weak_type=False in training, True in the warm-up)"
+        ), line
         # The pod's termination message carries it to the cache's status, for the user who never reads logs.
         reason = client.wait_for(
             lambda: (status_of(local, name).get("consumers") or {}).get("lastMissReason"), timeout=30
         )
-        assert reason == "train_step: arg 0 (state.step): int32[] weak_type=True vs False", reason
+        assert reason == "train_step: arg 0 (state.step): int32[] weak_type=False in training, True in the warm-up", (
+            reason
+        )

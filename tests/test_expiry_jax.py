@@ -14,6 +14,7 @@ import pytest
 import gcsemulator
 from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.entries import check_entry
+from compilecache.cache.manifests import JAX_SCHEMA
 from jaxhelpers import TINY_WORKLOAD, clean_env, entry_files, probe_hits, run_cli, write_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]
@@ -72,6 +73,8 @@ def test_entries_of_an_older_jaxlib_go_under_keep_versions(tmp_path: Path) -> No
     (cache / old_name).write_bytes(old_bytes)
     older = {key: current[key] for key in ("backend", "device_kind")} | {"jax": "0.4.30", "jaxlib": "0.4.30"}
     old_manifest = {
+        "schema": JAX_SCHEMA,
+        "run_id": "20250101T000000Z-old-00000000",
         **older,
         "finished_at": "2025-01-01T00:00:00Z",
         "entries": [

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from compilecache.cache import nofollow
+from compilecache.cache.manifests import JAX_SCHEMA
 from compilecache.cli.main import main
 
 OLD = time.time() - 30 * 86400
@@ -80,6 +81,8 @@ def link_run(cache: Path, outside: Path) -> str:
 def link_manifests(cache: Path, outside: Path) -> str:
     # A manifest out there claims another sha256 for the cache's sound entry: read, it would delete it.
     document = {
+        "schema": JAX_SCHEMA,
+        "run_id": "run",
         "jax": "0",
         "jaxlib": "0",
         "backend": "cpu",

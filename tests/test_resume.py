@@ -104,10 +104,13 @@ WARMED = {
 def test_the_trainer_names_the_resumed_state_difference_against_the_recorded_signature() -> None:
     here: dict[str, Any] = {}
     reason = verdict.miss_reason("jit_train_step", here, [WARMED], RESTORED)
-    assert reason == "arg 0 (.step): int32[] weak_type=True vs False"
+    assert reason == "arg 0 (.step): int32[] weak_type=False in training, True in the warm-up"
     tally = verdict.Tally(requests=3, hits=2, missed=["jit_train_step"], signatures=[RESTORED])
     line = verdict.verdict(tally, here, [WARMED])["summary"]
-    assert line == "compilecache: 2/3 compiles hit; missed: train_step (arg 0 (.step): int32[] weak_type=True vs False)"
+    assert line == (
+        "compilecache: 2/3 compiles hit; missed: "
+        "train_step (arg 0 (.step): int32[] weak_type=False in training, True in the warm-up)"
+    )
     # Without a signature (JAX internals moved), or a manifest without one: the general reason.
     assert verdict.miss_reason("jit_train_step", here, [WARMED], None) == verdict.KEY_DIFFERS
     bare = {**WARMED, "targets": [{"name": "t.py"}]}
@@ -122,7 +125,7 @@ def test_an_aot_target_s_signature_is_compared_when_its_key_is_the_module_s() ->
     aot = {**WARMED, "targets": [target]}
     # Settings and static args are the manifest's and the key's business: the argument is what is named.
     named = verdict.miss_reason("jit_train_step", {}, [aot], RESTORED)
-    assert named == "arg 0 (.step): int32[] weak_type=True vs False"
+    assert named == "arg 0 (.step): int32[] weak_type=False in training, True in the warm-up"
     assert verdict.miss_reason("jit_eval_step", {}, [aot], RESTORED) == verdict.NOT_WARMED
 
 
@@ -131,7 +134,9 @@ def test_the_nearest_recorded_variant_is_compared() -> None:
     both = [FRESH, other_batch]
     donated = _sig(_arg("[0][0].step"), _arg("[0][1]", type="float32[4,8]", donated=True))
     # One argument from the second variant, two from the first: the second is named.
-    assert closest_difference("f", both, donated) == "f arg 1: float32[4,8] donated=False vs True"
+    assert (
+        closest_difference("f", both, donated) == "f arg 1: float32[4,8] donated=True in training, False in the warm-up"
+    )
     assert closest_difference("f", [FRESH, RESTORED], RESTORED) is None
     assert closest_difference("f", [], RESTORED) is None
 
@@ -143,7 +148,10 @@ def test_verify_names_what_a_missed_program_of_the_entrypoint_differs_in() -> No
     fresh = TargetRun("script:t.py", "t.py", requests=2, hits=1, keys_hit=[f"jit_init-{b}"])
     fresh.keys_missed, fresh.signatures = [f"jit_train_step-{c}"], {"jit_train_step": [RESTORED]}
     [problem] = miss_messages([warm], [fresh])
-    assert "differs from what the warmer compiled: train_step arg 0 (.step): int32[] weak_type=True vs False" in problem
+    assert (
+        "differs from what the warmer compiled: "
+        "train_step arg 0 (.step): int32[] weak_type=False in training, True in the warm-up" in problem
+    )
 
 
 @pytest.mark.jax
@@ -170,7 +178,7 @@ def test_the_compile_hook_reads_the_program_being_compiled_with_jax_argument_nam
         ("[0][1]", "float32[2]", False, True),
     ]
     named = first_difference("ramp_step", fresh, restored)
-    assert named == "ramp_step arg 0 (state['step']): int32[] weak_type=True vs False"
+    assert named == "ramp_step arg 0 (state['step']): int32[] weak_type=False in training, True in the warm-up"
 
 
 # ---- slow: the Flax TrainState restored from a checkpoint -----------------------------------------
@@ -232,7 +240,9 @@ def test_a_restart_misses_train_step_without_the_resumed_run_and_hits_everything
         else:
             assert again["hits"] == again["requests"] - 1, (again, line)
             # Named by what differs from the program the warm-up recorded for train_step (its manifest).
-            assert line.endswith("missed: train_step (arg 0 (state.step): int32[] weak_type=True vs False)"), line
+            assert line.endswith(
+                "missed: train_step (arg 0 (state.step): int32[] weak_type=False in training, True in the warm-up)"
+            ), line
 
 
 @pytest.mark.slow
@@ -258,16 +268,32 @@ def test_a_script_that_restores_only_when_asked_gets_the_resume_args(tmp_path: P
         # weak_type of TrainState.step does not reach this program: training hits, with or without training_args.
         ("weak_type", "", None),
         ("weak_type_plain", "", None),
-        ("unsharded", "", "train_step (arg 0 (state.step): int32[] sharding=unspecified vs P())"),
-        ("unsharded_plain", "", "train_step (arg 0 (state.step): int32[] sharding=unspecified vs P())"),
-        ("no_donation", "", "train_step (arg 0 (state.step): int32[] donated=False vs True)"),
-        ("no_donation_args", "", "train_step (arg 0 (state.step): int32[] donated=False vs True)"),
-        ("no_donation_plain", "", "train_step (arg 0 (state.step): int32[] donated=False vs True)"),
+        (
+            "unsharded",
+            "",
+            "train_step (arg 0 (state.step): int32[] sharding=P() in training, unspecified in the warm-up)",
+        ),
+        (
+            "unsharded_plain",
+            "",
+            "train_step (arg 0 (state.step): int32[] sharding=P() in training, unspecified in the warm-up)",
+        ),
+        ("no_donation", "", "train_step (arg 0 (state.step): int32[] donated=True in training, False in the warm-up)"),
+        (
+            "no_donation_args",
+            "",
+            "train_step (arg 0 (state.step): int32[] donated=True in training, False in the warm-up)",
+        ),
+        (
+            "no_donation_plain",
+            "",
+            "train_step (arg 0 (state.step): int32[] donated=True in training, False in the warm-up)",
+        ),
         # Other XLA flags in training: every key differs, the setting is named (verify cannot see it).
         (
             "weak_type",
             " --xla_cpu_enable_fast_math=false",
-            "train_step (XLA_FLAGS differs: --xla_cpu_enable_fast_math=false vs (none))",
+            "train_step (XLA_FLAGS differs: --xla_cpu_enable_fast_math=false in training, (none) in the warm-up)",
         ),
     ],
 )

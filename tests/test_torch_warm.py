@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from compilecache.cache.expiry import Policy
+from compilecache.cache.manifests import Manifests
 from compilecache.cache.store import Listing, StoredFile, open_store
 from compilecache.cache.torchcache import differences, graph_counts, pick_generations, split_publishable
 from compilecache.cache.torchexpiry import plan_torch_expiry
@@ -77,8 +78,8 @@ def test_differences_read_here_vs_warm_up() -> None:
     warmed = {"torch": "2.13.0+cpu", "gpu": "cpu", "threads": 1, "inductor_env": {"TORCHINDUCTOR_X": "1"}}
     here = {"torch": "2.13.0+cpu", "gpu": "cpu", "threads": 2, "inductor_env": {}}
     assert differences(here, warmed) == [
-        "thread count differs: 2 vs 1",
-        "TORCHINDUCTOR_* settings differ: TORCHINDUCTOR_X=(unset) vs 1",
+        "thread count differs: 2 in training, 1 in the warm-up",
+        "TORCHINDUCTOR_* settings differ: TORCHINDUCTOR_X (unset) in training, 1 in the warm-up",
     ]
     assert differences(warmed, warmed) == []
 
@@ -111,7 +112,10 @@ def test_verdict_names_the_thread_count_and_fits_the_trainer_schema() -> None:
     result = torchhook.verdict(counts, {"torch": "2.13.0+cpu", "gpu": "cpu", "threads": 2}, [warmed], {})
     assert result["schema"] == "compilecache.dev/trainer/v1"
     assert (result["requests"], result["hits"], result["misses"]) == (3, 0, 3)
-    assert result["missed"][0] == {"name": "FX graph", "reason": "thread count differs: 2 vs 1"}
+    assert result["missed"][0] == {
+        "name": "FX graph",
+        "reason": "thread count differs: 2 in training, 1 in the warm-up",
+    }
     assert result["summary"].startswith("compilecache: 0/3 graphs hit; missed: FX graph ×2, AOTAutograd entry")
     assert len(json.dumps(result)) < 4096
     nothing = torchhook.verdict(graph_counts({}), {}, [], {})
@@ -290,7 +294,7 @@ def test_training_hits_every_graph_through_a_local_copy_of_a_read_only_cache(
     assert not any(path.stat().st_mode & 0o222 for path in [cache, *cache.rglob("*")])
     assert report["verify"]["hits"] == report["verify"]["requests"] > 0
     assert not list(cache.rglob("*.lock"))  # never published
-    (manifest,) = open_store(str(cache)).read_manifests()[0]
+    (manifest,) = open_store(str(cache)).read_manifests().documents
     assert manifest["facts"]["threads"] == 1 and manifest["facts"]["gpu"] == "cpu", manifest["facts"]
     assert manifest["facts"]["torch"].startswith("2.13") and manifest["facts"]["inductor_config"]
     generation = cache / manifest["generation"]
@@ -315,8 +319,8 @@ def test_a_thread_count_mismatch_is_named(warmed: tuple[Path, dict[str, Any]], t
     cache, _ = warmed
     verdict, done = _train(cache, tmp_path, "2")
     assert verdict["misses"] > 0, verdict
-    assert verdict["missed"][0]["reason"] == "thread count differs: 2 vs 1", verdict
-    assert "(thread count differs: 2 vs 1)" in done.stderr
+    assert verdict["missed"][0]["reason"] == "thread count differs: 2 in training, 1 in the warm-up", verdict
+    assert "(thread count differs: 2 in training, 1 in the warm-up)" in done.stderr
 
 
 @pytest.mark.slow
@@ -419,7 +423,7 @@ def test_expiry_removes_corrupt_files_locks_and_expired_generations(
     assert done.returncode == 0, done.stderr
     assert "maxAge" in done.stdout
     assert not generation.exists()
-    assert open_store(str(cache)).read_manifests() == ([], [])
+    assert open_store(str(cache)).read_manifests() == Manifests()
 
 
 @pytest.mark.slow
@@ -442,7 +446,7 @@ def test_a_gcs_cache_is_published_copied_to_a_trainer_and_expired(
         gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir("torch-bucket")
         url = "gs://torch-bucket/caches/tiny"
         store = open_store(url)
-        (manifest,) = open_store(str(cache)).read_manifests()[0]
+        (manifest,) = open_store(str(cache)).read_manifests().documents
         tree = cache / "torch" / manifest["run_id"]
         publish(store, tree, manifest["run_id"], list_tree(tree), [])
         store.write_manifest(manifest_name(manifest["run_id"]), json.dumps(manifest).encode())
@@ -458,4 +462,4 @@ def test_a_gcs_cache_is_published_copied_to_a_trainer_and_expired(
 
         result = expire_torch(store, Policy(max_age_seconds=1, grace_seconds=0), dry_run=False, now=time.time() + 60)
         assert result["deleted"]["maxAge"] == 1
-        assert list_generations(store) == {} and store.read_manifests() == ([], [])
+        assert list_generations(store) == {} and store.read_manifests() == Manifests()

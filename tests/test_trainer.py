@@ -62,13 +62,18 @@ def test_installed_distribution_registers_the_entry_point() -> None:
 
 def test_miss_reasons_name_a_differing_setting_another_key_or_not_warmed() -> None:
     old_manifest = {**WARMED, "settings": {"xla_flags": "--xla_a=1", "xla_caches": "none"}}
-    assert verdict.miss_reason("jit_train_step", HERE, [old_manifest]) == "XLA_FLAGS differs: --xla_b=2 vs --xla_a=1"
+    assert (
+        verdict.miss_reason("jit_train_step", HERE, [old_manifest])
+        == "XLA_FLAGS differs: --xla_b=2 in training, --xla_a=1 in the warm-up"
+    )
     same = {**WARMED, "settings": {"xla_flags": "--xla_b=2"}}
     assert verdict.miss_reason("jit_train_step", HERE, [same]) == verdict.KEY_DIFFERS
     assert verdict.miss_reason("jit_eval_step", HERE, [same]) == verdict.KEY_DIFFERS  # a key the warm-up hit
     assert verdict.miss_reason("jit_train", HERE, [same]) == verdict.NOT_WARMED  # a prefix is not a name
     eight = {**same, "device_count": 8}
-    assert verdict.miss_reason("jit_train_step", HERE, [eight]) == "device count differs: 1 vs 8"
+    assert (
+        verdict.miss_reason("jit_train_step", HERE, [eight]) == "device count differs: 1 in training, 8 in the warm-up"
+    )
     # The newest run that warmed the program decides.
     newer = {**same, "finished_at": "2026-11-22T05:00:00Z"}
     assert verdict.miss_reason("jit_train_step", HERE, [old_manifest, newer]) == verdict.KEY_DIFFERS
@@ -88,20 +93,24 @@ def test_a_trainer_on_another_pjrt_plugin_or_platform_is_told_so_by_name() -> No
     older = "jax-cuda12-pjrt 0.10.1, jax-cuda12-plugin 0.10.1"
     plugin = {**WARMED, "settings": {**CUDA, "pjrt_plugins": older}}
     assert verdict.miss_reason("jit_train_step", CUDA, [plugin]) == (
-        f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs {older}"
+        f"PJRT plugin differs: {CUDA['pjrt_plugins']} in training, {older} in the warm-up"
     )
     platform = {**WARMED, "settings": {**CUDA, "platform_version": "PJRT C API\ncuda 12080"}}
     assert verdict.miss_reason("jit_train_step", CUDA, [platform]).startswith("platform version differs: ")
     # A warm-up without any plugin (a CPU image) and a trainer with one: "(none)", not a blank.
     cpu = {**WARMED, "settings": {**CUDA, "pjrt_plugins": ""}}
     assert (
-        verdict.miss_reason("jit_train_step", CUDA, [cpu]) == f"PJRT plugin differs: {CUDA['pjrt_plugins']} vs (none)"
+        verdict.miss_reason("jit_train_step", CUDA, [cpu])
+        == f"PJRT plugin differs: {CUDA['pjrt_plugins']} in training, (none) in the warm-up"
     )
     # A manifest written before these were recorded says nothing about them.
     assert verdict.miss_reason("jit_train_step", CUDA, [{**WARMED, "settings": HERE}]).startswith("backend differs")
     # jaxlib first: it explains every miss, and the plugin is released with it.
     both = {**WARMED, "settings": {**CUDA, "jaxlib": "0.10.1", "pjrt_plugins": older}}
-    assert verdict.miss_reason("jit_train_step", CUDA, [both]) == "jaxlib version differs: 0.10.2 vs 0.10.1"
+    assert (
+        verdict.miss_reason("jit_train_step", CUDA, [both])
+        == "jaxlib version differs: 0.10.2 in training, 0.10.1 in the warm-up"
+    )
 
 
 def test_pjrt_plugins_are_found_by_distribution_name() -> None:
@@ -114,14 +123,18 @@ def test_pjrt_plugins_are_found_by_distribution_name() -> None:
 
 def test_settings_differences_follow_how_jax_hashes_the_flags() -> None:
     assert keysettings.differences({"xla_flags": "--b --a"}, {"xla_flags": "--a  --b"}) == []
-    assert keysettings.differences({"xla_flags": ""}, {"xla_flags": "--a"}) == ["XLA_FLAGS differs: (none) vs --a"]
+    assert keysettings.differences({"xla_flags": ""}, {"xla_flags": "--a"}) == [
+        "XLA_FLAGS differs: (none) in training, --a in the warm-up"
+    ]
     assert keysettings.differences({"x64": True}, {}) == []  # an older manifest without it says nothing
     # A manifest without settings still has the hash of its flags (targets[].key_components).
     hashed = {"xla_flags": "--a", "xla_flags_hash": "1" * 64}
     assert keysettings.differences(hashed, {"xla_flags_hash": keysettings.NO_FLAGS_HASH}) == [
-        "XLA_FLAGS differs: --a vs (none)"
+        "XLA_FLAGS differs: --a in training, (none) in the warm-up"
     ]
-    assert keysettings.differences(hashed, {"xla_flags_hash": "2" * 64}) == ["XLA_FLAGS differs: --a vs other flags"]
+    assert keysettings.differences(hashed, {"xla_flags_hash": "2" * 64}) == [
+        "XLA_FLAGS differs: --a in training, other flags in the warm-up"
+    ]
     assert keysettings.differences(hashed, {"xla_flags_hash": "1" * 64}) == []
     assert keysettings.normal_flags("--z=1 --a --xla_dump_to=/x", frozenset({"--xla_dump_to"})) == "--a --z=1"
     assert keysettings.from_manifest({"jaxlib": "1", "settings": {"xla_flags": "--a"}}) == {
@@ -135,20 +148,27 @@ def test_summary_line_groups_misses_by_reason() -> None:
     manifest = {**WARMED, "settings": {"xla_flags": "--xla_a=1"}}
     result = verdict.verdict(tally, HERE, [manifest])
     assert result["summary"] == (
-        "compilecache: 10/27 compiles hit; missed: train_step (XLA_FLAGS differs: --xla_b=2 vs --xla_a=1), "
+        "compilecache: 10/27 compiles hit; missed: "
+        "train_step (XLA_FLAGS differs: --xla_b=2 in training, --xla_a=1 in the warm-up), "
         "op0, op1, op2, op3, op4, +10 more functions (not warmed), 1 program (not named: JAX's miss log was off)"
     )
     assert (result["requests"], result["hits"], result["misses"]) == (27, 10, 17)
-    assert result["missed"][0] == {"name": "train_step", "reason": "XLA_FLAGS differs: --xla_b=2 vs --xla_a=1"}
+    assert result["missed"][0] == {
+        "name": "train_step",
+        "reason": "XLA_FLAGS differs: --xla_b=2 in training, --xla_a=1 in the warm-up",
+    }
     assert len(result["missed"]) == verdict.MAX_MISSED
     assert verdict.summary_line(3, 3, []) == "compilecache: 3/3 compiles hit"
     assert "no compile used" in verdict.summary_line(0, 0, [])
 
 
 def test_misses_of_one_function_are_named_with_how_many_never_as_a_bare_count() -> None:
-    reasons = [("train_step", "device count differs: 2 vs 4")] * 2 + [("eval_step", verdict.NOT_WARMED)] * 4
+    reasons = [("train_step", "device count differs: 2 in training, 4 in the warm-up")] * 2 + [
+        ("eval_step", verdict.NOT_WARMED)
+    ] * 4
     assert verdict.summary_line(8, 2, reasons) == (
-        "compilecache: 2/8 compiles hit; missed: train_step ×2 (device count differs: 2 vs 4), "
+        "compilecache: 2/8 compiles hit; missed: "
+        "train_step ×2 (device count differs: 2 in training, 4 in the warm-up), "
         "eval_step ×4 (not warmed)"
     )
 
@@ -158,7 +178,9 @@ def test_misses_of_one_function_are_named_with_how_many_never_as_a_bare_count() 
     missed=st.lists(
         st.tuples(
             st.sampled_from(["train_step", "eval_step", "_mean", "stack", "_reduce_sum", "gather"]),
-            st.sampled_from([verdict.NOT_WARMED, "XLA_FLAGS differs: --a vs (none)", "arg 0 (.step): x"]),
+            st.sampled_from(
+                [verdict.NOT_WARMED, "XLA_FLAGS differs: --a in training, (none) in the warm-up", "arg 0 (.step): x"]
+            ),
         ),
         max_size=30,
     )
@@ -330,7 +352,7 @@ def test_a_trainer_with_other_xla_flags_is_told_which_setting_differs(warmed: tu
     env = trainer_env(jax_cache_env(str(cache), xla_flags=flag), read_only=True)
     counts, stderr = train(env, code, [plugin])
     [line] = verdict_lines(stderr)
-    assert f"train_step (XLA_FLAGS differs: {flag} vs (none))" in line, line
+    assert f"train_step (XLA_FLAGS differs: {flag} in training, (none) in the warm-up)" in line, line
     assert line.startswith(f"compilecache: 0/{counts['requests']} compiles hit;"), line
 
 
@@ -354,7 +376,7 @@ def test_a_trainer_on_another_pjrt_plugin_than_the_recorded_warm_up_is_told_so(
             (cache / name).unlink()
     _, stderr = train(trainer_env(jax_cache_env(str(cache)), read_only=True), code, [plugin])
     [line] = verdict_lines(stderr)
-    assert f"train_step (PJRT plugin differs: (none) vs {CUDA['pjrt_plugins']})" in line, line
+    assert f"train_step (PJRT plugin differs: (none) in training, {CUDA['pjrt_plugins']} in the warm-up)" in line, line
 
 
 @pytest.mark.slow

@@ -79,11 +79,11 @@ def test_flags_a_script_sets_itself_are_recorded_and_a_trainer_without_them_is_t
     def train(flags: str) -> dict[str, Any]:
         return run_trainer(code / "train.py", clean_env({**env, "TRAIN_FLAGS": flags}, [plugin, code]), termination)[0]
 
-    assert f"train_step (XLA_FLAGS differs: (none) vs {FLAG})" in train("")["summary"]
+    assert f"train_step (XLA_FLAGS differs: (none) in training, {FLAG} in the warm-up)" in train("")["summary"]
     # The trainer's own flags are read at its miss too, not at exit, after the script restored them.
     other = "--xla_cpu_enable_fast_min_max=true"
     summary = train(other)["summary"]
-    assert f"train_step (XLA_FLAGS differs: {other} vs {FLAG})" in summary, summary
+    assert f"train_step (XLA_FLAGS differs: {other} in training, {FLAG} in the warm-up)" in summary, summary
     # The same flags as the warm-up's: every compile hits.
     same = train(FLAG)
     assert same["misses"] == 0 and same["requests"] > 0, same["summary"]
@@ -120,5 +120,8 @@ def test_a_shape_miss_names_the_function_the_parameter_and_both_shapes(tmp_path:
     termination = tmp_path / "termination-log"
     env = trainer_env(jax_cache_env(str(cache)), read_only=True) | {TERMINATION_LOG: str(termination), "BATCH": "128"}
     summary = run_trainer(code / "shapes.py", clean_env(env, [plugin, code]), termination)[0]["summary"]
-    # Values read warm-up vs training (keydiff.first_difference).
-    assert "train_step (arg 1 (batch['image']): float32[64,28,28,1] vs float32[128,28,28,1])" in summary, summary
+    # Every difference names its sides, training's value first (keysettings.sides).
+    assert (
+        "train_step (arg 1 (batch['image']): float32[128,28,28,1] in training, float32[64,28,28,1] in the warm-up)"
+        in summary
+    ), summary

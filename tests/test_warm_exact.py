@@ -48,25 +48,31 @@ def _with(change: dict[str, Any]) -> dict[str, Any]:
     [
         (
             _with({"args": [_arg("[0][0].step", weak_type=True), BASE["args"][1]]}),
-            "train_step arg 0 (.step): int32[] weak_type=False vs True",
+            "train_step arg 0 (.step): int32[] weak_type=True in training, False in the warm-up",
         ),
         (
             _with({"args": [BASE["args"][0], {**BASE["args"][1], "sharding": "unspecified"}]}),
-            "train_step arg 1: float32[8,16] sharding=P('data',) vs unspecified",
+            "train_step arg 1: float32[8,16] sharding=unspecified in training, P('data',) in the warm-up",
         ),
         (
             _with({"args": [_arg("[0][0].step", donated=False), BASE["args"][1]]}),
-            "train_step arg 0 (.step): int32[] donated=True vs False",
+            "train_step arg 0 (.step): int32[] donated=False in training, True in the warm-up",
         ),
         (
             _with({"args": [_arg("[0][0].step", type="float32[]"), BASE["args"][1]]}),
-            "train_step arg 0 (.step): int32[] vs float32[]",
+            "train_step arg 0 (.step): float32[] in training, int32[] in the warm-up",
         ),
-        # Settings read this process vs the warm-up, as the trainer's verdict does (keysettings.differences).
-        (_with({"settings": {**BASE["settings"], "xla_flags": ""}}), "train_step: XLA_FLAGS differs: (none) vs --a"),
-        (_with({"settings": {**BASE["settings"], "x64": True}}), "train_step: jax_enable_x64 differs: True vs False"),
-        (_with({"static": {"2": "True"}}), "train_step static arg 2: unset vs True"),
-        (_with({"mesh_axes": ["batch"]}), "train_step: mesh axis names ['data'] vs ['batch']"),
+        # Every difference names its sides, training's value first (keysettings.sides).
+        (
+            _with({"settings": {**BASE["settings"], "xla_flags": ""}}),
+            "train_step: XLA_FLAGS differs: (none) in training, --a in the warm-up",
+        ),
+        (
+            _with({"settings": {**BASE["settings"], "x64": True}}),
+            "train_step: jax_enable_x64 differs: True in training, False in the warm-up",
+        ),
+        (_with({"static": {"2": "True"}}), "train_step static arg 2: True in training, unset in the warm-up"),
+        (_with({"mesh_axes": ["batch"]}), "train_step: mesh axis names ['batch'] in training, ['data'] in the warm-up"),
         (_with({"args": BASE["args"][:1]}), "train_step arg 1: present in the warmer only"),
         (_with({"args": [*BASE["args"], _arg("[1]['x']")]}), "train_step arg kwarg 'x': present in training only"),
     ],
@@ -101,7 +107,7 @@ def test_a_miss_with_signatures_is_explained_by_the_difference_not_the_hash() ->
     fresh.key_components = {"computation": "1" * 64}
     warm.key_components = {"computation": "2" * 64}
     [message] = miss_messages([warm], [fresh])
-    assert "train_step arg 0 (.step): int32[] donated=True vs False" in message
+    assert "train_step arg 0 (.step): int32[] donated=False in training, True in the warm-up" in message
     assert "key differs" not in message
 
 
@@ -164,8 +170,11 @@ def test_signature_of_reads_weak_types_donation_and_static_args_off_the_lowering
         ("[0][0]['step']", "int32[]", True, False),
         ("[0][0]['w']", "float32[2]", False, False),
     ]
-    assert first_difference("f", base, signature(step, 5)) == "f static arg 1: 2 vs 5"
-    assert first_difference("f", base, signature(donating, 2)) == "f arg 0 (['step']): int32[] donated=False vs True"
+    assert first_difference("f", base, signature(step, 5)) == "f static arg 1: 5 in training, 2 in the warm-up"
+    assert (
+        first_difference("f", base, signature(donating, 2))
+        == "f arg 0 (['step']): int32[] donated=True in training, False in the warm-up"
+    )
 
 
 # ---- slow: the Flax example warmed both ways, and the traps -------------------------------------
@@ -239,7 +248,7 @@ def test_aot_mode_hits_and_a_trainer_with_other_xla_flags_is_told_which_setting(
     )
     assert completed.returncode == 0, completed.stderr
     # JAX leaves the host device count out of the key; the difference is the flag the trainer added.
-    expected = "train_step: XLA_FLAGS differs: --xla_cpu_enable_fast_math=false vs (none)"
+    expected = "train_step: XLA_FLAGS differs: --xla_cpu_enable_fast_math=false in training, (none) in the warm-up"
     assert completed.stdout.strip().splitlines()[-1] == expected
 
 
@@ -337,9 +346,9 @@ def unsharded_plain():
     [
         # weak_type of TrainState.step does not reach this program's HLO: training hits.
         ("weak_type", None),
-        ("weak_type_matters", "scale arg 0: int32[] weak_type=False vs True"),
-        ("unsharded", "train_step arg 0 (.step): int32[] sharding=unspecified vs P()"),
-        ("no_donation", "train_step arg 0 (.step): int32[] donated=False vs True"),
+        ("weak_type_matters", "scale arg 0: int32[] weak_type=True in training, False in the warm-up"),
+        ("unsharded", "train_step arg 0 (.step): int32[] sharding=P() in training, unspecified in the warm-up"),
+        ("no_donation", "train_step arg 0 (.step): int32[] donated=True in training, False in the warm-up"),
     ],
 )
 def test_each_aot_trap_ends_in_a_hit_or_a_named_difference(tmp_path: Path, trap: str, named: str | None) -> None:

@@ -38,6 +38,11 @@ def storage_error(action: str, path: str, error: OSError) -> StorageError:
     return StorageError(f"{action} {path} failed: {number}{reason}")
 
 
+def cut(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first ``limit - 1`` and ``…``."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def one_line(error: BaseException, limit: int | None = 400) -> str:
     """``Type: message`` on one line, for errors shown to users (a message over ``limit`` is cut).
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compilecache.cache import keysettings
+from compilecache.cache.keysettings import sides
 
 Signature = dict[str, Any]
 
@@ -32,13 +33,14 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
 
     The order is the order a user fixes things in: settings that change every
     key first, then the arguments one by one (an argument's sharding names its
-    mesh axes), then the mesh as a whole, then static args.
-    Values read ``warmer vs other``.
+    mesh axes), then the mesh as a whole, then static args. ``other`` is training's
+    side (or verify's fresh run of training's call): values read as
+    :func:`compilecache.cache.keysettings.sides` puts them, training's first.
     """
     if not warmer or not other:
         return None
     settings = keysettings.differences(other.get("settings") or {}, warmer.get("settings") or {})
-    if settings:  # every key differs then: the first thing to tell (reads this process vs the warm-up)
+    if settings:  # every key differs then: the first thing to tell
         return f"{name}: {settings[0]}"
     mine_args: Sequence[Mapping[str, Any]] = warmer.get("args", [])
     their_args: Sequence[Mapping[str, Any]] = other.get("args", [])
@@ -52,21 +54,19 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
             if arg.get(field) != theirs.get(field):
                 what = "" if field == "type" else f"{arg.get('type')} {field}="
                 label = _label(arg["path"], theirs.get("name") or arg.get("name"))
-                return f"{name} arg {label}: {what}{_show(arg.get(field))} vs {_show(theirs.get(field))}"
+                return f"{name} arg {label}: {what}{sides(_show(theirs.get(field)), _show(arg.get(field)))}"
     known = {a["path"] for a in mine_args}
     extra = [arg for arg in their_args if arg["path"] not in known]
     if extra:
         label = _label(extra[0]["path"], extra[0].get("name"))
         return f"{name} arg {label}: present in training only (argument structure differs)"
     if warmer.get("mesh_axes") != other.get("mesh_axes"):
-        return f"{name}: mesh axis names {_show(warmer.get('mesh_axes'))} vs {_show(other.get('mesh_axes'))}"
+        return f"{name}: mesh axis names {sides(_show(other.get('mesh_axes')), _show(warmer.get('mesh_axes')))}"
     static_mine, static_theirs = warmer.get("static", {}), other.get("static", {})
     for position in sorted(set(static_mine) | set(static_theirs)):
         if static_mine.get(position) != static_theirs.get(position):
-            return (
-                f"{name} static arg {position}: {_show(static_mine.get(position))} "
-                f"vs {_show(static_theirs.get(position))}"
-            )
+            values = sides(_show(static_theirs.get(position)), _show(static_mine.get(position)))
+            return f"{name} static arg {position}: {values}"
     return None
 
 

@@ -2,7 +2,9 @@
 
 The warmer records :func:`current` in each run manifest (under ``settings``); a training process
 compares its own with them (:func:`differences`) to say why it missed: ``XLA_FLAGS differs:
---xla_foo=1 vs (none)``. The shape is a flat JSON object, so a manifest carries it as is::
+--xla_foo=1 in training, (none) in the warm-up`` (:func:`sides`: every difference this package
+names, JAX's and PyTorch's, says which value is whose). The shape is a flat JSON object, so a
+manifest carries it as is::
 
     {"jax": "0.10.2", "jaxlib": "0.10.2", "pjrt_plugins": "", "platform_version": "cpu",
      "backend": "cpu", "device_kind": "cpu", "device_count": 4, "process_count": 1,
@@ -163,8 +165,14 @@ def from_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
+def sides(training: str, warm_up: str) -> str:
+    """``float32[32,16] in training, float32[64,16] in the warm-up``: how every difference names its two
+    values, training's (or verify's fresh run of training's call) first, each with whose it is."""
+    return f"{training} in training, {warm_up} in the warm-up"
+
+
 def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]:
-    """One line per setting that differs, reading ``here vs warmed`` (this process, then the warm-up).
+    """One line per setting that differs, ``here`` (this process: training) against ``warmed`` (:func:`sides`).
 
     The trainer's verdict and verify both phrase a settings miss this way; settings either lacks are skipped.
     """
@@ -176,15 +184,15 @@ def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]
             mine, theirs = here.get("xla_flags_hash"), warmed.get("xla_flags_hash")
             if mine and theirs and mine != theirs:
                 was = "(none)" if theirs == NO_FLAGS_HASH else "other flags"
-                lines.append(f"{label} differs: {here.get('xla_flags') or '(none)'} vs {was}")
+                lines.append(f"{label} differs: {sides(here.get('xla_flags') or '(none)', was)}")
             continue
         if key not in here or key not in warmed or _same(key, here[key], warmed[key]):
             continue
         if key == "xla_flags":
             mine, theirs = set(str(here[key] or "").split()), set(str(warmed[key] or "").split())
-            lines.append(f"{label} differs: {_words(mine - theirs)} vs {_words(theirs - mine)}")
+            lines.append(f"{label} differs: {sides(_words(mine - theirs), _words(theirs - mine))}")
         else:
-            lines.append(f"{label} differs: {_value(here[key])} vs {_value(warmed[key])}")
+            lines.append(f"{label} differs: {sides(_value(here[key]), _value(warmed[key]))}")
     return lines
 
 

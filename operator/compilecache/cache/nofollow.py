@@ -19,12 +19,21 @@ import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from compilecache.cache.errors import WarmError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _TEMPORARY_SUFFIX = ".tmp"
+
+
+class NotAFile(WarmError):
+    """Something other than a regular file (a FIFO, a device, a folder) where the cache keeps a file."""
+
+    def __init__(self, relative: str) -> None:
+        super().__init__(f"{relative} is not a regular file: not read, left alone")
+        self.relative = relative
 
 
 class LinkError(WarmError):
@@ -73,17 +82,33 @@ def is_link(root: Path, relative: str) -> bool:
         return False
 
 
-def read_bytes(root: Path, relative: str) -> bytes:
-    """The bytes of a plain file below ``root``; :class:`LinkError` if it or a parent is a link."""
+def read_bytes(root: Path, relative: str, limit: int = -1) -> bytes:
+    """The bytes of a plain file below ``root`` (at most ``limit`` of them when it is not negative);
+    :class:`LinkError` if it or a parent is a link, :class:`NotAFile` if it is no regular file."""
+    with open_file(root, relative) as handle:
+        return handle.read(limit)
+
+
+@contextlib.contextmanager
+def open_file(root: Path, relative: str) -> Iterator[BinaryIO]:
+    """A regular file below ``root``, open for reading; :class:`LinkError` if it or a parent is a link.
+
+    Opened non-blocking, then checked: a FIFO put where a file was listed would otherwise hold the
+    reader forever (``open`` of a FIFO waits for a writer), a device would read without end. A
+    regular file's reads ignore ``O_NONBLOCK`` (open(2)).
+    """
     parent, name = _split(relative)
     with open_dir(root, parent) as folder:
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
+            fd = os.open(name, _FILE_FLAGS | os.O_NONBLOCK, dir_fd=folder)
         except OSError as error:
             _raise_if_link(error, folder, name, relative)
             raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotAFile(relative)
     with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+        yield handle
 
 
 def unlink(root: Path, relative: str) -> bool:

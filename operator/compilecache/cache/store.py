@@ -31,12 +31,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
-import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,13 +45,14 @@ from typing import Any, Protocol
 from compilecache.cache import nofollow
 from compilecache.cache.entries import (
     ATIME_SUFFIX,
+    CHUNK_BYTES,
     EntryError,
-    check_entry,
-    entry_problem,
     is_entry_name,
-    sha256_file,
+    scan_entry,
+    stream_problem,
 )
 from compilecache.cache.errors import WarmError, one_line, storage_error
+from compilecache.cache.manifests import MAX_MANIFEST_BYTES, Malformed, Manifests, gathered, parse_manifest
 
 META_DIR = ".compilecache"
 MANIFESTS_DIR = f"{META_DIR}/manifests"
@@ -60,6 +60,9 @@ STAGING_DIR = f"{META_DIR}/staging"
 PROBE_PREFIX = ".probe-"  # the warmer's writability probe at the top of a local cache
 GCS_SCHEME = "gs://"
 _READERS = 8  # concurrent entry reads: GCS latency or disk, not CPU, bounds them
+# GCS reads an entry in ranges of this size: 8 readers hold at most 64 MiB, and a range is one
+# request's worth of latency for 8 MiB of data.
+_GCS_RANGE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -150,12 +153,16 @@ class CacheStore(Protocol):
         """The bytes of a listed file."""
         ...
 
+    def stream(self, name: str) -> Iterator[bytes]:
+        """The bytes of a listed file, a bounded piece at a time (entries reach hundreds of MB)."""
+        ...
+
     def delete(self, name: str) -> bool:
         """Delete a listed file or staging dir; ``False`` if it was gone already (idempotent)."""
         ...
 
-    def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Every run manifest, and one line per manifest that could not be read."""
+    def read_manifests(self) -> Manifests:
+        """Every run manifest, each checked against its schema; the malformed ones set aside, named."""
         ...
 
 
@@ -173,39 +180,24 @@ def is_cache_file(name: str) -> bool:
     return is_entry_name(name) or (name.endswith(ATIME_SUFFIX) and is_entry_name(name[: -len(ATIME_SUFFIX)] + "-cache"))
 
 
-def unsound_entries(store: CacheStore, names: Iterable[str], digests: Mapping[str, str]) -> dict[str, str]:
-    """Entry name → why its bytes cannot be relied on (sha256 against its manifest's, then a full check).
+def unsound_entries(store: CacheStore, files: Iterable[StoredFile], digests: Mapping[str, str]) -> dict[str, str]:
+    """Entry name → why its bytes cannot be relied on (sha256 against its manifest's, and a full check).
 
-    An entry gone meanwhile (another expiry) is not judged. Reads run concurrently.
+    Each entry is read once, a piece at a time (:func:`compilecache.cache.entries.stream_problem`):
+    the readers hold a few MB together, whatever the entries inflate to. An entry gone meanwhile
+    (another expiry), or no longer a plain file, is not judged. Reads run concurrently.
     """
 
-    def problem(name: str) -> str | None:
+    def problem(item: StoredFile) -> str | None:
         try:
-            data = store.read(name)
+            return stream_problem(store.stream(item.name), item.size, digests.get(item.name))
         except (FileNotFoundError, WarmError):
             return None
-        return entry_problem(data, digests.get(name))
 
-    names = list(names)
+    files = list(files)
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        found = dict(zip(names, pool.map(problem, names), strict=True))
+        found = dict(zip((item.name for item in files), pool.map(problem, files), strict=True))
     return {name: why for name, why in found.items() if why is not None}
-
-
-def parse_manifests(named: Iterable[tuple[str, bytes]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Decode manifest documents; a broken one is reported, never fatal (expiry must still run)."""
-    documents, problems = [], []
-    for name, data in named:
-        try:
-            document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as error:
-            problems.append(f"manifest {name}: not JSON ({error})")
-            continue
-        if not isinstance(document, dict):
-            problems.append(f"manifest {name}: not a JSON object")
-            continue
-        documents.append(document)
-    return documents, problems
 
 
 class LocalStore:
@@ -231,6 +223,7 @@ class LocalStore:
         without ever writing into the live directory.
         """
         staging = self.root / STAGING_DIR / run_id
+        self._check_folder()
         if not self.root.parent.exists():
             # One missing level is made (a fresh cache folder); a missing tree is more likely a
             # typo, or a volume mounted elsewhere, than a wish: never build it silently.
@@ -264,6 +257,15 @@ class LocalStore:
         self._seeded[str(staging)] = seeded
         return str(staging)
 
+    def _check_folder(self) -> None:
+        """A cache dir (or its parent) that is a file, named as such: ``mkdir`` would say only EEXIST."""
+        for path in (self.root, self.root.parent):
+            if path.exists() and not path.is_dir():
+                raise WarmError(
+                    f"cache dir {self.root}: {path} is a file, not a folder; give the path of a folder "
+                    "(the mounted cache volume, or a new folder to create)"
+                )
+
     def set_aside(self, workdir: str, damaged: Collection[str]) -> None:
         """Remove the damaged entries' links from staging, so that JAX compiles them again there,
         and remember which file each one is: :meth:`publish` renames the fresh entry over it."""
@@ -293,14 +295,13 @@ class LocalStore:
         bad: list[str] = []
         try:
             for name in names:
-                path = staging / name
-                data = path.read_bytes()
-                try:
-                    check_entry(data)
-                except EntryError as error:
-                    bad.append(f"{name}: {error}")
-                    continue
-                checked.append(StagedEntry(name, len(data), sha256_file(path), self._publishable(workdir, name)))
+                with (staging / name).open("rb") as handle:
+                    try:
+                        scanned = scan_entry(iter(lambda: handle.read(CHUNK_BYTES), b""))
+                    except EntryError as error:
+                        bad.append(f"{name}: {error}")
+                        continue
+                checked.append(StagedEntry(name, scanned.size, scanned.sha256, self._publishable(workdir, name)))
         except OSError as error:
             raise storage_error("read", str(error.filename or staging), error) from None
         if bad:
@@ -359,8 +360,9 @@ class LocalStore:
         Nothing is followed: an entry or a folder that is a symbolic link is not listed
         (so never read or deleted) but named in the listing's notes.
         """
+        self._check_folder()
         if not self.root.is_dir():
-            raise WarmError(f"cache dir {self.root} does not exist or is not a directory")
+            raise WarmError(f"cache dir {self.root} does not exist: give the folder the cache lives in")
         files, notes, temporary = [], [], []
         with os.scandir(self.root) as listing:
             for item in listing:
@@ -403,6 +405,12 @@ class LocalStore:
         """The file's bytes (a link is not read: :class:`~compilecache.cache.nofollow.LinkError`)."""
         return nofollow.read_bytes(self.root, name)
 
+    def stream(self, name: str) -> Iterator[bytes]:
+        """The file's bytes in pieces of :data:`~compilecache.cache.entries.CHUNK_BYTES`, never through a link."""
+        with nofollow.open_file(self.root, name) as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                yield chunk
+
     def delete(self, name: str) -> bool:
         """``unlink`` (a reader with the file open keeps reading it) or remove a staging dir.
 
@@ -418,25 +426,30 @@ class LocalStore:
         except OSError as error:  # e.g. read-only, immutable, or a full copy-on-write disk: one line
             raise storage_error("delete", str(self.root / name), error) from None
 
-    def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot); links are not read."""
-        named, problems = [], []
+    def read_manifests(self) -> Manifests:
+        """Every ``*.json`` under ``.compilecache/manifests`` (temporary files start with a dot), each read
+        up to the size no manifest reaches; a link, a FIFO or an unreadable file is set aside unread."""
+        read: list[Mapping[str, Any] | Malformed] = []
         try:
             with nofollow.open_dir(self.root, MANIFESTS_DIR) as folder:
                 names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
         except nofollow.LinkError as error:
-            return [], [f"manifests not read: {error}"]
+            return Manifests(notes=(f"manifests not read: {error}",))
         except (FileNotFoundError, NotADirectoryError):
-            return [], []
+            return Manifests()
         for name in names:
             try:
-                named.append((name, nofollow.read_bytes(self.root, f"{MANIFESTS_DIR}/{name}")))
-            except nofollow.LinkError as error:
-                problems.append(f"manifest not read: {error}")
+                data = nofollow.read_bytes(self.root, f"{MANIFESTS_DIR}/{name}", MAX_MANIFEST_BYTES + 1)
             except FileNotFoundError:
+                continue  # deleted meanwhile (an expiry took its generation)
+            except WarmError as error:  # a link, a FIFO: says so itself
+                read.append(Malformed(name, str(error)))
                 continue
-        documents, unreadable = parse_manifests(named)
-        return documents, [*problems, *unreadable]
+            except OSError as error:
+                read.append(Malformed(name, f"not read: {one_line(error)}"))
+                continue
+            read.append(parse_manifest(name, data))
+        return gathered(read)
 
 
 # A GCS endpoint that accepts connections and never answers would hold gcsfs for its
@@ -526,6 +539,7 @@ class GCSStore:
                 import gcsfs
             except ImportError as error:
                 raise WarmError("gs:// caches need gcsfs: install compilecache-operator[gcs] in this image") from error
+            _require_credentials(self.url, os.environ)
             # gcsfs logs a traceback when a request runs out of retries, then raises the error,
             # which every call here reports in one line: the traceback would only bury it.
             logging.getLogger("gcsfs").addFilter(_quiet_out_of_retries)
@@ -565,18 +579,15 @@ class GCSStore:
 
     def check(self, workdir: str, names: list[str]) -> list[StagedEntry]:
         """Check what JAX wrote; delete an unsound object (it is live already) and fail the run."""
-        import hashlib
-
         result, bad = [], []
         for name in names:
-            data = self.read(name)
             try:
-                check_entry(data)
+                scanned = scan_entry(self.stream(name))
             except EntryError as error:
                 bad.append(f"{name}: {error}")
                 self.delete(name)
                 continue
-            result.append(StagedEntry(name, len(data), hashlib.sha256(data).hexdigest(), True))
+            result.append(StagedEntry(name, scanned.size, scanned.sha256, True))
         if bad:
             raise EntryError(f"{len(bad)} unsound entries written to {self.url}, deleted: " + "; ".join(bad))
         return result
@@ -619,6 +630,20 @@ class GCSStore:
         data: bytes = self._call(f"read {name}", self.fs._cat_file, f"{self.root}/{name}")
         return data
 
+    def stream(self, name: str) -> Iterator[bytes]:
+        """Download one object in ranges, each of the generation listed first: a replacement uploaded
+        meanwhile is never read half from the old object and half from the new one."""
+        path = f"{self.root}/{name}"
+        try:
+            info = self._call(f"read {name}", self.fs._info, path)
+        except _NotFound:
+            raise FileNotFoundError(path) from None
+        size = int(info.get("size") or 0)
+        pinned = {"generation": info["generation"]} if info.get("generation") else {}
+        for start in range(0, size, _GCS_RANGE_BYTES):
+            end = min(size, start + _GCS_RANGE_BYTES)
+            yield self._call(f"read {name}", self.fs._cat_file, path, start=start, end=end, **pinned)
+
     def delete(self, name: str) -> bool:
         """Delete one object; ``False`` when it is gone already."""
         try:
@@ -629,18 +654,35 @@ class GCSStore:
             self.fs.invalidate_cache(self.root)
         return True
 
-    def read_manifests(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """List the manifests, then fetch them together (gcsfs runs the downloads concurrently)."""
+    def read_manifests(self) -> Manifests:
+        """List the manifests with their sizes, then fetch the ones of a manifest's size together (gcsfs
+        runs the downloads concurrently); one that cannot be fetched is set aside, the others stand."""
         folder = f"{self.root}/{MANIFESTS_DIR}"
         try:
-            listed = self._call("list manifests", self.fs._ls, folder, detail=False, refresh=True)
+            listed = self._call("list manifests", self.fs._ls, folder, detail=True, refresh=True)
         except _NotFound:
-            return [], []
-        paths = sorted(path for path in listed if path.endswith(".json"))
-        if not paths:
-            return [], []
-        contents = self._call("read manifests", self.fs._cat, paths)
-        return parse_manifests((path.rsplit("/", 1)[-1], contents[path]) for path in paths)
+            return Manifests()
+        read: list[Mapping[str, Any] | Malformed] = []
+        paths = []
+        for item in sorted(listed, key=lambda item: str(item["name"])):
+            name = str(item["name"]).rsplit("/", 1)[-1]
+            if item.get("type") != "file" or not name.endswith(".json"):
+                continue
+            if int(item.get("size") or 0) > MAX_MANIFEST_BYTES:
+                read.append(Malformed(name, f"larger than a manifest's {MAX_MANIFEST_BYTES} bytes"))
+            else:
+                paths.append(str(item["name"]))
+        if paths:
+            contents = self._call("read manifests", self.fs._cat, paths, on_error="return")
+            for path in paths:
+                name, data = path.rsplit("/", 1)[-1], contents.get(path)
+                if isinstance(data, FileNotFoundError):
+                    continue  # deleted meanwhile
+                if isinstance(data, BaseException):
+                    read.append(Malformed(name, f"not read: {one_line(data)}"))
+                elif isinstance(data, bytes):
+                    read.append(parse_manifest(name, data))
+        return gathered(read)
 
     def write(self, name: str, data: bytes) -> None:
         """Upload one object under the prefix (a PyTorch generation's file): whole or not at all."""
@@ -690,6 +732,38 @@ class GCSStore:
         except Exception as error:
             # OSError, ValueError, and aiohttp and google-auth errors that gcsfs passes on after its retries.
             raise WarmError(f"{self.url}: {what} failed: {one_line(error, limit=None)}") from error
+
+
+# gcsfs (core.py) talks to the emulator this names, with no credentials.
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+
+
+def _require_credentials(url: str, environ: Mapping[str, str]) -> None:
+    """Fail at once, in one line, where no Google credentials can be found.
+
+    Without any, gcsfs falls back to anonymous access (gcsfs ``credentials.py`` ``connect``: the
+    last method, ``anon``, always succeeds), says "credentials not found" only in a library
+    warning, and the first request then fails: measured, 46 s later with a DNS error on a machine
+    without network. ``google.auth.default()`` is the lookup gcsfs itself tries first: a key file
+    (``GOOGLE_APPLICATION_CREDENTIALS``), gcloud's application-default credentials, or the metadata
+    server (GKE Workload Identity, a GCE VM). It answered in 0.1 s here either way; where the
+    metadata address drops packets, google-auth's probe waits out its own bound (3 tries of
+    ``GCE_METADATA_TIMEOUT``, 3 s: ``google/auth/compute_engine/_metadata.py``).
+    """
+    if environ.get(EMULATOR_ENV, "") not in ("", "default"):
+        return
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        raise WarmError(
+            f"{url}: no Google Cloud credentials found. On GKE, run the pod as a Kubernetes ServiceAccount "
+            "bound to a Google service account (Workload Identity: spec.storage.gcs.serviceAccountName); "
+            "elsewhere set GOOGLE_APPLICATION_CREDENTIALS to a key file or run `gcloud auth application-default "
+            f"login`; for an emulator set {EMULATOR_ENV}"
+        ) from None
 
 
 def _quiet_out_of_retries(record: logging.LogRecord) -> bool:

@@ -30,9 +30,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from compilecache.cache.keysettings import sides
+
+# The schema's one definition, with its checker, is compilecache.cache.manifests's.
+from compilecache.cache.manifests import TORCH_SCHEMA as MANIFEST_SCHEMA
 from compilecache.cache.store import META_DIR
 
-MANIFEST_SCHEMA = "compilecache.dev/torch-manifest/v1"
 FRAMEWORK = "pytorch"
 GENERATIONS_DIR = "torch"  # DIR/torch/<run_id>/: one warm-up run's whole Inductor tree
 LOCKS_DIR = "locks"
@@ -130,8 +133,9 @@ def graph_counts(counters: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
 
 
 def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]:
-    """One line per key setting that differs, ``here vs warm-up`` as :func:`compilecache.cache.keysettings.differences`
-    phrases JAX's: ``thread count differs: 2 vs 1``. Settings either side lacks are skipped."""
+    """One line per key setting that differs, ``here`` (training) against the warm-up's, as
+    :func:`compilecache.cache.keysettings.differences` phrases JAX's: ``thread count differs: 2 in training,
+    1 in the warm-up``. Settings either side lacks are skipped."""
     lines = []
     for key, label in LABELS.items():
         if key not in here or key not in warmed or here[key] == warmed[key]:
@@ -139,10 +143,10 @@ def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]
         if key == "inductor_env":
             mine, theirs = dict(here[key] or {}), dict(warmed[key] or {})
             changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            shown = ", ".join(f"{k}={mine.get(k, '(unset)')} vs {theirs.get(k, '(unset)')}" for k in changed[:3])
+            shown = ", ".join(f"{k} {sides(mine.get(k, '(unset)'), theirs.get(k, '(unset)'))}" for k in changed[:3])
             lines.append(f"{label} differ: {shown}")
         else:
-            lines.append(f"{label} differs: {_shown(here[key])} vs {_shown(warmed[key])}")
+            lines.append(f"{label} differs: {sides(_shown(here[key]), _shown(warmed[key]))}")
     return lines
 
 

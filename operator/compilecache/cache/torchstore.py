@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cache import nofollow
-from compilecache.cache.errors import WarmError, storage_error
+from compilecache.cache.errors import WarmError, one_line, storage_error
 from compilecache.cache.store import CacheStore, GCSStore, LocalStore, StoredFile
 from compilecache.cache.torchcache import GENERATIONS_DIR, generation_dir, manifest_entries
 
@@ -129,7 +129,7 @@ def delete_generation(store: CacheStore, run_id: str, files: Sequence[StoredFile
 
 @dataclass
 class Fetched:
-    """What a trainer copied: files, bytes, seconds, and the files it refused (name → why)."""
+    """What a trainer copied: files, bytes, seconds, and the files it refused (``torch/<run>/<file>`` → why)."""
 
     files: int = 0
     bytes: int = 0
@@ -141,10 +141,14 @@ class Fetched:
 def fetch(store: CacheStore, manifests: Sequence[Mapping[str, Any]], dest: Path) -> Fetched:
     """Copy each manifest's generation into ``dest`` (a trainer's writable ``TORCHINDUCTOR_CACHE_DIR``).
 
-    Only the files a manifest lists are read, each checked against its sha256: a file that differs
-    is not copied (its graph then compiles again, never loads damaged bytes). No link is followed
-    (the store's reads refuse them). Later generations overwrite earlier ones' files of the same
-    name, which are the same kernel (Inductor names a kernel by the hash of its source).
+    ``manifests``: as the store read them (:mod:`compilecache.cache.manifests` checked each: run
+    ids and file names cannot leave the cache or ``dest``). Only the files a manifest lists are
+    read, each checked against its sha256: a file that differs is not copied (its graph then
+    compiles again, never loads damaged bytes). No link is followed (the store's reads refuse
+    them). Later generations overwrite earlier ones' files of the same name, which are the same
+    kernel (Inductor names a kernel by the hash of its source). One file that cannot be read or
+    written (a name one generation has as a file and another as a folder, a full disk) is
+    refused and named; every other file is still copied.
     """
     began = time.perf_counter()
     result = Fetched(generations=[], refused={})
@@ -153,39 +157,43 @@ def fetch(store: CacheStore, manifests: Sequence[Mapping[str, Any]], dest: Path)
         run_id = str(manifest["run_id"])
         result.generations.append(run_id)  # type: ignore[union-attr]
         for name, record in manifest_entries(manifest).items():
-            if _unsafe(name):
-                result.refused[name] = "path leaves the cache"  # type: ignore[index]
-                continue
             jobs.append((name, f"{generation_dir(run_id)}/{name}", record))
 
-    def read(job: tuple[str, str, Mapping[str, Any]]) -> tuple[str, bytes | None, str | None]:
+    def read(job: tuple[str, str, Mapping[str, Any]]) -> tuple[str, str, bytes | None, str | None]:
         name, stored, record = job
         try:
             data = store.read(stored)
         except (OSError, WarmError) as error:
-            return name, None, f"unreadable: {error}"
+            return name, stored, None, f"unreadable: {one_line(error)}"
         if hashlib.sha256(data).hexdigest() != record.get("sha256"):
-            return name, None, "checksum differs from the manifest"
-        return name, data, None
+            return name, stored, None, "checksum differs from the manifest"
+        return name, stored, data, None
 
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        for name, data, why in pool.map(read, jobs):
+        for name, stored, data, why in pool.map(read, jobs):
             if data is None:
-                result.refused[name] = str(why)  # type: ignore[index]
+                result.refused[stored] = str(why)  # type: ignore[index]
                 continue
-            path = dest / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # Renamed into place: a process that already loads from this folder (a sibling that
-            # copied first) sees the old file or the new one, never half of one.
-            temporary = path.with_name(f".{path.name}.compilecache.tmp")
-            temporary.write_bytes(data)
-            os.replace(temporary, path)
+            try:
+                _place(dest / name, data)
+            except OSError as error:
+                result.refused[stored] = f"not copied: {one_line(error)}"  # type: ignore[index]
+                continue
             result.files += 1
             result.bytes += len(data)
     result.seconds = time.perf_counter() - began
     return result
 
 
-def _unsafe(name: str) -> bool:
-    parts = name.split("/")
-    return name.startswith("/") or any(part in ("", ".", "..") for part in parts)
+def _place(path: Path, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and rename it into place: a process that already loads from this
+    folder (a sibling that copied first) sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.compilecache.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise

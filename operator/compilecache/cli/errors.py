@@ -52,6 +52,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+def whole_number(text: str) -> int:
+    """An argparse ``type``: ``argument --jobs: expected a whole number, got 'two'`` rather than argparse's
+    ``invalid int value`` (argparse prints an :class:`argparse.ArgumentTypeError`'s message as it is)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def number(text: str) -> float:
+    """An argparse ``type``: ``expected a number, got '1m'`` (seconds and sizes are plain numbers here)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
 def guarded(prog: str, command: Callable[[], int]) -> int:
     """Run ``command``; Ctrl-C becomes one line and :data:`EXIT_INTERRUPTED`, a :class:`UsageError` one line.
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.cache import units
+from compilecache.cache.errors import cut
 from compilecache.controller import jobs, status
 from compilecache.controller.api import CacheSpec
 
@@ -178,6 +179,30 @@ def describe(summary: Mapping[str, Any] | None) -> str:
     return (
         f"warmed and expired: deleted {what}; "
         f"{after.get('entries', 0)} entries ({units.format_bytes(int(after.get('bytes') or 0))})"
+        f"{set_aside(summary)}"
+    )
+
+
+def set_aside(summary: Mapping[str, Any]) -> str:
+    """``; 2 malformed manifests set aside, unused until removed: evil.json (entries[0]: …)``, or nothing.
+
+    The summary is a pod's word: only well-typed items are shown, each cut short, at most three.
+    """
+    items = summary.get("malformedManifests")
+    if not isinstance(items, list) or not items:
+        return ""
+    omitted = summary.get("malformedOmitted")
+    count = len(items) + (omitted if isinstance(omitted, int) and 0 < omitted < 10**6 else 0)
+    shown = [
+        f"{cut(item['name'], 60)} ({cut(item['reason'], 120)})"
+        for item in items[:3]
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str) and isinstance(item.get("reason"), str)
+    ]
+    more = f", +{count - len(shown)} more" if count > len(shown) else ""
+    noun = "manifest" if count == 1 else "manifests"
+    return (
+        f"; {count} malformed {noun} set aside in .compilecache/manifests, unused until removed: "
+        f"{', '.join(shown)}{more}"
     )
 
 

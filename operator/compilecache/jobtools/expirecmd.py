@@ -42,7 +42,9 @@ from compilecache.cache.expiry import (
     index_manifests,
     plan_expiry,
 )
+from compilecache.cache.manifests import JAX_SCHEMA, Malformed, summary_fields
 from compilecache.cache.store import CacheStore, Listing, open_store, unsound_entries
+from compilecache.cli.errors import whole_number
 
 SUMMARY_SCHEMA = "compilecache.dev/expiry/v1"
 TERMINATION_LOG = "/dev/termination-log"
@@ -60,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-age", metavar="DURATION", help="drop entries not re-produced within this (7d, 12h)")
     parser.add_argument("--max-size", metavar="QUANTITY", help="drop least recently produced entries down to this")
-    parser.add_argument("--keep-versions", type=int, metavar="N", help="keep the N newest builds of each platform")
+    parser.add_argument(
+        "--keep-versions", type=whole_number, metavar="N", help="keep the N newest builds of each platform"
+    )
     parser.add_argument(
         "--verify",
         action=argparse.BooleanOptionalAction,
@@ -140,25 +144,30 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
 def expire(store: CacheStore, policy: Policy, *, dry_run: bool, now: float) -> dict[str, Any]:
     """List, check, plan and (unless ``dry_run``) delete; return the result document."""
     listing = store.scan()
-    manifests, problems = store.read_manifests()
-    index = index_manifests(manifests)
+    manifests = store.read_manifests()
+    index = index_manifests(manifests.of(JAX_SCHEMA))
     damaged = check_bytes(store, listing, expected_digests(index), policy, now) if policy.verify else {}
     plan = plan_expiry(listing, index, policy, now, damaged)
     if not dry_run:
         apply(store, plan)
-    return result_document(store.url, plan, dry_run=dry_run, now=now, problems=[*listing.notes, *problems])
+    return result_document(
+        store.url,
+        plan,
+        dry_run=dry_run,
+        now=now,
+        problems=[*listing.notes, *manifests.notes],
+        malformed=manifests.malformed,
+    )
 
 
 def check_bytes(
     store: CacheStore, listing: Listing, digests: Mapping[str, str], policy: Policy, now: float
 ) -> dict[str, str]:
     """Entry name → why its bytes are unsound, for every entry old enough to be deleted."""
-    names = [
-        item.name
-        for item in listing.files
-        if item.name.endswith(ENTRY_SUFFIX) and now - item.mtime >= policy.grace_seconds
+    old = [
+        item for item in listing.files if item.name.endswith(ENTRY_SUFFIX) and now - item.mtime >= policy.grace_seconds
     ]
-    return unsound_entries(store, names, digests)
+    return unsound_entries(store, old, digests)
 
 
 def apply(store: CacheStore, plan: Plan) -> None:
@@ -169,8 +178,16 @@ def apply(store: CacheStore, plan: Plan) -> None:
         store.delete(deletion.name)
 
 
-def result_document(url: str, plan: Plan, *, dry_run: bool, now: float, problems: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``--json`` document: totals, deletions with reasons, versions left, notes."""
+def result_document(
+    url: str,
+    plan: Plan,
+    *,
+    dry_run: bool,
+    now: float,
+    problems: Sequence[str] = (),
+    malformed: Sequence[Malformed] = (),
+) -> dict[str, Any]:
+    """The ``--json`` document: totals, deletions with reasons, versions left, the manifests set aside, notes."""
     return {
         "schema": SUMMARY_SCHEMA,
         "ok": True,
@@ -192,14 +209,19 @@ def result_document(url: str, plan: Plan, *, dry_run: bool, now: float, problems
             }
             for v in plan.versions
         ],
-        "notes": [*plan.notes, *problems],
+        # Manifest files that are no manifest: left where they are, unused, named until removed.
+        "malformedManifests": [{"name": item.name, "reason": item.reason} for item in malformed],
+        "notes": [*plan.notes, *problems, *(item.line() for item in malformed)],
     }
 
 
 def termination_message(result: Mapping[str, Any]) -> str:
-    """The result without the per-file list, in at most 4 KiB: versions are dropped from the end to fit."""
+    """The result without the per-file list, in at most 4 KiB: the first malformed manifests
+    (:func:`compilecache.cache.manifests.summary_fields`), and the versions, which are dropped from
+    the end to fit."""
     compact = {key: value for key, value in result.items() if key not in ("deletions", "notes")}
     compact["versions"] = list(result.get("versions") or [])
+    compact |= summary_fields(list(result.get("malformedManifests") or []))
     text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
     while len(text.encode()) > TERMINATION_LIMIT and compact["versions"]:
         compact["versions"].pop()

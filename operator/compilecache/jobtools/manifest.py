@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from compilecache.cache import keysettings
+from compilecache.cache.manifests import JAX_SCHEMA as MANIFEST_SCHEMA
 from compilecache.cache.store import StagedEntry
 from compilecache.jobtools.compiler import TargetRun
 
-MANIFEST_SCHEMA = "compilecache.dev/manifest/v1"
 # A manifest's "state": "pending" is stored before the run publishes its entries (they are
 # recorded, with their sha256, whatever fails later); the run replaces it with "complete" at its end.
 PENDING = "pending"

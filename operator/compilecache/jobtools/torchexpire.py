@@ -17,6 +17,7 @@ from typing import Any
 
 from compilecache.cache.errors import WarmError
 from compilecache.cache.expiry import Plan, Policy
+from compilecache.cache.manifests import TORCH_SCHEMA
 from compilecache.cache.store import CacheStore, StoredFile
 from compilecache.cache.torchcache import GENERATIONS_DIR, manifest_entries
 from compilecache.cache.torchexpiry import is_generation, plan_torch_expiry, torch_manifests
@@ -29,13 +30,20 @@ def expire_torch(store: CacheStore, policy: Policy, *, dry_run: bool, now: float
 
     listing = store.scan()
     generations = list_generations(store)
-    documents, problems = store.read_manifests()
-    manifests = torch_manifests(documents)
+    read = store.read_manifests()
+    manifests = torch_manifests(read.of(TORCH_SCHEMA))
     damaged = check_files(store, generations, manifests, policy, now) if policy.verify else {}
     plan = plan_torch_expiry(listing, generations, manifests, policy, now, damaged)
     if not dry_run:
         apply(store, plan, generations)
-    result = result_document(store.url, plan, dry_run=dry_run, now=now, problems=[*listing.notes, *problems])
+    result = result_document(
+        store.url,
+        plan,
+        dry_run=dry_run,
+        now=now,
+        problems=[*listing.notes, *read.notes],
+        malformed=read.malformed,
+    )
     result["versions"] = versions_left(plan, generations, manifests)
     return result
 
@@ -89,11 +97,13 @@ def check_files(
             if item.size != record.get("size"):
                 found[item.name] = f"size {item.size} differs from the manifest's {record.get('size')}"
                 continue
+            digest = hashlib.sha256()
             try:
-                digest = hashlib.sha256(store.read(item.name)).hexdigest()
+                for chunk in store.stream(item.name):  # a piece at a time: kernels reach hundreds of MB
+                    digest.update(chunk)
             except (OSError, WarmError):
                 continue  # gone meanwhile, or a link: not judged
-            if digest != record.get("sha256"):
+            if digest.hexdigest() != record.get("sha256"):
                 found[item.name] = "checksum differs from the manifest (corrupt)"
     return found
 

@@ -55,12 +55,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import STORAGE_FULL, VerifyError, WarmError, storage_error
+from compilecache.cache.manifests import summary_fields
+from compilecache.cli.errors import number, whole_number
 from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.jobtools.resume import RESUMED_SUFFIX, resume_args
 from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
 from compilecache.jobtools.workload import entry_problem
 
 if TYPE_CHECKING:
+    from compilecache.cache.manifests import Manifests
     from compilecache.cache.store import CacheStore, Listing
     from compilecache.jobtools.multihost import Coordination, Group
 
@@ -118,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--budget",
-        type=float,
+        type=number,
         default=None,
         metavar="SECONDS",
         help=f"--steps auto: seconds the script runs on after its first step returned "
@@ -132,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--step-deadline",
-        type=float,
+        type=number,
         default=None,
         metavar="SECONDS",
         help=f"exact mode: fail if the step function is not called within SECONDS of the start "
@@ -154,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an argument added to the resumed run only, for a script that restores when asked "
         "(repeatable; write --resume-arg=--restore; default: $COMPILECACHE_RESUME_ARGS)",
     )
-    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="targets compiled concurrently")
+    parser.add_argument("--jobs", type=whole_number, default=1, metavar="N", help="targets compiled concurrently")
     parser.add_argument("--report", metavar="FILE.json", help="write the run's report here")
     parser.add_argument(
         "--termination-log",
@@ -167,18 +170,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="check in a fresh process that every target hits the published cache (default: on)",
     )
-    parser.add_argument("--min-compile-time-secs", type=float, default=None, help=f"default: ${_ENV_MIN_TIME} or 0")
-    parser.add_argument("--min-entry-size-bytes", type=int, default=None, help=f"default: ${_ENV_MIN_SIZE} or 0")
+    parser.add_argument("--min-compile-time-secs", type=number, default=None, help=f"default: ${_ENV_MIN_TIME} or 0")
+    parser.add_argument(
+        "--min-entry-size-bytes", type=whole_number, default=None, help=f"default: ${_ENV_MIN_SIZE} or 0"
+    )
     parser.add_argument(
         "--num-processes",
-        type=int,
+        type=whole_number,
         default=None,
         metavar="N",
         help="processes of the multi-host group this warmer is one of (default: $COMPILECACHE_NUM_PROCESSES or 1)",
     )
     parser.add_argument(
         "--process-id",
-        type=int,
+        type=whole_number,
         default=None,
         metavar="K",
         help="this process's index in the group (default: $COMPILECACHE_PROCESS_ID, else $JOB_COMPLETION_INDEX)",
@@ -359,7 +364,10 @@ def _warm(
     try:
         listing = store.scan()
         _delete_leftovers(store, listing)
-        damaged = _damaged_entries(store, listing)
+        manifests = store.read_manifests()
+        for line in manifests.problems:  # never this run's to fail on: expiry names them in the status
+            print(f"  note: {line}")
+        damaged = _damaged_entries(store, listing, manifests)
         store.set_aside(workdir, damaged)
         for name, why in sorted(damaged.items()):
             print(f"  replacing damaged entry {name}: {why}")
@@ -433,6 +441,7 @@ def _warm(
         except WarmError as failed:
             error = str(failed)
     report = build_report(manifest, manifest_path, error)
+    report["malformedManifests"] = [{"name": item.name, "reason": item.reason} for item in manifests.malformed]
     stepped = getattr(args, "script_stepped", None)
     if stepped:  # how far the entrypoint ran: the pool's status tells the user (status.pools[].steps)
         report["stepped"] = {
@@ -467,7 +476,7 @@ def _delete_leftovers(store: CacheStore, listing: Listing) -> None:
             print(f"  deleted {leftover.name}: {leftover.reason}")
 
 
-def _damaged_entries(store: CacheStore, listing: Listing) -> dict[str, str]:
+def _damaged_entries(store: CacheStore, listing: Listing, manifests: Manifests) -> dict[str, str]:
     """Published entries this run could hit whose bytes are damaged: name → why.
 
     JAX keeps a damaged entry forever (it misses, recompiles and never overwrites an
@@ -476,20 +485,20 @@ def _damaged_entries(store: CacheStore, listing: Listing) -> dict[str, str]:
     another jax/jaxlib build are skipped: this image's keys can never name them.
     """
     from compilecache.cache.expiry import expected_digests, index_manifests
+    from compilecache.cache.manifests import JAX_SCHEMA
     from compilecache.cache.store import unsound_entries
 
-    manifests, _ = store.read_manifests()
-    index = index_manifests(manifests)
+    index = index_manifests(manifests.of(JAX_SCHEMA))
     installed = _installed_versions()
     if installed not in {(build.jax, build.jaxlib) for build in index.builds_seen}:
         installed = None  # no run of this build recorded (or versions read differently): check all
-    names = []
+    files = []
     for item in listing.files:
         record = index.entries.get(item.name)
         build = record.build if record else None
         if is_entry_name(item.name) and (installed is None or build is None or (build.jax, build.jaxlib) == installed):
-            names.append(item.name)
-    return unsound_entries(store, names, expected_digests(index))
+            files.append(item)
+    return unsound_entries(store, files, expected_digests(index))
 
 
 def unreadable_entries(listing: Listing, runs: Sequence[Any], damaged: Mapping[str, str]) -> dict[str, str]:
@@ -812,7 +821,7 @@ def _steps_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> None:
     if args.steps is None and env.get(_ENV_STEPS):
         try:
             args.steps = _steps_value(env[_ENV_STEPS])
-        except ValueError as error:
+        except argparse.ArgumentTypeError as error:
             raise WarmError(f"{_ENV_STEPS} must be a whole number or auto, got {env[_ENV_STEPS]!r}") from error
     if args.budget is None and args.steps == AUTO and env.get(_ENV_BUDGET):
         try:
@@ -838,7 +847,14 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
 
 def _steps_value(text: str) -> int | str:
     """``--steps``: a whole number, or ``auto`` (whole epochs within a time budget)."""
-    return AUTO if text.strip().lower() == AUTO else int(text)
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of steps or {AUTO}, got {text!r} (e.g. --steps 2)"
+        ) from None
 
 
 def _script_args(args: argparse.Namespace) -> list[str]:
@@ -959,6 +975,9 @@ def termination_summary(report: Mapping[str, Any]) -> str:
             summary[field] = int(report[field])
     if report.get("error"):
         summary["error"] = str(report["error"])[:_ERROR_CHARS]
+    malformed = list(report.get("malformedManifests") or [])
+    if malformed:  # in full in the output and --report; here the first few
+        summary |= summary_fields(malformed)
     text = json.dumps(summary, separators=(",", ":"))
     while len(text.encode()) > TERMINATION_LIMIT and summary["targets"]:
         dropped = max(1, len(summary["targets"]) // 2)  # halve: a few dumps even for thousands of targets

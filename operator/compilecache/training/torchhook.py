@@ -102,6 +102,7 @@ def copy_cache(source: str, local: Path, *, loud: bool, copy: bool = True) -> No
 
     ``copy=False`` (a parent process copied already): only read the manifests, for the verdict.
     """
+    from compilecache.cache.manifests import TORCH_SCHEMA
     from compilecache.cache.store import open_store
     from compilecache.cache.torchcache import pick_generations
     from compilecache.cache.torchstore import fetch
@@ -109,19 +110,25 @@ def copy_cache(source: str, local: Path, *, loud: bool, copy: bool = True) -> No
     if source.rstrip("/") == str(local).rstrip("/"):
         raise ValueError(f"{TORCH_CACHE_DIR} is the published cache itself ({source}); it must be a local copy")
     store = open_store(source)
-    manifests, problems = store.read_manifests()
+    manifests = store.read_manifests()
     torch = sys.modules.get("torch")
-    picked = pick_generations(manifests, str(getattr(torch, "__version__", "")) or None)
+    picked = pick_generations(manifests.of(TORCH_SCHEMA), str(getattr(torch, "__version__", "")) or None)
     _state["manifests"] = picked
-    _state["problems"] = problems
+    _state["problems"] = manifests.problems
     if not copy:
         return
+    for line in manifests.problems:  # the other warm-ups are copied: one bad manifest costs only its own
+        print(f"compilecache: {line}", file=sys.stderr, flush=True)
     local.mkdir(parents=True, exist_ok=True)
     fetched = fetch(store, picked, local)
     _state["copy"] = {"files": fetched.files, "bytes": fetched.bytes, "seconds": round(fetched.seconds, 3)}
     _state["refused"] = fetched.refused or {}
     if loud or fetched.refused:
-        refused = f"; {len(fetched.refused or {})} files refused" if fetched.refused else ""
+        refused = ""
+        if fetched.refused:
+            named = "; ".join(f"{name}: {why}" for name, why in list(fetched.refused.items())[:3])
+            more = f"; +{len(fetched.refused) - 3} more" if len(fetched.refused) > 3 else ""
+            refused = f"; {len(fetched.refused)} files refused ({named}{more})"
         found = f"{len(picked)} warm-up(s)" if picked else "no PyTorch warm-up found"
         print(
             f"compilecache: copied {fetched.files} files ({fetched.bytes} bytes) of the PyTorch cache from {source} "

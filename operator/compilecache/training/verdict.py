@@ -46,6 +46,7 @@ from typing import Any
 from compilecache.cache import compilehook, keysettings
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
 from compilecache.cache.entries import entry_module, entry_name
+from compilecache.cache.errors import cut
 from compilecache.cache.keydiff import closest_difference, display_name, signature_of_computation
 from compilecache.training.stepcount import StepCount, warmed_steps
 
@@ -312,13 +313,13 @@ def verdict(
         "hits": tally.hits,
         "misses": misses,
         "missed": [
-            {"name": _cut(name, 200), "reason": _cut(reason, 300), **({} if step is None else {"step": step})}
+            {"name": cut(name, 200), "reason": cut(reason, 300), **({} if step is None else {"step": step})}
             for name, reason, step in _first(missed)
         ],
         "summary": summary_line(tally.requests, tally.hits, reasons, unnamed),
     }
     if tally.step_fn:  # what the steps count, and what the warm-up ran: the status says what to change
-        result["step_fn"] = _cut(tally.step_fn, 100)
+        result["step_fn"] = cut(tally.step_fn, 100)
         result["warmed_steps"] = tally.warmed_steps
     return fit(result)
 
@@ -388,7 +389,7 @@ def summary_line(
         parts.append(f"{_programs(unnamed)} (not named: JAX's miss log was off)")
     if parts:
         line += "; missed: " + ", ".join(parts)
-    return _cut(line, 1500)
+    return cut(line, 1500)
 
 
 def functions_named(names: Sequence[str], limit: int = MAX_NAMED) -> str:
@@ -410,7 +411,7 @@ def fit(result: dict[str, Any]) -> dict[str, Any]:
     while len(json.dumps(result).encode()) >= MAX_BYTES and result["missed"]:
         result["missed"].pop()
     if len(json.dumps(result).encode()) >= MAX_BYTES:
-        result["summary"] = _cut(result["summary"], 500)
+        result["summary"] = cut(result["summary"], 500)
     return result
 
 
@@ -428,17 +429,19 @@ def write_termination_message(result: Mapping[str, Any], path: str) -> bool:
         return False
 
 
-def _read_manifests(cache_dir: str) -> tuple[list[dict[str, Any]], str | None]:
+def _read_manifests(cache_dir: str) -> tuple[list[Mapping[str, Any]], str | None]:
     """The cache's run manifests, and why they could not be read (``None`` when they could)."""
     try:
+        from compilecache.cache.manifests import JAX_SCHEMA
         from compilecache.cache.store import open_store
 
-        documents, problems = open_store(cache_dir).read_manifests()
+        manifests = open_store(cache_dir).read_manifests()
+        documents, problems = manifests.of(JAX_SCHEMA), manifests.problems
     except Exception as exc:  # no gcsfs or etils, no permission, a broken link: the counts stand
         hint = " (gs:// caches need the [gcs] extra: gcsfs and etils)" if isinstance(exc, ImportError) else ""
-        return [], f"{type(exc).__name__}: {_cut(str(exc), 200)}{hint}"
+        return [], f"{type(exc).__name__}: {cut(str(exc), 200)}{hint}"
     if not documents and problems:  # none could be read: no reason can be told
-        return [], _cut(problems[0], 200)
+        return [], cut(problems[0], 200)
     return documents, None
 
 
@@ -525,7 +528,3 @@ def _programs(count: int) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split()) or "?"
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
