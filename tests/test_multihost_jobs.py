@@ -187,9 +187,10 @@ PINNED = {
         "llama-pvc-nvidia-h100-80gb-hbm3-4161b3e4",
         "6d0c00fc2526507b",
     ),
-    ("llama-gcs", None, "h100"): ("llama-gcs-h100-7f782e5b", "aaa1e65eadd48279"),
+    # Issue 28: a script workload's command says --script=PATH (a path starting with '-' is no flag).
+    ("llama-gcs", None, "h100"): ("llama-gcs-h100-7f782e5b", "bd83311e20fe9fca"),
     ("llama-gcs", None, "a100"): ("llama-gcs-a100-815b2575", "0a0431b78c5b161d"),
-    ("llama-gcs", "20261122T0300Z", "h100"): ("llama-gcs-h100-6de6e190", "942af8fa622830d8"),
+    ("llama-gcs", "20261122T0300Z", "h100"): ("llama-gcs-h100-6de6e190", "bc7b29f7b43cf8b1"),
     ("llama-gcs", "20261122T0300Z", "a100"): ("llama-gcs-a100-3bb046d9", "cbc6bcacbf1bc69a"),
     ("llama", None, "nvidia-a100-sxm4-40gb"): ("llama-nvidia-a100-sxm4-40gb-fcd710be", "67de8ff7296f0778"),
     ("llama", None, "nvidia-h100-80gb-hbm3"): ("llama-nvidia-h100-80gb-hbm3-9f115f76", "e71d6353453cd2bf"),

@@ -24,9 +24,10 @@ CONTAINER = "expire"
 TERMINATION_LOG = "/dev/termination-log"
 EXPIRED_CONDITION = "Expired"
 BACKOFF_LIMIT = 2
-# The expire command lists the cache and checks entries a few at a time, each read in bounded pieces
-# (cache/entries.py), so its memory grows with the number of entries listed, not their sizes: about
-# 1 KiB an entry, so the limit holds a million entries. No accelerator: it compiles nothing.
+# The expire command checks entries a few at a time, each as a stream with bounded inflation (at most
+# 1 MiB inflated held at once, cache/entries.py): measured 35-71 MiB at its peak on small caches (bench/
+# bounded_verify.py). What grows with the cache is its listing and manifests (up to 16 MiB of JSON each,
+# about 10x that as Python objects): the limit leaves room for them. No accelerator: it compiles nothing.
 RESOURCES: Mapping[str, Mapping[str, str]] = {
     "requests": {"cpu": "250m", "memory": "256Mi"},
     "limits": {"memory": "2Gi"},
