@@ -8,6 +8,7 @@ Failed, the expiry Failed) is decided in the pure part like everything else.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,3 +92,16 @@ def record(client: Client, cache: Cache, new: Mapping[str, Any], events: Sequenc
     for event in events:
         client.post_event(cache.obj, event.type, event.reason, event.message)
     return True
+
+
+def post_refusals(client: Client, cache: Cache, refused: Sequence[tuple[Obj, str]]) -> None:
+    """A Warning Event ``ReportRefused`` on the cache for each training pod whose report was refused
+    (``reports.counted``), and a log line: once per pod, by the Event's name (``Client.post_event``)."""
+    for pod, why in refused:
+        meta = pod.get("metadata") or {}
+        pod_name = str(meta.get("name") or "")
+        digest = hashlib.sha256(f"{meta.get('uid') or pod_name}".encode()).hexdigest()[:16]
+        message = f"training pod {pod_name}: its report was refused and is not counted in status.consumers: {why}"
+        name = f"{cache.name[: 253 - len(digest) - 1]}.{digest}"
+        if client.post_event(cache.obj, "Warning", status.REPORT_REFUSED, message, name=name):
+            logger.warning("Cache %s/%s: %s", cache.namespace, cache.name, message)

@@ -231,15 +231,22 @@ class Client:
             raise
         return True
 
-    def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event about ``obj``; a failure is logged, not raised: Events are best-effort."""
+    def post_event(
+        self, obj: Mapping[str, Any], type_: str, reason: str, message: str, *, name: str | None = None
+    ) -> bool:
+        """Record a core/v1 Event about ``obj``; a failure is logged, not raised: Events are best-effort.
+
+        ``name``: the Event's own name, to post it once: while an Event of that name exists (the API
+        server keeps Events for an hour, ``--event-ttl``), posting again is a quiet 409. Returns whether
+        an Event was created.
+        """
         meta = obj.get("metadata", {})
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                "name": name or f"{meta.get('name')}.{secrets.token_hex(8)}",
                 "namespace": meta.get("namespace"),
             },
             "involvedObject": {
@@ -263,7 +270,10 @@ class Client:
         try:
             self.create(EVENTS, event, namespace=meta.get("namespace"))
         except ApiError as exc:
-            logger.warning("Could not post the event %s/%s: %s", reason, message, exc)
+            if not (name and exc.status == 409):  # posted before: the once-only Event stands
+                logger.warning("Could not post the event %s/%s: %s", reason, message, exc)
+            return False
+        return True
 
 
 def _api_error(status: int, reason: str, data: Any) -> ApiError:

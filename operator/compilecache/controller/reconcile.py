@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compilecache.api import bounds
 from compilecache.controller import act, gates, metrics, metricsfeed, reports
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
@@ -74,8 +75,14 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
         new["consumers"] = consumers | reports.consumer_counts(pods)
+    # Each report was checked as it was read; a status the API server would still refuse (a bug, or
+    # sums past int64) would fail every pass the same way: the old value of that field stands.
+    new, refused = bounds.keep_valid(new, cache.status)
+    for problem in refused:
+        logger.error("Not recording status field of %s/%s that the CRD refuses: %s", namespace, name, problem)
     try:
         act.record(client, cache, new, decided.events)
+        act.post_refusals(client, cache, reports.counted(pods)[1])
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc

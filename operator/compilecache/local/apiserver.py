@@ -38,14 +38,15 @@ that fails once upstream kmock fills it, so that this module can shrink:
     (``admission.validate``: the ValidatingWebhookConfigurations);
 15. validation and defaulting of the built-in fields the product's manifests could get wrong
     (``compilecache.local.validation``: Service names and cluster IPs, a Pod's hostname and
-    subdomain): ``422 Invalid`` with the real server's message.
+    subdomain), and of a CompileCache's status against the CRD's status schema: ``422 Invalid``
+    with the real server's message; a body that is not JSON (``NaN``, ``Infinity``): ``400``.
 
 Remaining gaps (the operator must not rely on them): no validation or defaulting against a CRD
-schema, nor of built-in kinds beyond item 15; no admission of other resources or operations; no
-controllers here (the local cluster's Job runner plays the Job controller, the scheduler and the
-kubelet); no namespace lifecycle (deleting a Namespace leaves its objects); no server-side apply;
-no list pagination (``limit`` is ignored, all items come in one page); no 410 Gone for old
-resource versions (the whole event history is kept in memory).
+schema beyond a CompileCache's status, nor of built-in kinds beyond item 15; no admission of other
+resources or operations; no controllers here (the local cluster's Job runner plays the Job
+controller, the scheduler and the kubelet); no namespace lifecycle (deleting a Namespace leaves
+its objects); no server-side apply; no list pagination (``limit`` is ignored, all items come in
+one page); no 410 Gone for old resource versions (the whole event history is kept in memory).
 """
 
 from __future__ import annotations
@@ -289,6 +290,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if request.subresource not in (None, *info.subresources):
             raise kube_error(404, "NotFound", "the server could not find the requested resource")
 
+        if request.method in ("POST", "PUT", "PATCH") and request.body:
+            problem = validation.undecodable(request.body)
+            if problem is not None:  # NaN, Infinity: the real server's decoder refuses the body
+                raise kube_error(400, "BadRequest", problem)
+
         # Admission comes before the write and outside the lock: a webhook reads the API itself.
         # (kube-apiserver also runs mutating admission before it stores the object.)
         admitting = request.action == kmock.action.CREATE and resource == PODS and self.admission is not None
@@ -349,9 +355,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     @staticmethod
     def _validate(resource: kmock.resource, body: Body, old: Body | None) -> None:
-        """Refuse an invalid built-in object with the real server's 422 (``validation``)."""
+        """Refuse an invalid object with the real server's 422 (``validation``)."""
         plural = str(resource.plural)
-        errors = validation.validate(plural, body, old) if resource.group == "" else []
+        errors = validation.validate(plural, body, old, str(resource.group or ""))
         if errors:
             name = (body.get("metadata") or {}).get("name") or ""
             causes = [{"reason": "FieldValueInvalid", "message": what, "field": path} for path, what in errors]
