@@ -1,9 +1,12 @@
 """Act: apply a plan (``plan.py``) to the API and record what came of it. No decisions here.
 
-Creation tolerates "exists" (another pass, or an operator restarted mid-pass, created
-it first) and stops at the first object the API refuses, returning the refusal: the
-pass then plans again with it (``Snapshot.after``), so what a refusal means (a pool
-Failed, the expiry Failed) is decided in the pure part like everything else.
+Creation stops at the first object the API refuses, returning the refusal: the pass then
+plans again with it (``Snapshot.after``), so what a refusal means (a pool Failed, the expiry
+Failed) is decided in the pure part like everything else. It stops too at the first object
+that exists already (409: another pass, an operator restarted mid-pass, or someone else made
+it between the pass's reads and this create): the pass reads the cluster again and plans with
+what is there, so a claim someone else made meanwhile is checked (``policy.claim_violation``)
+before any Job mounts it. An object found existing is not created again in that pass.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Created:
-    """What a round of creations came to: the keys (``Create.key``) created (or found existing), and a refusal."""
+    """What a round of creations came to: the keys (``Create.key``) created, a refusal, or one found existing."""
 
     created: frozenset[str] = frozenset()
     rejected: Mapping[str, str] = field(default_factory=dict)
+    existed: frozenset[str] = frozenset()  # 409: made by someone else meanwhile; read it before going on
 
 
 def is_refusal(exc: ApiError) -> bool:
@@ -41,7 +45,8 @@ def is_refusal(exc: ApiError) -> bool:
 
 
 def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> Created:
-    """Create in order; stop at the first refusal. Other API errors raise (the pass fails and is retried)."""
+    """Create in order; stop at the first refusal or object that exists. Other API errors raise (the pass
+    fails and is retried)."""
     created: set[str] = set()
     for item in creates:
         try:
@@ -52,6 +57,8 @@ def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> 
                 return Created(frozenset(created), {item.key: exc.message or str(exc)})
             if exc.status != 409:
                 raise
+            logger.info("%s %s/%s exists already; reading it again.", item.resource.plural, namespace, item.name)
+            return Created(frozenset(created), existed=frozenset({item.key}))
         created.add(item.key)
     return Created(frozenset(created))
 

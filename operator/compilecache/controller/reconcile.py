@@ -91,15 +91,24 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
 
 
 def _observe_plan_create(client: Client, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy) -> Plan:
-    """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left."""
+    """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left.
+
+    An object found existing (409) was made by someone else since the pass read the cluster: the pass
+    reads it again before it goes on (a claim made meanwhile, by anyone, is checked before a Job mounts
+    it), and does not create it again.
+    """
     snapshot: Snapshot = observe(client, cache, pods, policy)
     decided = plan(snapshot, now)
     while decided.creates:
         outcome = act.create(client, cache.namespace, decided.creates)
-        snapshot = snapshot.after(outcome.created, outcome.rejected)
-        if not outcome.rejected:
-            break
-        decided = plan(snapshot, now)  # each round refuses one more object: it ends
+        if outcome.existed:
+            seen = snapshot.created | outcome.created | outcome.existed
+            snapshot = observe(client, cache, pods, policy).after(seen, snapshot.rejected)
+        else:
+            snapshot = snapshot.after(outcome.created, outcome.rejected)
+            if not outcome.rejected:
+                break
+        decided = plan(snapshot, now)  # each round creates, refuses or finds one more object: it ends
     return decided
 
 
