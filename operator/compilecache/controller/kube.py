@@ -182,11 +182,19 @@ class Client:
         return obj
 
     def list(
-        self, resource: Resource, namespace: str | None = None, *, labels: Mapping[str, str | None] | None = None
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """List objects, optionally only those carrying all of ``labels`` (a value ``None``: any value)."""
+        """List objects, optionally only those carrying all of ``labels`` (a value ``None``: any value) and
+        whose ``fields`` (a field selector: ``spec.nodeName``, the fields the API serves for the kind) equal these."""
         terms = [k if v is None else f"{k}={v}" for k, v in (labels or {}).items()]
         query = [("labelSelector", ",".join(terms))] if terms else []
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in fields.items())))
         answer = self.request("GET", resource.path(namespace), query=query)
         items: list[dict[str, Any]] = answer.get("items") or []
         return items
