@@ -185,9 +185,12 @@ def test_reports_whose_totals_would_pass_int64_are_refused_after_the_first() -> 
 
 
 def test_a_report_nested_deeper_than_the_parser_goes_is_no_report() -> None:
-    deep = '{"schema": "compilecache.dev/trainer/v1", "x": ' + "[" * 3000 + "]" * 3000 + "}"
-    assert reports.parse(deep) is None
-    assert status.parse_report(deep) is None
+    # Deeper than any recursion limit here (api.bounds raises it to 3 x 10000 where a cluster is read):
+    # a termination message holds 4096 bytes, so only a parser with the default limit meets this.
+    levels = 4 * bounds.JSON_DEPTH + 1
+    deep = '{"schema": "compilecache.dev/trainer/v1", "requests": 1, "hits": 1, "x": ' + "[" * levels + "]" * levels
+    assert reports.parse(deep + "}") is None
+    assert status.parse_report(deep + "}") is None
 
 
 # --- warm-up summaries ------------------------------------------------------------------------------

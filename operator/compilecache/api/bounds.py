@@ -28,6 +28,7 @@ import datetime
 import functools
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,10 @@ INTEGER_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)
 INT64_MAX = INTEGER_RANGES["int64"][1]
 # RFC 3339 date-time, as kube-openapi's strfmt reads it (fractional seconds optional, Z or an offset).
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+# kube-apiserver decodes and stores JSON nested this deep (k8s.io/apimachinery/pkg/util/json's maxDepth
+# and Go's encoding/json scanner's maxNestingDepth are both 10000, one level per object or array);
+# spec.warmup.podTemplate.spec keeps unknown fields, so a stored CompileCache may be that deep.
+JSON_DEPTH = 10000
 _JSON_INTEGER_MAX = 2**53 - 1  # the largest float kube-openapi takes as an integer (go-openapi/swag)
 _SHOWN = 40  # characters of an offending value in a message: a 1 MB value must not make a 1 MB message
 
@@ -82,6 +87,20 @@ def keep_valid(new: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[dict[str
         else:
             result.pop(key)
     return result, found
+
+
+def read_json_as_deep_as_the_api_server() -> None:
+    """Let this process parse, write, copy and compare JSON as deep as kube-apiserver stores it.
+
+    CPython counts each nested object or array against the recursion limit (1000 by default):
+    ``json.loads`` and ``json.dumps`` once, ``copy.deepcopy`` twice (two Python frames), and ``==``
+    once, so one deep CompileCache ended kopf's watch stream (``RecursionError``) and every read of
+    it. Measured on CPython 3.11 (x86-64): 20002 levels need a limit of 40008 for all four, two per
+    level; three per level leaves a third for the frames below. The C stack is no limit there: 20002
+    levels pass in a thread with a 2 MiB stack, 80000 overflow an 8 MiB one. Call it before threads
+    and watches start; it only ever raises the limit.
+    """
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 3 * JSON_DEPTH))
 
 
 def show(value: Any) -> str:

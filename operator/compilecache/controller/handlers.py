@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import kopf
 
+from compilecache.api import bounds
 from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, watchdog, webhook
 from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
@@ -65,6 +66,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup(registry=registry)
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Build the API client once (its first build is slow), then start the gate watchdog."""
+    # Before kopf's watches start (they start once the startup handlers returned): one CompileCache as
+    # deep as the API server stores it must not end the watch stream, nor fail every read of it.
+    bounds.read_json_as_deep_as_the_api_server()
     # Our own Events tell what happened to a cache; kopf's per-handler messages would be noise there.
     settings.posting.level = logging.WARNING
     # Read by kopf's peering tasks, which start after the startup handlers (kopf's running.py

@@ -22,8 +22,9 @@ A CompileCache's ``status`` is checked against the CRD's status schema (``api.bo
 types, formats and bounds the model declares), as apiextensions-apiserver validates a custom object
 on every write, so that a status the real server refuses with 422 is refused here too (an integer
 past int64, a count of the wrong type); its CEL rules and its spec are not checked here. A request
-body that is not JSON, as Python's ``json`` writes ``NaN`` and ``Infinity``, is refused with 400 by
-:func:`undecodable`, as the real server's decoder refuses it ("error decoding patch").
+body that is not JSON, as Python's ``json`` writes ``NaN`` and ``Infinity``, or nests deeper than
+10000 levels, is refused with 400 by :func:`undecodable`, as the real server's decoder refuses it
+("error decoding patch", "exceeded max depth").
 
 Messages follow the real ones (``field.ErrorList`` rendered as ``<Kind> "<name>" is invalid: ...``)
 so that a test or a person reading a local failure sees what a cluster would say.
@@ -150,8 +151,9 @@ def validate(
 
 
 def undecodable(body: bytes) -> str | None:
-    """Why a request body is not JSON the API server decodes (``NaN``, ``Infinity``, a number past float64),
-    or ``None``; a body that is not JSON at all is left to the routing (kmock answers it)."""
+    """Why a request body is not JSON the API server decodes (``NaN``, ``Infinity``, a number past float64,
+    objects nested past ``bounds.JSON_DEPTH``), or ``None``; a body that is not JSON at all is left to the
+    routing (kmock answers it)."""
 
     def constant(name: str) -> Any:
         raise _NotJson(f"invalid character {name[0]!r} looking for beginning of value")
@@ -163,12 +165,26 @@ def undecodable(body: bytes) -> str | None:
         return value
 
     try:
-        json.loads(body, parse_constant=constant, parse_float=number)
+        value = json.loads(body, parse_constant=constant, parse_float=number)
     except _NotJson as exc:
         return f"error decoding the request body: {exc}"
     except (ValueError, RecursionError):
         return None
+    if _depth(value) > bounds.JSON_DEPTH:
+        return f"error decoding the request body: exceeded max depth of {bounds.JSON_DEPTH}"
     return None
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in a decoded JSON value (no recursion: it may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 class _NotJson(Exception):
