@@ -97,6 +97,8 @@ def record(client: Client, cache: Cache, new: Mapping[str, Any], events: Sequenc
             return False
         raise
     for event in events:
+        if event.reason == status.REPORT_REFUSED:  # a pod's report the status will not hold: the log says it too
+            logger.warning("Cache %s/%s: %s", cache.namespace, cache.name, event.message)
         client.post_event(cache.obj, event.type, event.reason, event.message)
     return True
 
