@@ -186,9 +186,9 @@ def counted(pods: Sequence[Mapping[str, Any]]) -> tuple[list[Report], list[tuple
     """
     reports: list[Report] = []
     refused: list[tuple[Mapping[str, Any], str]] = []
-    read_ = [(pod, read(pod)) for pod in pods]
+    found = [(pod, read(pod)) for pod in pods]
     totals = {"requests": 0, "hits": 0}
-    for pod, report in sorted(read_, key=lambda item: item[1].finished_at if isinstance(item[1], Report) else ""):
+    for pod, report in sorted(found, key=lambda item: item[1].finished_at if isinstance(item[1], Report) else ""):
         if isinstance(report, status.BadReport):
             refused.append((pod, str(report)))
         elif report is not None:
