@@ -9,6 +9,9 @@ DNS-1123 labels, as the Job controller makes them (pkg/controller/job/indexed_jo
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,6 @@ import pytest
 import yaml
 
 from compilecache.controller import policy
-from compilecache.controller.api import parse_cache
 from compilecache.local.validation import dns1035_label, dns1123_label
 from k8snames import KUBERNETES_VERSIONS
 
@@ -33,26 +35,58 @@ def _objects() -> list[tuple[str, dict[str, Any]]]:
 
 
 OBJECTS = _objects()
-# The operator policy each CompileCache example needs beyond the default, as its comment tells.
+# The operator policy each CompileCache example needs beyond the chart's default, as its first lines
+# tell (the end-to-end tests run the operator with it; the test below checks the two agree).
 EXAMPLE_POLICIES: dict[str, dict[str, Any]] = {
     "cache-gcs.yaml": {"serviceAccounts": {"allow": ["default", "cache-writer", "cache-reader"]}},
 }
-CACHES = sorted((ROOT / "examples").glob("cache-*.yaml"))
+CACHES = sorted(
+    path
+    for path in (ROOT / "examples").glob("*.yaml")
+    if any(doc and doc.get("kind") == "CompileCache" for doc in yaml.safe_load_all(path.read_text()))
+)
+# A `--set` the header names, quoted or not (`--set 'policy.serviceAccounts.allow={a,b}'`).
+_SET = re.compile(r"--set[ =]('[^']*'|\S+)")
+
+
+def header(path: Path) -> str:
+    """An example's first lines: the comment block before its first YAML line."""
+    return "\n".join(itertools.takewhile(lambda line: line.startswith("#"), path.read_text().splitlines()))
+
+
+def chart_policy(tmp: Path, sets: list[str]) -> policy.Policy:
+    """The policy the chart hands the operator (its Deployment's COMPILECACHE_POLICY), installed with ``sets``."""
+    from chartrender import NAMESPACE, RELEASE, helm, only
+
+    args = ["template", RELEASE, "--namespace", NAMESPACE, *(arg for value in sets for arg in ("--set", value))]
+    done = helm(*args, tmp=tmp)
+    assert done.returncode == 0, done.stderr
+    [deployment] = only([doc for doc in yaml.safe_load_all(done.stdout) if doc], "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    [raw] = [env["value"] for env in container["env"] if env["name"] == policy.POLICY_ENV]
+    return policy.parse(json.loads(raw))
 
 
 @pytest.mark.parametrize("path", CACHES, ids=[path.name for path in CACHES])
-def test_each_cache_example_passes_the_default_policy_or_says_what_it_needs(path: Path) -> None:
-    """Every example works with the chart's default policy, or its comment gives the value it needs."""
-    [cache] = [doc for doc in yaml.safe_load_all(path.read_text()) if doc and doc.get("kind") == "CompileCache"]
-    spec = parse_cache(cache)
-    needed = EXAMPLE_POLICIES.get(path.name)
-    found = policy.violations(spec, policy.DEFAULT)
-    if needed is None:
-        assert found == []
+def test_each_example_applies_to_the_chart_as_the_readme_installs_it_or_its_first_lines_say_what_to_set(
+    path: Path, tmp_path: Path
+) -> None:
+    """What the validating webhook does to ``kubectl apply -f examples/X.yaml`` under the chart's policy."""
+    caches = [doc for doc in yaml.safe_load_all(path.read_text()) if doc and doc.get("kind") == "CompileCache"]
+    sets = [value.strip("'") for value in _SET.findall(header(path))]
+    refused = [found for cache in caches for found in policy.admission_violations(cache, chart_policy(tmp_path, []))]
+    if not refused:
+        assert path.name not in EXAMPLE_POLICIES
         return
-    assert found != [] and policy.violations(spec, policy.parse(needed)) == []
-    accounts = ",".join(needed["serviceAccounts"]["allow"])
-    assert f"policy.serviceAccounts.allow={{{accounts}}}" in path.read_text()
+    assert sets, (
+        f"{path.name} is refused by the chart's default policy ({policy.describe(refused)}); "
+        "its first lines name no --set"
+    )
+    assert [
+        found for cache in caches for found in policy.admission_violations(cache, chart_policy(tmp_path, sets))
+    ] == []
+    needed = policy.parse(EXAMPLE_POLICIES[path.name])
+    assert [found for cache in caches for found in policy.admission_violations(cache, needed)] == []
 
 
 def test_the_examples_ship_single_and_multi_host_training() -> None:

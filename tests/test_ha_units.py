@@ -85,11 +85,12 @@ def test_the_watchdog_groups_the_gated_pods_by_cache():
         pod("p1", "ns2", "c", True),
         pod("p2", "ns1", "c", True),
         pod("p3", "ns1", "c", False),  # released already
-        pod("p4", "ns1", None, True),  # not ours to count (no cache label)
+        pod("p4", "ns1", None, True),  # its cache label was removed: under "", released (test_gate_label_removed)
         pod("p5", "ns1", "d", True),
     ]
     held = watchdog.held_by_cache(pods)
-    assert list(held) == [("ns1", "c"), ("ns1", "d"), ("ns2", "c")]
+    assert list(held) == [("ns1", ""), ("ns1", "c"), ("ns1", "d"), ("ns2", "c")]
+    assert [p["metadata"]["name"] for p in held[("ns1", "")]] == ["p4"]
     assert [p["metadata"]["name"] for p in held[("ns1", "c")]] == ["p2"]
     assert all(gates.is_gated(p) for group in held.values() for p in group)
 

@@ -544,7 +544,7 @@ def test_a_real_kopf_operator(kube_env: KubeClient) -> None:
 
     @kopf.on.create("compilecache.dev", "v1alpha1", "compilecaches", registry=registry)
     def created(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
-        patch.status["phase"] = f"Warming-{spec['x']}"
+        patch.status["message"] = f"Warming-{spec['x']}"  # a status the CRD's schema admits
         kopf.info(body, reason="Warming", message="started")  # kopf posts it with generateName
 
     @kopf.on.delete("compilecache.dev", "v1alpha1", "compilecaches", registry=registry)
@@ -554,7 +554,7 @@ def test_a_real_kopf_operator(kube_env: KubeClient) -> None:
     with KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=10) as runner:
         kube_env.create(CC, cc_body("c1", spec={"x": 5}), "ns1")
         obj: Any = kube_env.wait_for(lambda: (o := kube_env.get(CC, "c1", "ns1")) and "status" in o and o)
-        assert obj["status"]["phase"] == "Warming-5"
+        assert obj["status"]["message"] == "Warming-5"
         assert obj["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
         kube_env.delete(CC, "c1", "ns1")
         kube_env.wait_for(lambda: kube_env.get(CC, "c1", "ns1") is None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,8 +173,10 @@ def test_trainer_report_is_the_last_line_of_its_schema():
     report = reports.parse(text)
     assert report is not None and (report.requests, report.hits) == (26, 10)
     assert report.miss_reason == "train_step: arg 3 sharding differs"
-    for bad in ("", "plain text", '{"schema": "compilecache.dev/trainer/v1", "requests": -1, "hits": 0}', "{broken"):
-        assert reports.parse(bad) is None
+    for other in ("", "plain text", "{broken", '{"schema": "other", "requests": 1, "hits": 1}'):
+        assert reports.parse(other) is None
+    with pytest.raises(status.BadReport, match="requests: -1 is not a count"):  # of the schema, out of range
+        reports.parse('{"schema": "compilecache.dev/trainer/v1", "requests": -1, "hits": 0}')
 
 
 def test_consumer_counts_over_finished_training_pods():

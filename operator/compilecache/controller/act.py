@@ -1,13 +1,17 @@
 """Act: apply a plan (``plan.py``) to the API and record what came of it. No decisions here.
 
-Creation tolerates "exists" (another pass, or an operator restarted mid-pass, created
-it first) and stops at the first object the API refuses, returning the refusal: the
-pass then plans again with it (``Snapshot.after``), so what a refusal means (a pool
-Failed, the expiry Failed) is decided in the pure part like everything else.
+Creation stops at the first object the API refuses, returning the refusal: the pass then
+plans again with it (``Snapshot.after``), so what a refusal means (a pool Failed, the expiry
+Failed) is decided in the pure part like everything else. It stops too at the first object
+that exists already (409: another pass, an operator restarted mid-pass, or someone else made
+it between the pass's reads and this create): the pass reads the cluster again and plans with
+what is there, so a claim someone else made meanwhile is checked (``policy.claim_violation``)
+before any Job mounts it. An object found existing is not created again in that pass.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +27,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Created:
-    """What a round of creations came to: the keys (``Create.key``) created (or found existing), and a refusal."""
+    """What a round of creations came to: the keys (``Create.key``) created, a refusal, or one found existing."""
 
     created: frozenset[str] = frozenset()
     rejected: Mapping[str, str] = field(default_factory=dict)
+    existed: frozenset[str] = frozenset()  # 409: made by someone else meanwhile; read it before going on
 
 
 def is_refusal(exc: ApiError) -> bool:
@@ -40,7 +45,8 @@ def is_refusal(exc: ApiError) -> bool:
 
 
 def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> Created:
-    """Create in order; stop at the first refusal. Other API errors raise (the pass fails and is retried)."""
+    """Create in order; stop at the first refusal or object that exists. Other API errors raise (the pass
+    fails and is retried)."""
     created: set[str] = set()
     for item in creates:
         try:
@@ -51,6 +57,8 @@ def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> 
                 return Created(frozenset(created), {item.key: exc.message or str(exc)})
             if exc.status != 409:
                 raise
+            logger.info("%s %s/%s exists already; reading it again.", item.resource.plural, namespace, item.name)
+            return Created(frozenset(created), existed=frozenset({item.key}))
         created.add(item.key)
     return Created(frozenset(created))
 
@@ -89,5 +97,20 @@ def record(client: Client, cache: Cache, new: Mapping[str, Any], events: Sequenc
             return False
         raise
     for event in events:
+        if event.reason == status.REPORT_REFUSED:  # a pod's report the status will not hold: the log says it too
+            logger.warning("Cache %s/%s: %s", cache.namespace, cache.name, event.message)
         client.post_event(cache.obj, event.type, event.reason, event.message)
     return True
+
+
+def post_refusals(client: Client, cache: Cache, refused: Sequence[tuple[Obj, str]]) -> None:
+    """A Warning Event ``ReportRefused`` on the cache for each training pod whose report was refused
+    (``reports.counted``), and a log line: once per pod, by the Event's name (``Client.post_event``)."""
+    for pod, why in refused:
+        meta = pod.get("metadata") or {}
+        pod_name = str(meta.get("name") or "")
+        digest = hashlib.sha256(f"{meta.get('uid') or pod_name}".encode()).hexdigest()[:16]
+        message = f"training pod {pod_name}: its report was refused and is not counted in status.consumers: {why}"
+        name = f"{cache.name[: 253 - len(digest) - 1]}.{digest}"
+        if client.post_event(cache.obj, "Warning", status.REPORT_REFUSED, message, name=name):
+            logger.warning("Cache %s/%s: %s", cache.namespace, cache.name, message)

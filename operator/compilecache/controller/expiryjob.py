@@ -143,8 +143,15 @@ def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def parse_summary(message: str | None) -> dict[str, Any] | None:
-    """The summary JSON (``expirecmd.termination_message``), or ``None`` for anything else (a log tail)."""
-    return status.parse_report(message)
+    """The summary JSON (``expirecmd.termination_message``), or ``None`` for anything else (a log tail).
+
+    The expiry runs in the cache author's image, which can write its own summary: one whose values
+    are of the wrong type or that ``status.cache`` cannot hold raises :class:`status.BadReport`.
+    """
+    summary = status.parse_report(message)
+    if summary is not None:
+        status.within(cache_status(summary, {}, None, None), "cache")
+    return summary
 
 
 def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], now: str | None = None) -> Outcome:
@@ -154,12 +161,22 @@ def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], no
         return Outcome(status.EXPIRING, "ExpiryJobCreated", "expiring: the expiry Job was created")
     state = status.job_state(job)
     message = termination_message(pods)
-    summary = parse_summary(message)
+    try:
+        summary, refused = parse_summary(message), ""
+    except status.BadReport as exc:
+        summary, refused = None, f"its summary was refused, nothing of it is counted: {exc}"
+    if state["state"] == status.POOL_SUCCEEDED and refused:
+        finished = state.get("finishedAt")
+        return Outcome(status.READY, status.REPORT_REFUSED, f"warmed and expired; {refused}", None, finished)
     if state["state"] == status.POOL_SUCCEEDED:
         return Outcome(status.READY, "Expired", describe(summary), summary, state.get("finishedAt"))
     if state["state"] == status.POOL_FAILED:
         detail = (
-            (summary or {}).get("error") or status.last_line(message) or state.get("message") or "the expiry Job failed"
+            refused
+            or str((summary or {}).get("error") or "")
+            or status.last_line(message)
+            or state.get("message")
+            or "the expiry Job failed"
         )
         return Outcome(status.FAILED, "ExpiryFailed", f"expiry failed: {detail}", summary, state.get("finishedAt"))
     stuck = status.stuck(pods, now)
@@ -210,17 +227,25 @@ def set_aside(summary: Mapping[str, Any]) -> str:
 def cache_status(
     summary: Mapping[str, Any] | None, previous: Mapping[str, Any], last_warmed: str | None, last_expired: str | None
 ) -> dict[str, Any]:
-    """``status.cache`` after expiry; without a summary the last counts stand."""
+    """``status.cache`` after expiry, with what the last expiry deleted by rule (``lastDeleted``, for the
+    metrics); without a summary the last counts stand. A value of the wrong type is :class:`status.BadReport`."""
     result = dict(previous)
     if summary is not None:
-        after = summary.get("after") or {}
-        entries, size = int(after.get("entries") or 0), int(after.get("bytes") or 0)
+        after = status.mapping(summary.get("after"), "after")
+        entries, size = (
+            status.count(after.get("entries"), "after.entries"),
+            status.count(after.get("bytes"), "after.bytes"),
+        )
         result |= {"entries": entries, "bytes": size, "size": units.format_bytes(size)}
-        result["versions"] = [dict(version) for version in summary.get("versions") or []][:64]
+        versions = status.listed(summary.get("versions"), "versions")
+        result["versions"] = [dict(status.mapping(each, f"versions[{i}]")) for i, each in enumerate(versions)][:64]
+        deleted = status.mapping(summary.get("deleted"), "deleted")
+        result["lastDeleted"] = {str(rule)[:63]: status.count(n, f"deleted.{rule}") for rule, n in deleted.items()}
     if last_warmed:
         result["lastWarmed"] = last_warmed
-    if last_expired or (summary and summary.get("at")):
-        result["lastExpired"] = last_expired or summary["at"]  # type: ignore[index]
+    at = status.text(summary.get("at"), "at") if summary is not None else ""
+    if last_expired or at:
+        result["lastExpired"] = last_expired or at
     return result
 
 

@@ -4,7 +4,11 @@ The webhook (``admission.py``) gates a pod that uses a cache which is not Ready.
 Each reconciliation of the cache (``reconcile.py``) then releases its waiting pods
 when the cache is Ready, when ``consumers.gate`` was turned off, when the cache is
 gone, or when ``consumers.gateTimeout`` has passed since the pod was created (with
-a Warning Event: a broken warm-up must never block training forever).
+a Warning Event: a broken warm-up must never block training forever). A gated pod
+whose ``compilecache.dev/cache`` label is gone (its owner removed it after admission:
+labels may change, and a gate can only be removed once the pod exists, so the gate is
+still ours) waits for no cache, and goes at once; the gate watchdog finds it
+(``watchdog.py``: it lists the pods not yet scheduled, which every gated pod is).
 
 Decisions are pure functions of the pods and the cache; :func:`sync` does the I/O.
 A release is one JSON patch that tests the gate list it read, so a concurrent
@@ -37,6 +41,7 @@ CACHE_DEGRADED = "CacheDegraded"  # settled with some pools failed: what warmed 
 GATE_TIMEOUT = "GateTimeout"
 GATE_DISABLED = "GateDisabled"
 CACHE_DELETED = "CacheDeleted"
+CACHE_LABEL_REMOVED = "CacheLabelRemoved"  # the pod no longer names a cache: nothing to wait for
 
 
 @dataclass(frozen=True)
@@ -69,12 +74,15 @@ def reason_to_release(
 ) -> str | None:
     """Why the gated ``pod`` should be released now, or ``None`` to keep it waiting.
 
-    ``consumers`` is ``None`` when the cache no longer exists; ``phase`` is the cache's phase.
+    ``consumers`` is ``None`` when the cache no longer exists, or the pod names none (its label was
+    removed: the watchdog and ``handlers.pod_held`` pass none); ``phase`` is the cache's phase.
     """
     if not is_gated(pod):
         return None
-    if consumers is None:
-        return CACHE_DELETED
+    if consumers is None:  # no cache: gone, or the pod names none any more
+        return (
+            CACHE_DELETED if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_CACHE) else CACHE_LABEL_REMOVED
+        )
     if phase == status.READY:
         return CACHE_READY
     if phase == status.DEGRADED:
@@ -161,7 +169,13 @@ def apply(
             logger.info("Not releasing pod %s/%s now: %s", namespace, release.pod, exc)
             continue
         by_name[release.pod] = patched
-        logger.info("Released pod %s/%s from the gate of cache %s: %s.", namespace, release.pod, name, release.reason)
+        logger.info(
+            "Released pod %s/%s from the gate of cache %s: %s.",
+            namespace,
+            release.pod,
+            name or "(none)",
+            release.reason,
+        )
         if release.reason == GATE_TIMEOUT:
             timed_out.append(release.pod)
             # Counted where the patch succeeded: a planned release another path made first (422) is none.

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import kopf
 
+from compilecache.api import bounds
 from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, watchdog, webhook
 from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
@@ -65,6 +66,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup(registry=registry)
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Build the API client once (its first build is slow), then start the gate watchdog."""
+    # Before kopf's watches start (they start once the startup handlers returned): one CompileCache as
+    # deep as the API server stores it must not end the watch stream, nor fail every read of it.
+    bounds.read_json_as_deep_as_the_api_server()
     # Our own Events tell what happened to a cache; kopf's per-handler messages would be noise there.
     settings.posting.level = logging.WARNING
     # Read by kopf's peering tasks, which start after the startup handlers (kopf's running.py
@@ -385,7 +389,7 @@ def _held(spec: kopf.Spec, **_: Any) -> bool:
     return any(gate.get("name") == admission.GATE for gate in spec.get("schedulingGates") or [])
 
 
-@kopf.on.event("v1", "pods", labels={jobs.LABEL_CACHE: kopf.PRESENT}, when=_held, registry=registry)
+@kopf.on.event("v1", "pods", when=_held, registry=registry)
 def pod_held(
     type: str | None, body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
@@ -393,17 +397,21 @@ def pod_held(
 
     Covers a pod admitted just before its cache turned Ready (the cache's pass may have listed
     the pods before this one existed); a pod past its gateTimeout (e.g. after an operator outage)
-    goes too. Timeouts of waiting pods are found by the cache's periodic passes and by the gate
-    watchdog. No per-cache lock: a release tests the gates it read, so a concurrent pass makes it
-    fail, not repeat.
+    goes too, and so does a pod whose ``compilecache.dev/cache`` label its owner removed (no cache
+    lists it any more: ``gates.CACHE_LABEL_REMOVED``). Timeouts of waiting pods are found by the
+    cache's periodic passes and by the gate watchdog. No per-cache lock: a release tests the gates
+    it read, so a concurrent pass makes it fail, not repeat.
     """
     assert namespace is not None  # Pods are namespaced
     if type == "DELETED":
         return
-    _submit(memo, _release_one, memo, namespace, labels[jobs.LABEL_CACHE], copy.deepcopy(dict(body)))
+    _submit(memo, _release_one, memo, namespace, str(labels.get(jobs.LABEL_CACHE) or ""), copy.deepcopy(dict(body)))
 
 
 def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]) -> None:
+    if not name:  # no cache to read: the pod waits for nothing
+        release_gates(memo.client, namespace, name, None, phase=None, pods=[pod], policy=memo.policy)
+        return
     try:
         cache = memo.client.get(COMPILECACHES, name, namespace)
     except ApiError as exc:

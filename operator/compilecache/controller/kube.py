@@ -182,11 +182,19 @@ class Client:
         return obj
 
     def list(
-        self, resource: Resource, namespace: str | None = None, *, labels: Mapping[str, str | None] | None = None
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """List objects, optionally only those carrying all of ``labels`` (a value ``None``: any value)."""
+        """List objects, optionally only those carrying all of ``labels`` (a value ``None``: any value) and
+        whose ``fields`` (a field selector: ``spec.nodeName``, the fields the API serves for the kind) equal these."""
         terms = [k if v is None else f"{k}={v}" for k, v in (labels or {}).items()]
         query = [("labelSelector", ",".join(terms))] if terms else []
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in fields.items())))
         answer = self.request("GET", resource.path(namespace), query=query)
         items: list[dict[str, Any]] = answer.get("items") or []
         return items
@@ -231,15 +239,22 @@ class Client:
             raise
         return True
 
-    def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event about ``obj``; a failure is logged, not raised: Events are best-effort."""
+    def post_event(
+        self, obj: Mapping[str, Any], type_: str, reason: str, message: str, *, name: str | None = None
+    ) -> bool:
+        """Record a core/v1 Event about ``obj``; a failure is logged, not raised: Events are best-effort.
+
+        ``name``: the Event's own name, to post it once: while an Event of that name exists (the API
+        server keeps Events for an hour, ``--event-ttl``), posting again is a quiet 409. Returns whether
+        an Event was created.
+        """
         meta = obj.get("metadata", {})
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                "name": name or f"{meta.get('name')}.{secrets.token_hex(8)}",
                 "namespace": meta.get("namespace"),
             },
             "involvedObject": {
@@ -263,7 +278,10 @@ class Client:
         try:
             self.create(EVENTS, event, namespace=meta.get("namespace"))
         except ApiError as exc:
-            logger.warning("Could not post the event %s/%s: %s", reason, message, exc)
+            if not (name and exc.status == 409):  # posted before: the once-only Event stands
+                logger.warning("Could not post the event %s/%s: %s", reason, message, exc)
+            return False
+        return True
 
 
 def _api_error(status: int, reason: str, data: Any) -> ApiError:

@@ -317,9 +317,6 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
             expiryjob.last_warmed(entries),
             outcome.finished_at if expired else None,
         )
-        if expired and outcome.summary is not None:  # what the last expiry deleted, by rule (for the metrics)
-            deleted = outcome.summary.get("deleted") or {}
-            extra["cache"]["lastDeleted"] = {str(rule)[:63]: int(count or 0) for rule, count in deleted.items()}
     refused = _pod_violations(creates, pools, snapshot.policy)
     if refused:  # what the spec's checks missed, found on the pods themselves: nothing is created
         return _refused_by_policy(cache, spec, refused, now), [], deletes

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compilecache.api import bounds
 from compilecache.controller import act, gates, metrics, metricsfeed, reports
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
@@ -74,8 +75,14 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
         new["consumers"] = consumers | reports.consumer_counts(pods)
+    # Each report was checked as it was read; a status the API server would still refuse (a bug, or
+    # sums past int64) would fail every pass the same way: the old value of that field stands.
+    new, refused = bounds.keep_valid(new, cache.status)
+    for problem in refused:
+        logger.error("Not recording status field of %s/%s that the CRD refuses: %s", namespace, name, problem)
     try:
         act.record(client, cache, new, decided.events)
+        act.post_refusals(client, cache, reports.counted(pods)[1])
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
@@ -84,15 +91,24 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
 
 
 def _observe_plan_create(client: Client, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy) -> Plan:
-    """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left."""
+    """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left.
+
+    An object found existing (409) was made by someone else since the pass read the cluster: the pass
+    reads it again before it goes on (a claim made meanwhile, by anyone, is checked before a Job mounts
+    it), and does not create it again.
+    """
     snapshot: Snapshot = observe(client, cache, pods, policy)
     decided = plan(snapshot, now)
     while decided.creates:
         outcome = act.create(client, cache.namespace, decided.creates)
-        snapshot = snapshot.after(outcome.created, outcome.rejected)
-        if not outcome.rejected:
-            break
-        decided = plan(snapshot, now)  # each round refuses one more object: it ends
+        if outcome.existed:
+            seen = snapshot.created | outcome.created | outcome.existed
+            snapshot = observe(client, cache, pods, policy).after(seen, snapshot.rejected)
+        else:
+            snapshot = snapshot.after(outcome.created, outcome.rejected)
+            if not outcome.rejected:
+                break
+        decided = plan(snapshot, now)  # each round creates, refuses or finds one more object: it ends
     return decided
 
 

@@ -10,6 +10,11 @@ credentials. A container may write other text there too: the last line that pars
 as the schema counts. ``status.consumers`` gets the totals over the finished pods
 that exist now (as its other counts); ``metrics.py`` counts each pod once.
 
+Whoever may create a pod with the opt-in label writes its termination message: a report whose
+values are of the wrong type or that ``status.consumers`` cannot hold (``bounds``: past int64, so
+that no status patch is ever refused for it) is not counted, and :func:`counted` names it
+(the pass posts a Warning Event ``ReportRefused`` on the cache, once per pod).
+
 Where the trainer counted calls of the warm-up's step function, each missed item carries the
 ``step`` it was first missed at and the report the ``warmed_steps`` (N or ``auto``):
 ``lastMissReason`` then says what to change (:func:`not_warmed_fix`: ``set steps >= 18``, or raise
@@ -18,10 +23,14 @@ the budget) instead of the general advice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from compilecache.api import bounds
+from compilecache.controller import status
 
 SCHEMA = "compilecache.dev/trainer/v1"
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -82,70 +91,120 @@ def not_warmed_fix(step: int | None, step_fn: str, warmed_steps: int | str | Non
 
 
 def parse(message: str | None) -> Report | None:
-    """The report in a termination message: the last line that is a JSON object of the schema, else ``None``."""
+    """The report in a termination message: the last line that is a JSON object of the schema, else ``None``.
+
+    That line decides: one whose values are of the wrong type, or out of what ``status.consumers`` can
+    hold (the model's int64), raises :class:`status.BadReport` (a pod writes its own termination message).
+    """
     for line in reversed((message or "").strip().splitlines()):
         line = line.strip()
         if not line.startswith("{"):
             continue
-        try:
-            document = json.loads(line)
-        except ValueError:
-            continue
-        report = _report(document)
-        if report is not None:
-            return report
+        document = _json(line)
+        if _of_schema(document):
+            return _report(document)
     # The whole message as one document: a writer that pretty-printed it.
+    document = _json(message or "")
+    return _report(document) if _of_schema(document) else None
+
+
+def _json(text: str) -> Any:
     try:
-        return _report(json.loads(message or ""))
-    except ValueError:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: not a report
         return None
 
 
-def _report(document: Any) -> Report | None:
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        return None
-    requests, hits = _count(document.get("requests")), _count(document.get("hits"))
-    if requests is None or hits is None:
-        return None
-    items = [item for item in (document.get("missed") or [])[:10] if isinstance(item, dict)]
+def _of_schema(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("schema") == SCHEMA
+
+
+def _report(document: Mapping[str, Any]) -> Report:
+    for required in ("requests", "hits"):
+        if document.get(required) is None:
+            raise status.BadReport(required, "missing")
+    requests, hits = status.count(document["requests"], "requests"), status.count(document["hits"], "hits")
+    status.within({"requests": requests, "hits": hits}, "consumers")
+    items = [
+        status.mapping(item, f"missed[{i}]") for i, item in enumerate(status.listed(document.get("missed"), "missed"))
+    ]
     missed = tuple(
-        (str(item.get("name") or "")[:REASON_CHARS], str(item.get("reason") or "")[:REASON_CHARS]) for item in items
+        (
+            status.text(item.get("name"), f"missed[{i}].name")[:REASON_CHARS],
+            status.text(item.get("reason"), f"missed[{i}].reason")[:REASON_CHARS],
+        )
+        for i, item in enumerate(items[:10])
     )
-    warmed = document.get("warmed_steps")
+    warmed = document.get("warmed_steps")  # the warm-up's manifests say it: advice, dropped when odd
     return Report(
         requests,
         min(hits, requests),
         missed,
-        str(document.get("summary") or "")[:REASON_CHARS],
-        first_step=_count(items[0].get("step")) if items else None,
-        step_fn=str(document.get("step_fn") or "")[:100],
+        status.text(document.get("summary"), "summary")[:REASON_CHARS],
+        first_step=_count(items[0].get("step")) if items else None,  # advice in a message: dropped when odd
+        step_fn=status.text(document.get("step_fn"), "step_fn")[:100],
         warmed_steps=warmed if warmed == AUTO or _count(warmed) is not None else None,
     )
 
 
 def _count(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bounds.INT64_MAX:
         return None
     return value
 
 
-def pod_report(pod: Mapping[str, Any]) -> Report | None:
-    """The report of a finished training pod (its newest container with one), or ``None``."""
+def read(pod: Mapping[str, Any]) -> Report | status.BadReport | None:
+    """What a finished training pod reported (its newest container with a report), why it was refused,
+    or ``None``: no report (running, or it wrote none)."""
     pod_status = pod.get("status") or {}
     if pod_status.get("phase") not in FINISHED_PHASES:
         return None
-    found: list[Report] = []
+    found: list[tuple[str, Report | status.BadReport]] = []
     for state in pod_status.get("containerStatuses") or []:
         terminated = (state.get("state") or {}).get("terminated") or {}
-        report = parse(terminated.get("message"))
+        finished = str(terminated.get("finishedAt") or "")
+        try:
+            report = parse(terminated.get("message"))
+        except status.BadReport as exc:
+            found.append((finished, exc))
+            continue
         if report is not None:
-            found.append(Report(**{**report.__dict__, "finished_at": str(terminated.get("finishedAt") or "")}))
-    return max(found, key=lambda report: report.finished_at) if found else None
+            found.append((finished, dataclasses.replace(report, finished_at=finished)))
+    return max(found, key=lambda item: item[0])[1] if found else None
+
+
+def pod_report(pod: Mapping[str, Any]) -> Report | None:
+    """The report of a finished training pod (its newest container with one), or ``None`` (refused too)."""
+    report = read(pod)
+    return report if isinstance(report, Report) else None
+
+
+def counted(pods: Sequence[Mapping[str, Any]]) -> tuple[list[Report], list[tuple[Mapping[str, Any], str]]]:
+    """The reports of the finished training pods that count, and the pods whose report was refused, with why.
+
+    Also refused: a report that would take the totals past what ``status.consumers`` holds (oldest first count).
+    """
+    reports: list[Report] = []
+    refused: list[tuple[Mapping[str, Any], str]] = []
+    found = [(pod, read(pod)) for pod in pods]
+    totals = {"requests": 0, "hits": 0}
+    for pod, report in sorted(found, key=lambda item: item[1].finished_at if isinstance(item[1], Report) else ""):
+        if isinstance(report, status.BadReport):
+            refused.append((pod, str(report)))
+        elif report is not None:
+            summed = {"requests": totals["requests"] + report.requests, "hits": totals["hits"] + report.hits}
+            try:
+                totals = status.within(summed, "consumers")
+            except status.BadReport as exc:
+                refused.append((pod, f"the totals would not fit: {exc}"))
+                continue
+            reports.append(report)
+    return reports, refused
 
 
 def consumer_counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``status.consumers`` hits, requests and lastMissReason over the finished training pods that exist now."""
-    reports = [report for pod in pods if (report := pod_report(pod)) is not None]
+    reports, _ = counted(pods)
     if not reports:
         return {}
     counts: dict[str, Any] = {

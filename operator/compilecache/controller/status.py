@@ -8,10 +8,12 @@ Job name (and so its spec hash) is the current one.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compilecache.api import bounds
 from compilecache.cache import units
 from compilecache.controller import podstate
 from compilecache.controller.api import SINGLE_HOST, Topology
@@ -54,6 +56,8 @@ REPORT_FIELDS = (
     "steps",
 )
 STATUS_TARGETS_MAX = 32  # per-target detail kept in status.pools[].targets (the CRD's maxItems)
+# The reason of a pool, or of the Expired condition, whose pod's report was refused (``BadReport``).
+REPORT_REFUSED = "ReportRefused"
 
 # Condition types.
 READY_CONDITION = "Ready"
@@ -61,6 +65,18 @@ STORAGE_READY = "StorageReady"
 POOLS_WARMED = "PoolsWarmed"
 
 WARNING_PHASES = (DEGRADED, FAILED)
+
+
+class BadReport(ValueError):
+    """A pod's report with a value of the wrong type, or out of what the status may hold: refused whole.
+
+    ``field`` names the value in the report (``entries``, ``targets[2].bytes``, ``after.bytes``).
+    """
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field = field
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -166,8 +182,11 @@ def pool_status(
         return entry | {"state": POOL_TOO_FEW_NODES, "reason": "TooFewNodes", "message": message}
     entry["job"] = job_name
     same_job = previous is not None and previous.get("job") == job_name
-    # The report read in an earlier pass stands (the pods are read once, then may be gone).
+    # The report read in an earlier pass stands (the pods are read once, then may be gone), and so
+    # does a refusal of it: the next pass reads no pod, and must not forget why nothing was counted.
     reported = {key: previous[key] for key in REPORT_FIELDS if key in previous} if same_job and previous else {}
+    if same_job and previous and previous.get("reason") == REPORT_REFUSED:
+        reported = {key: previous[key] for key in ("reason", "message") if key in previous}
     if job is not None:
         state = job_state(job)
         if state["state"] == POOL_FAILED:
@@ -180,7 +199,11 @@ def pool_status(
         elif state["state"] != POOL_SUCCEEDED:
             state |= stuck(pods, now)
         if state["state"] == POOL_SUCCEEDED:
-            reported = warm_report(pods) or reported
+            try:
+                reported = warm_report(pods) or reported
+            except BadReport as exc:
+                message = f"the warm-up's report was refused, nothing of it is counted: {exc}"
+                reported = {"reason": REPORT_REFUSED, "message": message}
         return entry | state | reported
     if same_job and previous is not None and previous.get("state") in FINISHED:
         kept = ("state", "reason", "message", "startedAt", "finishedAt")
@@ -238,11 +261,11 @@ def process_of(pod: Mapping[str, Any], summary: Mapping[str, Any] | None) -> int
     for where in ("annotations", "labels"):
         candidates.append((meta.get(where) or {}).get(COMPLETION_INDEX))
     for value in candidates:
-        try:
-            if value is not None and not isinstance(value, bool) and int(value) >= 0:
-                return int(value)
-        except (TypeError, ValueError):
-            continue
+        # A count, or its digits (an annotation): never a float (Infinity) nor a bool, as a summary may say.
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+            return int(value)
     return None
 
 
@@ -255,7 +278,7 @@ def parse_report(message: str | None, schema: str | None = None) -> dict[str, An
         return None
     try:
         report = json.loads(message)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes: not a report either
         return None
     if not isinstance(report, dict) or "schema" not in report:
         return None
@@ -276,6 +299,10 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     with its own summaries: entries, bytes and verify counts add up over the processes (each
     publishes and verifies the entries of its own keys), compile seconds are the slowest process's
     (they compile side by side), and the per-target detail is the lowest process's.
+
+    The warm-up runs the cache author's script, which can write its own summary: a value of the
+    wrong type, or a report the status cannot hold (``bounds``: past int64, not finite), raises
+    :class:`BadReport`, and none of the report is used.
     """
     newest: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
     for pod, name, terminated in terminated_containers(pods):
@@ -294,33 +321,41 @@ def warm_report(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         by_process.setdefault(process, []).append(newest[(process, name)][1])
     every = [summary for summaries in by_process.values() for summary in summaries]
     first = by_process[min(by_process)]  # the per-target detail: one process's, not N copies of it
-    targets = [target for summary in first for target in summary.get("targets") or [] if isinstance(target, dict)]
-    omitted = sum(_int(summary.get("targetsOmitted")) for summary in first) + max(0, len(targets) - STATUS_TARGETS_MAX)
-    verified = [summary["verify"] for summary in every if isinstance(summary.get("verify"), dict)]
-    seconds = max(sum(_float(summary.get("compileSeconds")) for summary in group) for group in by_process.values())
+    targets = [
+        mapping(target, f"targets[{index}]")
+        for summary in first
+        for index, target in enumerate(listed(summary.get("targets"), "targets"))
+    ]
+    omitted = sum(count(summary.get("targetsOmitted"), "targetsOmitted") for summary in first)
+    omitted += max(0, len(targets) - STATUS_TARGETS_MAX)
+    verified = [mapping(summary["verify"], "verify") for summary in every if summary.get("verify") is not None]
+    seconds = max(
+        sum(number(summary.get("compileSeconds"), "compileSeconds") for summary in group)
+        for group in by_process.values()
+    )
     report: dict[str, Any] = {
-        "entries": sum(_int(summary.get("entries")) for summary in every),
-        "bytes": sum(_int(summary.get("bytes")) for summary in every),
+        "entries": sum(count(summary.get("entries"), "entries") for summary in every),
+        "bytes": sum(count(summary.get("bytes"), "bytes") for summary in every),
         "compileSeconds": round(seconds, 3),
         "targets": [
             {
-                "name": str(target.get("name"))[:253],
-                "seconds": round(_float(target.get("seconds")), 3),
-                "entries": _int(target.get("entries")),
-                "bytes": _int(target.get("bytes")),
+                "name": text(target.get("name"), f"targets[{index}].name")[:253],
+                "seconds": round(number(target.get("seconds"), f"targets[{index}].seconds"), 3),
+                "entries": count(target.get("entries"), f"targets[{index}].entries"),
+                "bytes": count(target.get("bytes"), f"targets[{index}].bytes"),
             }
-            for target in targets[:STATUS_TARGETS_MAX]
+            for index, target in enumerate(targets[:STATUS_TARGETS_MAX])
         ],
     }
-    steps = [summary["steps"] for summary in first if isinstance(summary.get("steps"), dict)]
+    steps = [mapping(summary["steps"], "steps") for summary in first if summary.get("steps") is not None]
     if steps:
         report["steps"] = [script_steps(item) for item in steps[:STATUS_TARGETS_MAX]]
     if verified:
-        report["verifyHits"] = sum(_int(verify.get("hits")) for verify in verified)
-        report["verifyRequests"] = sum(_int(verify.get("requests")) for verify in verified)
+        report["verifyHits"] = sum(count(verify.get("hits"), "verify.hits") for verify in verified)
+        report["verifyRequests"] = sum(count(verify.get("requests"), "verify.requests") for verify in verified)
     if omitted:
         report["targetsOmitted"] = omitted
-    return report
+    return within(report, "pools[]")
 
 
 def script_steps(steps: Mapping[str, Any]) -> dict[str, Any]:
@@ -330,8 +365,9 @@ def script_steps(steps: Mapping[str, Any]) -> dict[str, Any]:
     compiles later, a later evaluation, is not cached) or ``end`` (the script ended by itself:
     everything it compiles is cached).
     """
-    stopped = str(steps.get("stoppedBy") or "end")
-    calls, step_fn = _int(steps.get("calls")), str(steps.get("stepFn") or "train_step")[:128]
+    stopped = text(steps.get("stoppedBy"), "steps.stoppedBy") or "end"
+    calls = count(steps.get("calls"), "steps.calls")
+    step_fn = (text(steps.get("stepFn"), "steps.stepFn") or "train_step")[:128]
     said = {
         "steps": f"stopped after {calls} calls of {step_fn} (steps): what training compiles later is not cached "
         "(steps: auto runs whole epochs on one host)",
@@ -340,23 +376,82 @@ def script_steps(steps: Mapping[str, Any]) -> dict[str, Any]:
         "end": f"the script ended by itself after {calls} calls of {step_fn}: everything it compiles is cached",
     }
     return {
-        "script": str(steps.get("script") or "")[:253],
+        "script": text(steps.get("script"), "steps.script")[:253],
         "calls": calls,
         "stoppedBy": stopped if stopped in said else "end",
         "message": said.get(stopped, said["end"]),
     }
 
 
+def count(value: Any, field: str) -> int:
+    """A count in a pod's report (absent: 0): a non-negative integer, else :class:`BadReport` naming ``field``."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadReport(field, f"{bounds.show(value)} is not a count")
+    return value
+
+
+def number(value: Any, field: str) -> float:
+    """Seconds in a pod's report (absent: 0): a finite non-negative number, else :class:`BadReport`."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise BadReport(field, f"{bounds.show(value)} is not a finite number of seconds")
+    return float(value)
+
+
+def text(value: Any, field: str) -> str:
+    """A string in a pod's report (absent: ``""``), else :class:`BadReport`."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadReport(field, f"{bounds.show(value)} is not a string")
+    return value
+
+
+def mapping(value: Any, field: str) -> Mapping[str, Any]:
+    """An object in a pod's report (absent: empty), else :class:`BadReport`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise BadReport(field, f"{bounds.show(value)} is not an object")
+    return value
+
+
+def listed(value: Any, field: str) -> list[Any]:
+    """A list in a pod's report (absent: empty), else :class:`BadReport`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadReport(field, f"{bounds.show(value)} is not a list")
+    return value
+
+
+def within(fragment: dict[str, Any], where: str) -> dict[str, Any]:
+    """``fragment`` (fields of the status at ``where``: ``pools[]``, ``cache``, ``consumers``) if the status
+    can hold each of them (``bounds``: the model's types and bounds), else :class:`BadReport` on the first."""
+    schema = {key: value for key, value in bounds.field(where).items() if key != "required"}  # a part of the item
+    problems = bounds.violations(fragment, schema, where)
+    if problems:
+        field, _, why = problems[0].partition(": ")
+        raise BadReport(field, why)
+    return fragment
+
+
 def needs_report(job: Mapping[str, Any], pools: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a pass must read this warm-up Job's pods: it failed (what its command said), or it
-    succeeded and its report is not in the status yet. Running Jobs and recorded ones need no read."""
+    succeeded and its report is not in the status yet. Running Jobs and recorded ones (a refused
+    report is recorded too) need no read."""
     state = job_state(job)["state"]
     if state == POOL_FAILED:
         return True
     if state != POOL_SUCCEEDED:
         return False
     name = (job.get("metadata") or {}).get("name")
-    return not any(pool.get("job") == name and "entries" in pool for pool in pools)
+    return not any(
+        pool.get("job") == name and ("entries" in pool or pool.get("reason") == REPORT_REFUSED) for pool in pools
+    )
 
 
 def cache_from_pools(pools: Sequence[Mapping[str, Any]], previous: Mapping[str, Any]) -> dict[str, Any]:
@@ -438,7 +533,7 @@ def is_stuck(pool: Mapping[str, Any]) -> bool:
 def stuck_reasons(status: Mapping[str, Any]) -> list[str]:
     """The reason of every stuck pod a status records: the pools', and the expiry's (its ``Expired`` condition)."""
     reasons = [str(pool["reason"]) for pool in status.get("pools") or [] if is_stuck(pool)]
-    expired: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Expired"), {})
+    expired = _condition_of(status, "Expired")
     if expired.get("reason") in podstate.REASONS:
         reasons.append(str(expired["reason"]))
     return reasons
@@ -450,7 +545,7 @@ def with_reason(status: Mapping[str, Any]) -> dict[str, Any]:
     phase (``InvalidSpec``...); no ``reason`` otherwise."""
     result = {key: value for key, value in status.items() if key != "reason"}
     stuck = stuck_reasons(status)
-    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == READY_CONDITION), {})
+    ready = _condition_of(status, READY_CONDITION)
     # A pool that failed on its pod (OOMKilled) says more than the phase Failed or Degraded.
     killed = [pool["reason"] for pool in status.get("pools") or [] if _pod_failure(pool)]
     reason = (stuck or killed or [ready.get("reason")])[0]
@@ -537,6 +632,11 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
         if pool.get("reason") in podstate.REASONS and _family(before) != _family(pool):
             message = f"pool {label(pool)}: {pool.get('message', '')}"
             events.append(Event("Warning", str(pool["reason"]), message))
+        if pool.get("reason") == REPORT_REFUSED and before.get("reason") != REPORT_REFUSED:
+            events.append(Event("Warning", REPORT_REFUSED, f"pool {label(pool)}: {pool.get('message', '')}"))
+    expired = [_condition_of(status_, "Expired") for status_ in (old, new)]
+    if expired[1].get("reason") == REPORT_REFUSED and expired[0].get("reason") != REPORT_REFUSED:
+        events.append(Event("Warning", REPORT_REFUSED, f"expiry: {expired[1].get('message', '')}"))
     if (old.get("phase"), old.get("message")) != (new.get("phase"), new.get("message")) and (
         old.get("phase") != new.get("phase") or new.get("phase") == FAILED
     ):
@@ -546,11 +646,16 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     return events
 
 
+def _condition_of(status_: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    found: Mapping[str, Any] = next((c for c in status_.get("conditions") or [] if c.get("type") == type_), {})
+    return found
+
+
 def _family(pool: Mapping[str, Any]) -> str:
     reason = str(pool.get("reason") or "")
     return podstate.Problem(reason, "").family()
 
 
 def _failure_reason(status: Mapping[str, Any]) -> str:
-    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == READY_CONDITION), {})
+    ready = _condition_of(status, READY_CONDITION)
     return str(ready.get("reason") or FAILED)

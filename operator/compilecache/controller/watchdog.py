@@ -5,7 +5,10 @@ for the time when no replica reconciles (a takeover after a crash, a higher-prio
 a broken warm-up). Every ``PERIOD_SECONDS`` it lists the pods held by the
 ``compilecache.dev/warm`` gate in the served namespaces, reads each one's cache, and releases
 those that are due through the same code as a pass (``reconcile.release_gates``): the cache
-is Ready, Degraded or gone, its gate is off, or the pod's ``gateTimeout`` passed. The served
+is Ready, Degraded or gone, its gate is off, or the pod's ``gateTimeout`` passed. It lists the
+pods not yet scheduled (field selector ``spec.nodeName=``, which kube-apiserver serves for pods:
+a gated pod is never bound), not the pods labelled ``compilecache.dev/cache``: an owner may
+remove that label after admission, and such a pod, still gated, is released at once. The served
 namespaces are kopf's own options: names, or kopf's patterns (``-n 'team-*'``, ``-n '!kube-*'``),
 which each round matches, with kopf's own matcher, against the namespaces that exist then. Two replicas
 releasing the same pod make one release and one Event: the JSON patch tests the gate list it
@@ -52,12 +55,13 @@ def parse_namespaces(value: str | None) -> list[str | None] | None:
 
 
 def held_by_cache(pods: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The gated pods grouped by (namespace, cache name), in a stable order."""
+    """The gated pods grouped by (namespace, cache name), in a stable order; a pod that names no
+    cache (its label removed) comes under the name ``""``."""
     held: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        cache = (meta.get("labels") or {}).get(LABEL_CACHE)
-        if cache and meta.get("namespace") and gates.is_gated(pod):
+        cache = str((meta.get("labels") or {}).get(LABEL_CACHE) or "")
+        if meta.get("namespace") and gates.is_gated(pod):
             held.setdefault((meta["namespace"], cache), []).append(dict(pod))
     return dict(sorted(held.items()))
 
@@ -89,8 +93,11 @@ def release_overdue(client: Client, namespaces: Sequence[str | None], policy: Po
     """
     pods: list[dict[str, Any]] = []
     for namespace in namespace_names(client, namespaces):
-        pods.extend(client.list(PODS, namespace, labels={LABEL_CACHE: None}))
+        pods.extend(client.list(PODS, namespace, fields={"spec.nodeName": ""}))  # not scheduled: gated ones too
     for (namespace, name), held in held_by_cache(pods).items():
+        if not name:  # its cache label was removed: it waits for nothing (gates.CACHE_LABEL_REMOVED)
+            release_gates(client, namespace, name, None, phase=None, pods=held, policy=policy)
+            continue
         cache = client.get(COMPILECACHES, name, namespace)
         if cache is not None and cache["metadata"].get("deletionTimestamp"):
             cache = None  # going: no pod waits for it (as a pass decides)

@@ -25,8 +25,9 @@ that fails once upstream kmock fills it, so that this module can shrink:
    ``propagationPolicy=Orphan`` keeps the dependents and drops their owner reference; an object
    created with owners that are all gone is collected at once, as the real collector does);
 9. a ``kind: Status`` success body when a DELETE removes the object at once;
-10. ``labelSelector`` and ``fieldSelector`` (``metadata.name``, ``metadata.namespace``) on list
-    and watch; watch turns MODIFIED into ADDED/DELETED when an object starts/stops matching;
+10. ``labelSelector`` and ``fieldSelector`` (``metadata.name``, ``metadata.namespace``; a pod's
+    ``spec.nodeName`` and ``status.phase``) on list and watch; watch turns MODIFIED into
+    ADDED/DELETED when an object starts/stops matching;
 11. list responses with ``kind: <Kind>List``, ``apiVersion`` and the current ``resourceVersion``;
 12. watch from ``?resourceVersion=N`` replays only newer events (stock replays the whole state),
     ``sendInitialEvents`` with the closing bookmark, ``timeoutSeconds``;
@@ -38,14 +39,15 @@ that fails once upstream kmock fills it, so that this module can shrink:
     (``admission.validate``: the ValidatingWebhookConfigurations);
 15. validation and defaulting of the built-in fields the product's manifests could get wrong
     (``compilecache.local.validation``: Service names and cluster IPs, a Pod's hostname and
-    subdomain): ``422 Invalid`` with the real server's message.
+    subdomain), and of a CompileCache's status against the CRD's status schema: ``422 Invalid``
+    with the real server's message; a body that is not JSON (``NaN``, ``Infinity``): ``400``.
 
 Remaining gaps (the operator must not rely on them): no validation or defaulting against a CRD
-schema, nor of built-in kinds beyond item 15; no admission of other resources or operations; no
-controllers here (the local cluster's Job runner plays the Job controller, the scheduler and the
-kubelet); no namespace lifecycle (deleting a Namespace leaves its objects); no server-side apply;
-no list pagination (``limit`` is ignored, all items come in one page); no 410 Gone for old
-resource versions (the whole event history is kept in memory).
+schema beyond a CompileCache's status, nor of built-in kinds beyond item 15; no admission of other
+resources or operations; no controllers here (the local cluster's Job runner plays the Job
+controller, the scheduler and the kubelet); no namespace lifecycle (deleting a Namespace leaves
+its objects); no server-side apply; no list pagination (``limit`` is ignored, all items come in
+one page); no 410 Gone for old resource versions (the whole event history is kept in memory).
 """
 
 from __future__ import annotations
@@ -156,19 +158,28 @@ def parse_label_selector(selector: str) -> list[_Requirement]:
 
 def _field_requirement(field: str, negate: bool, value: str) -> Callable[[Body], bool]:
     def check(obj: Body) -> bool:
-        return ((obj.get("metadata", {}).get(field) or "") == value) != negate
+        found: Any = obj
+        for part in field.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        return ((found or "") == value) != negate  # an absent field is "" (spec.nodeName= : not scheduled)
 
     return check
 
 
-def parse_field_selector(selector: str) -> list[Callable[[Body], bool]]:
-    """Parse a field selector over ``metadata.name``/``metadata.namespace`` (all any resource has)."""
+# The field selectors a real server serves beyond metadata.name/namespace (pkg/registry/core/pod: the
+# pods' selectable fields include spec.nodeName and status.phase; the field-selectors docs list them).
+_FIELDS = {"pods": ("spec.nodeName", "status.phase")}
+
+
+def parse_field_selector(selector: str, plural: str = "") -> list[Callable[[Body], bool]]:
+    """Parse a field selector over ``metadata.name``/``metadata.namespace`` (all any resource has), and a
+    pod's ``spec.nodeName`` and ``status.phase``."""
     requirements: list[Callable[[Body], bool]] = []
     for part in _split_selector(selector):
         m = re.fullmatch(r"\s*([\w.]+)\s*(==|=|!=)\s*([^,]*?)\s*", part)
-        if m is None or m[1] not in ("metadata.name", "metadata.namespace"):
+        if m is None or m[1] not in ("metadata.name", "metadata.namespace", *_FIELDS.get(plural, ())):
             raise kube_error(400, "BadRequest", f'field label not supported: "{part}"')
-        requirements.append(_field_requirement(m[1].split(".")[1], m[2] == "!=", m[3]))
+        requirements.append(_field_requirement(m[1], m[2] == "!=", m[3]))
     return requirements
 
 
@@ -289,6 +300,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if request.subresource not in (None, *info.subresources):
             raise kube_error(404, "NotFound", "the server could not find the requested resource")
 
+        if request.method in ("POST", "PUT", "PATCH") and request.body:
+            problem = validation.undecodable(request.body)
+            if problem is not None:  # NaN, Infinity: the real server's decoder refuses the body
+                raise kube_error(400, "BadRequest", problem)
+
         # Admission comes before the write and outside the lock: a webhook reads the API itself.
         # (kube-apiserver also runs mutating admission before it stores the object.)
         admitting = request.action == kmock.action.CREATE and resource == PODS and self.admission is not None
@@ -349,9 +365,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     @staticmethod
     def _validate(resource: kmock.resource, body: Body, old: Body | None) -> None:
-        """Refuse an invalid built-in object with the real server's 422 (``validation``)."""
+        """Refuse an invalid object with the real server's 422 (``validation``)."""
         plural = str(resource.plural)
-        errors = validation.validate(plural, body, old) if resource.group == "" else []
+        errors = validation.validate(plural, body, old, str(resource.group or ""))
         if errors:
             name = (body.get("metadata") or {}).get("name") or ""
             causes = [{"reason": "FieldValueInvalid", "message": what, "field": path} for path, what in errors]
@@ -604,7 +620,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _matcher(self, request: rendering.Request) -> Callable[[Body], bool]:
         """A predicate for the objects a list/watch request selects (URL, name, selectors)."""
         labels = parse_label_selector(request.params.get("labelSelector", ""))
-        fields = parse_field_selector(request.params.get("fieldSelector", ""))
+        plural = str(request.resource.plural or "") if request.resource is not None else ""
+        fields = parse_field_selector(request.params.get("fieldSelector", ""), plural)
 
         def matches(obj: Body) -> bool:
             meta = obj.get("metadata", {})

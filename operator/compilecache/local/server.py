@@ -18,6 +18,7 @@ from typing import Any
 
 import kmock
 
+from compilecache.api import bounds
 from compilecache.local.apiserver import KubeEmulator
 
 # (resource, ResourceInfo): what the operator, the local cluster and the tests read and write.
@@ -78,6 +79,7 @@ class EmulatorThread:
     """A running :class:`KubeEmulator`: ``.emulator``, ``.url``, ``.kubeconfig``, ``.call(coro_fn)``."""
 
     def __init__(self, kubeconfig: Path, emulator: kmock.KubernetesEmulator | None = None) -> None:
+        bounds.read_json_as_deep_as_the_api_server()  # a real server stores JSON 10000 levels deep
         self.kubeconfig = kubeconfig
         self.emulator = KubeEmulator() if emulator is None else emulator
         for resource, info in RESOURCES:

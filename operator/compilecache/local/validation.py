@@ -18,6 +18,14 @@ How we know the real server does the same (kubernetes ``pkg/apis/core/validation
   several, names unique; ``ValidateServiceUpdate``: ``clusterIP`` may not change once set.
 * ``ValidatePodSpec``: ``hostname`` and ``subdomain``, when set, are DNS-1123 labels.
 
+A CompileCache's ``status`` is checked against the CRD's status schema (``api.bounds``: the
+types, formats and bounds the model declares), as apiextensions-apiserver validates a custom object
+on every write, so that a status the real server refuses with 422 is refused here too (an integer
+past int64, a count of the wrong type); its CEL rules and its spec are not checked here. A request
+body that is not JSON, as Python's ``json`` writes ``NaN`` and ``Infinity``, or nests deeper than
+10000 levels, is refused with 400 by :func:`undecodable`, as the real server's decoder refuses it
+("error decoding patch", "exceeded max depth").
+
 Messages follow the real ones (``field.ErrorList`` rendered as ``<Kind> "<name>" is invalid: ...``)
 so that a test or a person reading a local failure sees what a cluster would say.
 """
@@ -25,9 +33,13 @@ so that a test or a person reading a local failure sees what a cluster would say
 from __future__ import annotations
 
 import ipaddress
+import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from compilecache.api import bounds
 
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -119,14 +131,64 @@ def validate_pod(pod: Mapping[str, Any], old: Mapping[str, Any] | None = None) -
     return errors
 
 
-_VALIDATORS = {"services": validate_service, "pods": validate_pod}
-KINDS = {"services": "Service", "pods": "Pod"}
+def validate_compilecache(cache: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[FieldError]:
+    """The field errors of a CompileCache's ``status`` against the CRD's status schema."""
+    found = bounds.violations(cache.get("status"), bounds.status_schema(), "status")
+    return [(path, f"Invalid value: {why}") for path, _, why in (problem.partition(": ") for problem in found)]
 
 
-def validate(plural: str, body: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[FieldError]:
-    """The field errors of an object of a core resource (none for resources not checked here)."""
+_VALIDATORS = {"services": validate_service, "pods": validate_pod, "compilecaches": validate_compilecache}
+KINDS = {"services": "Service", "pods": "Pod", "compilecaches": "CompileCache.compilecache.dev"}
+_GROUPS = {"services": "", "pods": "", "compilecaches": "compilecache.dev"}
+
+
+def validate(
+    plural: str, body: Mapping[str, Any], old: Mapping[str, Any] | None = None, group: str = ""
+) -> list[FieldError]:
+    """The field errors of an object (none for resources not checked here)."""
     validator = _VALIDATORS.get(plural)
-    return [] if validator is None else validator(body, old)
+    return [] if validator is None or _GROUPS.get(plural) != group else validator(body, old)
+
+
+def undecodable(body: bytes) -> str | None:
+    """Why a request body is not JSON the API server decodes (``NaN``, ``Infinity``, a number past float64,
+    objects nested past ``bounds.JSON_DEPTH``), or ``None``; a body that is not JSON at all is left to the
+    routing (kmock answers it)."""
+
+    def constant(name: str) -> Any:
+        raise _NotJson(f"invalid character {name[0]!r} looking for beginning of value")
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise _NotJson(f"number {text[:40]} is out of range")
+        return value
+
+    try:
+        value = json.loads(body, parse_constant=constant, parse_float=number)
+    except _NotJson as exc:
+        return f"error decoding the request body: {exc}"
+    except (ValueError, RecursionError):
+        return None
+    if _depth(value) > bounds.JSON_DEPTH:
+        return f"error decoding the request body: exceeded max depth of {bounds.JSON_DEPTH}"
+    return None
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in a decoded JSON value (no recursion: it may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+class _NotJson(Exception):
+    """A body the API server's JSON decoder refuses."""
 
 
 def invalid_message(plural: str, name: str, errors: list[FieldError]) -> str:
