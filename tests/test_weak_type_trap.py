@@ -58,7 +58,7 @@ print(x.dtype)
 @pytest.mark.jax
 @pytest.mark.parametrize(
     ("workload", "named"),
-    [("naive", "scale (arg 0 (step): int32[] weak_type=False vs True)"), ("weak", None)],
+    [("naive", "scale (arg 0 (step): int32[] weak_type=True in training, False in the warm-up)"), ("weak", None)],
 )
 def test_a_weak_type_that_reaches_the_program_ends_in_a_hit_or_its_name(
     tmp_path: Path, workload: str, named: str | None
