@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compilecache.api import bounds
 from compilecache.cache import linear
 from compilecache.cli.main import build_parser
 from compilecache.controller import api, plan, policy
@@ -160,14 +161,17 @@ def test_the_full_spec_is_admitted_and_warms() -> None:
     assert commands(result)
 
 
-def test_every_free_form_string_list_and_map_of_the_spec_is_bounded() -> None:
+def test_every_free_form_string_list_and_map_of_the_resource_is_bounded() -> None:
     """maxLength on every string, maxItems on every list, maxProperties on every map: what no field has, the
-    API server accepts up to 1.5 MiB of. The one exception is the training template's pod spec (preserved
-    unknown fields), which the operator bounds itself (``api.check_bounded``, tested below)."""
+    API server accepts up to 1.5 MiB of. The exceptions: the training template's pod spec (preserved unknown
+    fields), which the operator bounds itself (``api.check_bounded``, tested below), and kopf's own
+    bookkeeping in the status, which the operator does not write."""
     unbounded = []
-    for path, node in iter_nodes(SPEC_SCHEMA):
+    for path, node in iter_nodes(SCHEMA):
+        if path in ("", "apiVersion", "kind", "metadata"):  # the API server's own, checked by it
+            continue
         if node.get("x-kubernetes-preserve-unknown-fields"):
-            if path != "warmup.podTemplate.spec":
+            if path not in ("spec.warmup.podTemplate.spec", "status.kopf"):
                 unbounded.append(f"{path}: preserves unknown fields")
             continue
         if (node.get("type") == "string" or node.get("x-kubernetes-int-or-string")) and "enum" not in node:
@@ -179,6 +183,21 @@ def test_every_free_form_string_list_and_map_of_the_spec_is_bounded() -> None:
         if isinstance(node.get("additionalProperties"), dict) and "maxProperties" not in node:
             unbounded.append(f"{path}: a map without maxProperties")
     assert unbounded == []
+
+
+def test_the_status_is_fitted_to_its_bounds_before_it_is_patched() -> None:
+    """A message quoting a pod's words can outgrow its field: the pass cuts it (``bounds.fit``), never sends
+    a status the API server refuses (which would freeze it), and keeps what it says first."""
+    pool = {"name": "h100", "hosts": 1, "message": "x" * MB, "reason": "R" * MB}
+    status = {"message": "m" * MB, "pools": [pool], "consumers": {"lastMissReason": "train_step: " + "y" * MB}}
+    assert bounds.violations(status)
+    fitted = bounds.fit(status)
+    assert bounds.violations(fitted) == []
+    assert fitted["pools"][0]["message"].startswith("xxx") and fitted["consumers"]["lastMissReason"].startswith("train")
+    assert bounds.fit({"phase": "Ready", "pools": [{"name": "a", "hosts": 1}]}) == {
+        "phase": "Ready",
+        "pools": [{"name": "a", "hosts": 1}],
+    }
 
 
 FIELDS = string_fields()

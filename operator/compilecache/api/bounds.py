@@ -89,6 +89,30 @@ def keep_valid(new: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[dict[str
     return result, found
 
 
+def fit(value: Any, schema: Schema | None = None) -> Any:
+    """``value`` (the whole status by default) with each string longer than its field's ``maxLength`` cut to it.
+
+    The status's strings are the operator's own text, messages that may quote what pods wrote: too long
+    is the one way they can break the schema, and a cut message still says what it says first. Everything
+    else is left as it is, for :func:`keep_valid` to judge.
+    """
+    schema = status_schema() if schema is None else schema
+    if isinstance(value, str):
+        limit = schema.get("maxLength")
+        return value if limit is None or len(value) <= limit else value[: limit - 3] + "..."
+    if isinstance(value, Mapping):
+        properties = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        fitted = {}
+        for key, item in value.items():
+            child = properties.get(key, extra if isinstance(extra, Mapping) else None)
+            fitted[key] = fit(item, child) if child is not None else item
+        return fitted
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [fit(item, schema["items"]) for item in value]
+    return value
+
+
 def read_json_as_deep_as_the_api_server() -> None:
     """Let this process parse, write, copy and compare JSON as deep as kube-apiserver stores it.
 

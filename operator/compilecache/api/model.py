@@ -124,6 +124,13 @@ ENV_VALUE_MAX = 32768  # one environment variable's value (a JSON config fits)
 XLA_FLAGS_MAX = 8192
 LABEL_MAP_MAX = 32  # entries of a nodeSelector
 RESOURCE_MAP_MAX = 32  # entries of requests or limits
+# The status: what the operator writes, cut to these bounds before it is patched (api/bounds.py fit).
+MESSAGE_MAX = 32768  # a message for humans (metav1.Condition's bound)
+REASON_MAX = 1024  # a CamelCase reason (metav1.Condition's)
+TIME_MAX = 64  # an RFC 3339 time
+SHORT_MAX = 64  # a hash, a size, a count for kubectl get
+VERSION_MAX = 256  # a library version, a backend, a device kind
+MISS_REASON_MAX = 300  # a training pod's first miss (controller/reports.py REASON_CHARS)
 
 # A quantity written as a string (an int-or-string field's string branch).
 QuantityText = Annotated[str, Field(max_length=QUANTITY_MAX, pattern=NONNEGATIVE_QUANTITY)]
@@ -175,7 +182,7 @@ class ConsumersStatus(Model):
         description=(
             "Pods whose gate the operator removed; the annotation compilecache.dev/released on "
             "each tells why (CacheReady, CacheDegraded, GateTimeout, GateDisabled, "
-            "CacheDeleted) and when."
+            "CacheDeleted, CacheLabelRemoved) and when."
         ),
         json_schema_extra={"format": "int64"},
     )
@@ -194,19 +201,27 @@ class ConsumersStatus(Model):
         json_schema_extra={"format": "int64"},
     )
     lastMissReason: str | None = Field(
-        default=None, description="The first miss of the latest finished training pod that missed, and why."
+        default=None,
+        description="The first miss of the latest finished training pod that missed, and why.",
+        max_length=MISS_REASON_MAX,
     )
 
 
 class CacheVersion(Model):
     """Entries of one build; entries of different builds never hit each other."""
 
-    jax: str | None = Field(default=None, description="jax version.")
-    jaxlib: str | None = Field(default=None, description="jaxlib version.")
-    torch: str | None = Field(default=None, description="torch version (framework pytorch).")
-    cuda: str | None = Field(default=None, description="CUDA version of the torch build (framework pytorch, GPU).")
-    backend: str | None = Field(default=None, description="XLA backend (gpu, tpu, cpu); for pytorch, cuda or cpu.")
-    deviceKind: str | None = Field(default=None, description="Device kind, e.g. NVIDIA H100 80GB HBM3.")
+    jax: str | None = Field(default=None, description="jax version.", max_length=VERSION_MAX)
+    jaxlib: str | None = Field(default=None, description="jaxlib version.", max_length=VERSION_MAX)
+    torch: str | None = Field(default=None, description="torch version (framework pytorch).", max_length=VERSION_MAX)
+    cuda: str | None = Field(
+        default=None, description="CUDA version of the torch build (framework pytorch, GPU).", max_length=VERSION_MAX
+    )
+    backend: str | None = Field(
+        default=None, description="XLA backend (gpu, tpu, cpu); for pytorch, cuda or cpu.", max_length=VERSION_MAX
+    )
+    deviceKind: str | None = Field(
+        default=None, description="Device kind, e.g. NVIDIA H100 80GB HBM3.", max_length=VERSION_MAX
+    )
     entries: int | None = Field(
         default=None, description="Entries of this build.", json_schema_extra={"format": "int64"}
     )
@@ -221,7 +236,9 @@ class CacheStatus(Model):
     bytes: int | None = Field(
         default=None, description="Their total size in bytes.", json_schema_extra={"format": "int64"}
     )
-    size: str | None = Field(default=None, description="The same size, human readable (e.g. 12.4Gi).")
+    size: str | None = Field(
+        default=None, description="The same size, human readable (e.g. 12.4Gi).", max_length=SHORT_MAX
+    )
     versions: list[CacheVersion] | None = Field(
         default=None,
         description="Entries per build (jax and jaxlib, or torch and CUDA; backend, device kind), newest first.",
@@ -229,10 +246,16 @@ class CacheStatus(Model):
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
     lastWarmed: str | None = Field(
-        default=None, description="When a warm-up last finished.", json_schema_extra={"format": "date-time"}
+        default=None,
+        description="When a warm-up last finished.",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
     )
     lastExpired: str | None = Field(
-        default=None, description="When expiry last ran.", json_schema_extra={"format": "date-time"}
+        default=None,
+        description="When expiry last ran.",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
     )
     lastDeleted: (
         dict[
@@ -241,27 +264,33 @@ class CacheStatus(Model):
         ]
         | None
     ) = Field(
-        default=None, description="Entries the last expiry deleted, by rule (integrity, keepVersions, maxAge, maxSize)."
+        default=None,
+        description="Entries the last expiry deleted, by rule (integrity, keepVersions, maxAge, maxSize).",
+        max_length=16,
     )
 
 
 class PoolStep(Model):
     """One script's run."""
 
-    script: str | None = Field(default=None, description="The workload's script.")
+    script: str | None = Field(default=None, description="The workload's script.", max_length=253)
     calls: int | None = Field(
         default=None, description="Calls of its step function.", json_schema_extra={"format": "int64"}
     )
     stoppedBy: str | None = Field(
-        default=None, description="steps (its count), budget (steps auto ran out of time) or end (it ended by itself)."
+        default=None,
+        description="steps (its count), budget (steps auto ran out of time) or end (it ended by itself).",
+        max_length=SHORT_MAX,
     )
-    message: str | None = Field(default=None, description="What that means for training, on one line.")
+    message: str | None = Field(
+        default=None, description="What that means for training, on one line.", max_length=REASON_MAX
+    )
 
 
 class PoolTarget(Model):
     """One target's compile."""
 
-    name: str | None = Field(default=None, description="The target (or script compile) name.")
+    name: str | None = Field(default=None, description="The target (or script compile) name.", max_length=253)
     seconds: float | None = Field(default=None, description="Seconds spent compiling it.")
     entries: int | None = Field(default=None, description="Entries it wrote.", json_schema_extra={"format": "int64"})
     bytes: int | None = Field(
@@ -272,7 +301,7 @@ class PoolTarget(Model):
 class PoolStatus(Model):
     """The state of one pool's warm-up for one topology."""
 
-    name: str = Field(description="Name of the pool.")
+    name: str = Field(description="Name of the pool.", max_length=63)
     hosts: int = Field(
         default=1,
         description=("The topology's hosts (1 for a single-pod warm-up, also for records from before topologies)."),
@@ -292,6 +321,7 @@ class PoolStatus(Model):
     job: str | None = Field(
         default=None,
         description=("Name of the pool's current warm-up Job (for hosts > 1 also the name of its headless Service)."),
+        max_length=63,
     )
     state: Literal["Pending", "Running", "Succeeded", "Failed", "NoNodes", "TooFewNodes"] | None = Field(
         default=None,
@@ -341,13 +371,21 @@ class PoolStatus(Model):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
-    reason: str | None = Field(default=None, description="A CamelCase reason for the state.")
-    message: str | None = Field(default=None, description="Details for humans, e.g. the Job's failure.")
+    reason: str | None = Field(default=None, description="A CamelCase reason for the state.", max_length=REASON_MAX)
+    message: str | None = Field(
+        default=None, description="Details for humans, e.g. the Job's failure.", max_length=MESSAGE_MAX
+    )
     startedAt: str | None = Field(
-        default=None, description="When the warm-up Job started.", json_schema_extra={"format": "date-time"}
+        default=None,
+        description="When the warm-up Job started.",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
     )
     finishedAt: str | None = Field(
-        default=None, description="When the warm-up Job finished.", json_schema_extra={"format": "date-time"}
+        default=None,
+        description="When the warm-up Job finished.",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
     )
 
 
@@ -357,9 +395,12 @@ class Condition(Model):
     type: str = Field(description="The condition's type, e.g. Ready.", max_length=316)
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
     reason: str | None = Field(default=None, description="A CamelCase reason for the last transition.", max_length=1024)
-    message: str | None = Field(default=None, description="Details for humans.")
+    message: str | None = Field(default=None, description="Details for humans.", max_length=MESSAGE_MAX)
     lastTransitionTime: str | None = Field(
-        default=None, description="When status last changed.", json_schema_extra={"format": "date-time"}
+        default=None,
+        description="When status last changed.",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
     )
     observedGeneration: int | None = Field(
         default=None,
@@ -394,11 +435,13 @@ class Status(Model):
     message: str | None = Field(
         default=None,
         description="One line for humans about the current state.",
+        max_length=MESSAGE_MAX,
         json_schema_extra={**status_doc("one line for humans")},
     )
     specHash: str | None = Field(
         default=None,
         description="Short hash of the spec parts that affect compilation; part of warm-up Job names.",
+        max_length=SHORT_MAX,
         json_schema_extra={
             **status_doc("short hash of the spec parts that affect compilation (in Job names)"),
         },
@@ -406,6 +449,7 @@ class Status(Model):
     poolsReady: str | None = Field(
         default=None,
         description="READY/TOTAL pools with nodes whose warm-up succeeded, for kubectl get.",
+        max_length=SHORT_MAX,
         json_schema_extra={**status_doc("`READY/TOTAL` pools with nodes, for `kubectl get`")},
     )
     reason: str | None = Field(
@@ -415,6 +459,7 @@ class Status(Model):
             "condition's reason), else what a failed pool's pod died of (OOMKilled), else the "
             "Ready condition's reason when it says more than the phase; absent otherwise."
         ),
+        max_length=REASON_MAX,
         json_schema_extra={
             **status_doc(
                 "for `kubectl get`: what a warm-up or expiry pod is stuck on (`Progressing` "
@@ -428,6 +473,7 @@ class Status(Model):
     lastScheduleTime: str | None = Field(
         default=None,
         description=("The spec.schedule slot whose warm-up the pools follow (as a CronJob's status.lastScheduleTime)."),
+        max_length=TIME_MAX,
         json_schema_extra={
             "format": "date-time",
             **status_doc("the `spec.schedule` slot whose warm-up the pools follow (as a CronJob's)"),
@@ -440,6 +486,7 @@ class Status(Model):
             "was still running (concurrency Forbid, as a CronJob's): a running Job is never "
             "replaced by a slot."
         ),
+        max_length=TIME_MAX,
         json_schema_extra={
             "format": "date-time",
             **status_doc(
@@ -530,7 +577,7 @@ class Status(Model):
                 "`compilecache.dev/warm` scheduling gate) and `released` (gate removed by the "
                 "operator; the pod's `compilecache.dev/released` annotation says why: "
                 "`CacheReady`, `CacheDegraded`, `GateTimeout`, `GateDisabled`, `CacheDeleted`, "
-                "and when); `hits`, `requests` and `lastMissReason` from the finished training "
+                "`CacheLabelRemoved`, and when); `hits`, `requests` and `lastMissReason` from the finished training "
                 "pods' own reports (see [observability](observability.md))"
             ),
         },

@@ -75,9 +75,10 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
         new["consumers"] = consumers | reports.consumer_counts(pods)
-    # Each report was checked as it was read; a status the API server would still refuse (a bug, or
-    # sums past int64) would fail every pass the same way: the old value of that field stands.
-    new, refused = bounds.keep_valid(new, cache.status)
+    # Each report was checked as it was read, and a message too long for its field is cut to it; a status
+    # the API server would still refuse (a bug, or sums past int64) would fail every pass the same way:
+    # the old value of that field stands.
+    new, refused = bounds.keep_valid(bounds.fit(new), cache.status)
     for problem in refused:
         logger.error("Not recording status field of %s/%s that the CRD refuses: %s", namespace, name, problem)
     try:
