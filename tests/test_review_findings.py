@@ -13,7 +13,7 @@ import json
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -57,11 +57,11 @@ def test_a_warm_up_summary_with_seconds_past_a_floats_range_is_refused_not_a_fai
         {"schema": status.WARM_SCHEMA, "ok": True, "entries": 1, "bytes": 1, "compileSeconds": HUGE, "targets": []}
     )
     assert len(message) < TERMINATION_MESSAGE_MAX  # the kubelet delivers it whole
-    obj = cache()
+    obj: dict[str, Any] = cache()
     first = plan(Snapshot(Cache.read(obj), nodes=tuple(cluster())), T0)
     job = next(create.manifest for create in first.creates if create.resource.plural == "jobs")
     conditions = [{"type": "Complete", "status": "True"}]
-    done = job | {"status": {"startTime": T0, "completionTime": "2026-01-01T00:00:30Z", "conditions": conditions}}
+    done = dict(job) | {"status": {"startTime": T0, "completionTime": "2026-01-01T00:00:30Z", "conditions": conditions}}
     obj["status"] = dict(first.status)
     snapshot = Snapshot(
         Cache.read(obj),
@@ -157,7 +157,7 @@ def test_the_pytorch_copy_never_holds_a_file_far_larger_than_its_manifest_says(t
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert result.files == 0 and list(result.refused) == ["torch/r1/kernel.bin"]
+    assert result.files == 0 and list(result.refused or {}) == ["torch/r1/kernel.bin"]
     assert peak < 16 << 20, f"the copy held {peak >> 20} MiB for a file listed at {len(listed)} bytes"
 
 
@@ -208,7 +208,7 @@ def test_one_training_pod_cannot_hold_the_operators_event_loop(kube_env: Any) ->
     can send it; the mutating webhook runs before the pod's own validation."""
     body = {"apiVersion": "compilecache.dev/v1alpha1", "kind": "CompileCache", "metadata": {"name": "llama"}}
     kube_env.create("compilecache.dev/v1alpha1/compilecaches", body | {"spec": cache_spec()}, "default")
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "train", "namespace": "default", "labels": {jobs.LABEL_CACHE: "llama"}},
@@ -217,8 +217,9 @@ def test_one_training_pod_cannot_hold_the_operators_event_loop(kube_env: Any) ->
     client = Client.from_environment()
     try:
         memo = kopf.Memo(client=client, policy=policy.DEFAULT)
-        patch = kopf.Patch(body=kopf.Body(pod))
-        handlers.mutate_pods(body=kopf.Body(pod), patch=patch, warnings=[], memo=memo)  # kopf's thread pool
+        patch = kopf.Patch(body=kopf.Body(cast(kopf.RawBody, pod)))
+        mutate = cast(Any, handlers.mutate_pods)  # kopf's decorator types it as a WebhookFn of every kwarg
+        mutate(body=kopf.Body(cast(kopf.RawBody, pod)), patch=patch, warnings=[], memo=memo)  # kopf's thread pool
     finally:
         client.close()
     started = time.perf_counter()
