@@ -8,6 +8,7 @@ in a fresh process, its peak RSS against a baseline measured in the same test.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compilecache.cache import manifests
 from compilecache.cache.entries import (
     CHUNK_BYTES,
     INFLATION_FLOOR,
@@ -31,6 +33,9 @@ from compilecache.cache.entries import (
     scan_entry,
     stream_problem,
 )
+from compilecache.cache.store import LocalStore
+from compilecache.cache.torchcache import generation_dir
+from compilecache.cache.torchstore import fetch
 from jaxhelpers import REPO, clean_env
 
 MIB = 1024 * 1024
@@ -150,3 +155,29 @@ def test_expire_deletes_the_bomb_and_its_peak_memory_stays_near_a_cache_without_
     # Before: the bomb inflated whole, ~600 MB above the baseline. Now a few MB of chunks at most.
     grown = (bomb_peak - base_peak) / 1024
     assert grown < 48, f"expire peaked {grown:.0f} MiB above the same cache without the bomb"
+
+
+# --- the trainer's PyTorch copy streams each file, never past its manifest's size (review of issue 28) ---
+
+
+def test_the_pytorch_copy_never_holds_a_file_far_larger_than_its_manifest_says(tmp_path: Path) -> None:
+    """``torchstore.fetch`` reads each file with ``store.read`` (whole, 8 at a time) and only then compares
+    its sha256: a file the manifest lists at 16 bytes but that holds 64 MiB costs the *training*
+    process 64 MiB (8 such: 512 MiB), and real kernels of hundreds of MB cost that legitimately.
+    Item 4 bounds entry reads by streaming; the trainer's copy was left reading whole files."""
+    root = tmp_path / "cache"
+    generation = root / generation_dir("r1")
+    generation.mkdir(parents=True)
+    (generation / "kernel.bin").write_bytes(b"\0" * (64 << 20))
+    listed = b"0123456789abcdef"
+    entry = {"file": "kernel.bin", "size": len(listed), "sha256": hashlib.sha256(listed).hexdigest()}
+    manifest = {"schema": manifests.TORCH_SCHEMA, "run_id": "r1", "state": "complete", "entries": [entry]}
+    assert not isinstance(manifests.parse_manifest("r1.json", json.dumps(manifest).encode()), manifests.Malformed)
+    tracemalloc.start()
+    try:
+        result = fetch(LocalStore(root), [manifest], tmp_path / "local")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.files == 0 and list(result.refused or {}) == ["torch/r1/kernel.bin"]
+    assert peak < 16 << 20, f"the copy held {peak >> 20} MiB for a file listed at {len(listed)} bytes"

@@ -12,13 +12,15 @@ with the square of the length), and past the bound each is refused naming its fi
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +28,8 @@ from hypothesis import strategies as st
 from compilecache.api import bounds
 from compilecache.cache import linear
 from compilecache.cli.main import build_parser
-from compilecache.controller import api, plan, policy
+from compilecache.controller import api, handlers, jobs, plan, policy
+from compilecache.controller.kube import Client
 from compilecache.controller.snapshot import Cache, Snapshot
 from crdschema import iter_nodes, load_crd, openapi_schema
 from specs import OPEN_POLICY, PRODUCT, cache, cache_spec, cluster
@@ -260,8 +263,8 @@ def _nested(depth: int) -> dict[str, Any]:
     [
         (lambda pod: pod.__setitem__("affinity", _nested(api.TEMPLATE_MAX_DEPTH)), "nests deeper than"),
         (lambda pod: pod.__setitem__("affinity", _nested(5000)), "nests deeper than"),
-        (lambda pod: pod["containers"][0]["env"].append({"name": "B", "value": "x" * MB}), "more than 256 KiB"),
-        (lambda pod: pod.__setitem__("tolerations", [{"key": "k"}] * 100_000), "more than 256 KiB"),
+        (lambda pod: pod["containers"][0]["env"].append({"name": "B", "value": "x" * MB}), "more than 256 KiB of JSON"),
+        (lambda pod: pod.__setitem__("tolerations", [{"key": "k"}] * 100_000), "more than 256 KiB of JSON"),
     ],
     ids=["just-too-deep", "5000-deep", "a-megabyte-value", "a-long-list"],
 )
@@ -319,3 +322,60 @@ def test_a_pattern_matches_the_whole_value_and_never_past_a_newline() -> None:
     assert not api.is_dns_label("abc\n")
     with pytest.raises(api.SpecError, match=r"spec\.storage\.pvc\.claimName"):
         api.parse_spec(cache_spec(storage={"pvc": {"claimName": "jax-cache\n"}}))
+
+
+# --- empty objects and lists count against the template's bound (review of issue 28) ---
+
+
+def test_a_megabyte_training_template_of_empty_objects_is_refused_at_admission() -> None:
+    """``api.check_bounded`` charges keys and strings only: ``{}`` and ``[]`` cost nothing, so a
+    ``podTemplate.spec`` (free-form in the CRD) of ~1 MB of them is admitted. Measured with
+    ``bench/admission_load.py``'s harness on the real operator: 240k empty lists (an AdmissionReview
+    just under aiohttp's 1 MiB) are *allowed*, answered in 0.95 s, and stall kopf's event loop
+    337 ms (67x a benign cache's), against "a 1 MB value in any field ... refused ... in under a
+    second" and "never blocked for more than 100 ms"; every pass then walks it again."""
+    warmup = cache()["spec"]["warmup"]
+    template = {"containers": [{"name": "train", "image": warmup["image"]}], "affinity": {"x": [{}] * 250_000}}
+    obj = cache(warmup=warmup | {"podTemplate": {"spec": template}})
+    assert len(json.dumps(obj)) > 1_000_000
+    started = time.perf_counter()
+    found = policy.admission_violations(obj, policy.DEFAULT)
+    elapsed = time.perf_counter() - started
+    assert any(path.startswith("spec.warmup.podTemplate.spec") for path, _ in found), found
+    assert elapsed < 1.0, f"{elapsed:.2f} s"
+
+
+# --- one labelled pod cannot hold the operator's event loop (review of issue 28) ---
+
+
+@pytest.mark.emulator
+def test_one_training_pod_cannot_hold_the_operators_event_loop(kube_env: Any) -> None:
+    """``handlers.mutate_pods`` runs in kopf's thread pool, but it hands kopf a function (``_become``) and
+    kopf builds the JSON patch on its event loop (``serve_admission_request`` -> ``Patch.as_json_patch``:
+    a deepcopy of the pod, the function, ``jsonpatch.JsonPatch.from_diff`` over the whole pod). The
+    mutation adds the cache's env to every container, so the patch grows with the containers: a pod
+    of 20,000 one-line containers (a 670 KB AdmissionReview, under aiohttp's 1 MiB) gets a 16.9 MB
+    patch. Measured on the real operator (``compilecache operator`` with its TLS webhook, the
+    harness of ``bench/admission_load.py``, /healthz polled every 5 ms): the loop stood still
+    2.2-3.4 s per such pod (a benign pod: 2-3 ms). Anyone who may create a pod with the opt-in label
+    can send it; the mutating webhook runs before the pod's own validation."""
+    body = {"apiVersion": "compilecache.dev/v1alpha1", "kind": "CompileCache", "metadata": {"name": "llama"}}
+    kube_env.create("compilecache.dev/v1alpha1/compilecaches", body | {"spec": cache_spec()}, "default")
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "default", "labels": {jobs.LABEL_CACHE: "llama"}},
+        "spec": {"containers": [{"name": f"c{index}", "image": "x"} for index in range(20_000)]},
+    }
+    client = Client.from_environment()
+    try:
+        memo = kopf.Memo(client=client, policy=policy.DEFAULT)
+        patch = kopf.Patch(body=kopf.Body(cast(kopf.RawBody, pod)))
+        mutate = cast(Any, handlers.mutate_pods)  # kopf's decorator types it as a WebhookFn of every kwarg
+        mutate(body=kopf.Body(cast(kopf.RawBody, pod)), patch=patch, warnings=[], memo=memo)  # kopf's thread pool
+    finally:
+        client.close()
+    started = time.perf_counter()
+    ops = patch.as_json_patch()  # what kopf then runs on its event loop
+    on_the_loop = time.perf_counter() - started
+    assert on_the_loop < 0.1, f"{on_the_loop:.2f} s on the event loop for a patch of {len(json.dumps(ops))} bytes"

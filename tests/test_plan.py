@@ -345,6 +345,8 @@ def check(snap: Snapshot, decided: plan.Plan) -> None:
     new = decided.status
     phase = new["phase"]
     assert phase in PHASES
+    # The spec's own checks catch all the policy refuses: the last check, on the pods, never has to.
+    assert "refused by the operator's policy: Job " not in str(new.get("message", "")), new["message"]
     event(f"phase {phase}")  # hypothesis statistics: every phase is reached
     pools = new.get("pools") or []
     active = [p for p in pools if p.get("state") != status.POOL_NO_NODES]

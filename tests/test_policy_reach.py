@@ -270,3 +270,34 @@ def test_the_pod_webhook_gives_nothing_of_a_cache_the_policy_in_force_refuses() 
         "refused by the operator's policy" in warning and "readerServiceAccountName" in warning
         for warning in now.warnings
     )
+
+
+# --- no cache's reader is another cache's writer (review of issue 28) ---
+
+
+def test_the_pod_webhook_never_hands_a_training_pod_the_writer_of_another_gcs_cache() -> None:
+    """The reader is checked against its own cache's writers only. With the policy docs/security.md
+    gives for examples/cache-gcs.yaml (``allow: [default, cache-writer, cache-reader]``), a second cache
+    whose reader is ``cache-writer`` is admitted, and its training pods run as the first cache's
+    writer: docs/gcs.md says "The writer is never handed out by the operator"."""
+    rules = policy.parse({"serviceAccounts": {"allow": ["default", "cache-writer", "cache-reader"]}})
+    first = cache(
+        name="llama",
+        storage={"gcs": {"bucket": "my-caches", "prefix": "llama", "serviceAccountName": "cache-writer",
+                         "readerServiceAccountName": "cache-reader"}},
+    )  # fmt: skip
+    second = cache(
+        name="other",
+        uid="uid-2",
+        storage={"gcs": {"bucket": "my-caches", "prefix": "other", "serviceAccountName": "cache-reader",
+                         "readerServiceAccountName": "cache-writer"}},
+    )  # fmt: skip
+    assert policy.admission_violations(first, rules) == []
+    pod = {
+        "metadata": {"namespace": "default", "labels": {jobs.LABEL_CACHE: "other"}},
+        "spec": {"containers": [{"name": "train", "image": "registry.example/trainer:1.2"}]},
+    }
+    admitted = admission.admit(pod, [first, second], rules=rules).pod
+    writers = admission.writer_accounts(parse_cache(first))
+    assert writers == {"cache-writer"}
+    assert admitted["spec"].get("serviceAccountName") not in writers, admitted["spec"]

@@ -147,7 +147,7 @@ def _verdict(**fields: Any) -> str:
 HOSTILE_VERDICTS = {
     "requests": (
         _verdict(requests=10**30),
-        "consumers.requests: 1000000000000000000000000000000 is out of the int64 range",
+        "requests: 1000000000000000000000000000000 is out of the int64 range",
     ),
     "infinite": (_verdict(hits=1e999), "hits: inf is not a count"),
     "string": (_verdict(requests="5"), 'requests: "5" is not a count'),
@@ -211,7 +211,7 @@ def _summary(**fields: Any) -> str:
 
 HOSTILE_SUMMARIES = {
     "compileSeconds": ('{"schema": "compilecache.dev/warm/v1", "compileSeconds": 1e999}', "compileSeconds: inf"),
-    "entries": (_summary(entries=10**30), "pools[].entries: 1000000000000000000000000000000 is out of the int64"),
+    "entries": (_summary(entries=10**30), "entries: 1000000000000000000000000000000 is out of the int64"),
     "bytes": (_summary(bytes="2000"), 'bytes: "2000" is not a count'),
     "targets": (_summary(targets={"a": 1}), "targets: {'a': 1} is not a list"),
     "target": (_summary(targets=[{"name": "t", "bytes": -1}]), "targets[0].bytes: -1 is not a count"),
@@ -264,7 +264,7 @@ SUMMARY = {
     "versions": [{"jax": "0.10.2", "backend": "gpu", "entries": 3}],
 }
 HOSTILE_EXPIRIES = {
-    "bytes": ({"after": {"entries": 3, "bytes": 10**30}}, "cache.bytes: 1000000000000000000000000000000 is out"),
+    "bytes": ({"after": {"entries": 3, "bytes": 10**30}}, "after.bytes: 1000000000000000000000000000000 is out"),
     "entries": ({"after": {"entries": "3"}}, 'after.entries: "3" is not a count'),
     "deleted": ({"deleted": {"maxAge": 1e999}}, "deleted.maxAge: inf is not a count"),
     "deleted-type": ({"deleted": ["maxAge"]}, "deleted: ['maxAge'] is not an object"),
@@ -348,3 +348,62 @@ def test_whatever_pods_write_the_status_a_pass_records_is_one_the_crd_accepts(
     outcome = expiryjob.outcome(job, [pod])
     cache_status = expiryjob.cache_status(outcome.summary, {}, None, outcome.finished_at)
     assert bounds.violations({"cache": cache_status, "message": outcome.message}) == []
+
+
+T0 = "2026-01-01T00:00:00Z"
+TERMINATION_MESSAGE_MAX = 4096  # what the kubelet keeps of a container's termination message
+HUGE = 10**400  # JSON's integers have no bound; Python's float() stops near 1.8e308
+
+
+# --- a report's integer past a float's range is refused, not a failed pass (review of issue 28) ---
+
+
+def test_a_warm_up_summary_with_seconds_past_a_floats_range_is_refused_not_a_failed_pass() -> None:
+    """``status.number`` checks ``value < inf`` (true for any int) then calls ``float()``: OverflowError.
+
+    The warm-up runs in the cache author's image and script, which write its termination message.
+    The pass raises, ``plan.failed`` marks the cache Failed ("the operator's pass failed, retrying"),
+    and every later pass reads the same pod again (``needs_report``): the status is frozen, which is
+    the issue's suspected case (a) and item 5 ("refused, named, and never reaches a status patch").
+    """
+    message = json.dumps(
+        {"schema": status.WARM_SCHEMA, "ok": True, "entries": 1, "bytes": 1, "compileSeconds": HUGE, "targets": []}
+    )
+    assert len(message) < TERMINATION_MESSAGE_MAX  # the kubelet delivers it whole
+    obj: dict[str, Any] = cache()
+    first = plan(Snapshot(Cache.read(obj), nodes=tuple(cluster())), T0)
+    job = next(create.manifest for create in first.creates if create.resource.plural == "jobs")
+    conditions = [{"type": "Complete", "status": "True"}]
+    done = dict(job) | {"status": {"startTime": T0, "completionTime": "2026-01-01T00:00:30Z", "conditions": conditions}}
+    obj["status"] = dict(first.status)
+    snapshot = Snapshot(
+        Cache.read(obj),
+        nodes=tuple(cluster()),
+        jobs=(done,),
+        warmup_pods=(_warm_pod(message, job["metadata"]["name"]),),
+    )
+    new = plan(snapshot, T0)  # raised OverflowError: int too large to convert to float
+    refused = [pool for pool in new.status["pools"] if pool.get("reason") == status.REPORT_REFUSED]
+    assert refused and "compileSeconds" in refused[0]["message"], new.status["pools"]
+
+
+def test_an_expiry_summary_with_bytes_past_a_floats_range_is_refused_not_a_failed_pass() -> None:
+    """``expiryjob.cache_status`` formats ``after.bytes`` (``units.format_bytes``: ``count / factor``) before
+    ``status.within`` checks its range: OverflowError escapes ``outcome``, which catches only BadReport."""
+    summary = {
+        "schema": "compilecache.dev/expiry/v1",
+        "ok": True,
+        "at": "2026-01-01T00:05:00Z",
+        "after": {"entries": 1, "bytes": HUGE},
+    }
+    message = json.dumps(summary)
+    assert len(message) < TERMINATION_MESSAGE_MAX
+    job = {"metadata": {"name": "e"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    terminated = {"exitCode": 0, "message": message, "finishedAt": "2026-01-01T00:05:00Z"}
+    pod = {
+        "metadata": {"name": "e-x"},
+        "status": {"containerStatuses": [{"name": "expire", "state": {"terminated": terminated}}]},
+    }
+    outcome = expiryjob.outcome(job, [pod])  # raised OverflowError: integer division result too large
+    assert (outcome.phase, outcome.reason, outcome.summary) == (status.READY, status.REPORT_REFUSED, None)
+    assert "after.bytes" in outcome.message, outcome.message

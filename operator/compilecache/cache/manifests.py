@@ -473,11 +473,20 @@ _TORCH_FILE_LIST = _list(
 def _torch_files(value: Any, where: Where) -> None:
     """A generation's files: each a safe relative path, none both a file and a folder (no tree holds that)."""
     _TORCH_FILE_LIST(value, where)
-    files = {entry["file"] for entry in value}
+    # A tree of the paths' parts, walked once per path: joining every prefix instead cost the square of a
+    # path's parts (2048 in a 4 KiB path), 3 s for a 1 MiB manifest.
+    tree: dict[str, Any] = {}
+    files: set[int] = set()  # the tree nodes where a file ends
+    for entry in value:
+        node = tree
+        for part in entry["file"].split("/"):
+            node = node.setdefault(part, {})
+        files.add(id(node))
     for index, entry in enumerate(value):
-        parts = entry["file"].split("/")
-        for depth in range(1, len(parts)):
-            if "/".join(parts[:depth]) in files:
+        node = tree
+        for part in entry["file"].split("/")[:-1]:
+            node = node[part]
+            if id(node) in files:
                 _fail(((where, index), "file"), f"{_shown_value(entry['file'])} is below another entry's file")
 
 

@@ -35,7 +35,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -153,7 +153,7 @@ class CacheStore(Protocol):
         """The bytes of a listed file."""
         ...
 
-    def stream(self, name: str) -> Iterator[bytes]:
+    def stream(self, name: str) -> Generator[bytes, None, None]:
         """The bytes of a listed file, a bounded piece at a time (entries reach hundreds of MB)."""
         ...
 
@@ -405,7 +405,7 @@ class LocalStore:
         """The file's bytes (a link is not read: :class:`~compilecache.cache.nofollow.LinkError`)."""
         return nofollow.read_bytes(self.root, name)
 
-    def stream(self, name: str) -> Iterator[bytes]:
+    def stream(self, name: str) -> Generator[bytes, None, None]:
         """The file's bytes in pieces of :data:`~compilecache.cache.entries.CHUNK_BYTES`, never through a link."""
         with nofollow.open_file(self.root, name) as handle:
             while chunk := handle.read(CHUNK_BYTES):
@@ -630,7 +630,7 @@ class GCSStore:
         data: bytes = self._call(f"read {name}", self.fs._cat_file, f"{self.root}/{name}")
         return data
 
-    def stream(self, name: str) -> Iterator[bytes]:
+    def stream(self, name: str) -> Generator[bytes, None, None]:
         """Download one object in ranges, each of the generation listed first: a replacement uploaded
         meanwhile is never read half from the old object and half from the new one."""
         path = f"{self.root}/{name}"

@@ -159,41 +159,64 @@ def fetch(store: CacheStore, manifests: Sequence[Mapping[str, Any]], dest: Path)
         for name, record in manifest_entries(manifest).items():
             jobs.append((name, f"{generation_dir(run_id)}/{name}", record))
 
-    def read(job: tuple[str, str, Mapping[str, Any]]) -> tuple[str, str, bytes | None, str | None]:
-        name, stored, record = job
-        try:
-            data = store.read(stored)
-        except (OSError, WarmError) as error:
-            return name, stored, None, f"unreadable: {one_line(error)}"
-        if hashlib.sha256(data).hexdigest() != record.get("sha256"):
-            return name, stored, None, "checksum differs from the manifest"
-        return name, stored, data, None
+    def copy(job: tuple[int, str, str, Mapping[str, Any]]) -> tuple[str, int, str | None]:
+        index, name, stored, record = job
+        return stored, *_copy(store, stored, record, dest / name, index)
 
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        for name, stored, data, why in pool.map(read, jobs):
-            if data is None:
-                result.refused[stored] = str(why)  # type: ignore[index]
-                continue
-            try:
-                _place(dest / name, data)
-            except OSError as error:
-                result.refused[stored] = f"not copied: {one_line(error)}"  # type: ignore[index]
+        for stored, size, why in pool.map(copy, [(index, *job) for index, job in enumerate(jobs)]):
+            if why is not None:
+                result.refused[stored] = why  # type: ignore[index]
                 continue
             result.files += 1
-            result.bytes += len(data)
+            result.bytes += size
     result.seconds = time.perf_counter() - began
     return result
 
 
-def _place(path: Path, data: bytes) -> None:
-    """Write ``data`` beside ``path`` and rename it into place: a process that already loads from this
-    folder (a sibling that copied first) sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.compilecache.tmp")
+def _copy(store: CacheStore, stored: str, record: Mapping[str, Any], path: Path, index: int) -> tuple[int, str | None]:
+    """Stream ``stored`` into ``path`` while hashing it: (bytes, ``None``) once it is in place, else (0, why).
+
+    A piece at a time (``store.stream``), never more than the manifest's ``size`` (a file larger than
+    its record is refused as soon as it is, whatever it holds), into a temporary file beside ``path``
+    that is renamed into place only when its sha256 is the manifest's: a process that already loads
+    from this folder (a sibling that copied first) sees the old file or the new one, never half of
+    one, nor damaged bytes. The temporary name is the job's own: two generations may list the same
+    file (the same kernel), and they are copied at once.
+    """
+    limit = record.get("size")
+    temporary = path.with_name(f".{path.name}.{index}.compilecache.tmp")
+    digest, size = hashlib.sha256(), 0
     try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = temporary.open("wb")
+        except OSError as error:
+            return 0, f"not copied: {one_line(error)}"
+        chunks = store.stream(stored)
+        with handle, contextlib.closing(chunks):  # a file refused half-read is closed at once
+            while True:
+                try:
+                    chunk = next(chunks, None)
+                except (OSError, WarmError) as error:  # the store's: a link, a missing file, GCS
+                    return 0, f"unreadable: {one_line(error)}"
+                if chunk is None:
+                    break
+                size += len(chunk)
+                if isinstance(limit, int) and size > limit:
+                    return 0, f"larger than the {limit} bytes its manifest says"
+                digest.update(chunk)
+                try:
+                    handle.write(chunk)
+                except OSError as error:  # the copy's: a full disk
+                    return 0, f"not copied: {one_line(error)}"
+        if digest.hexdigest() != record.get("sha256"):
+            return 0, "checksum differs from the manifest"
+        try:
+            os.replace(temporary, path)
+        except OSError as error:
+            return 0, f"not copied: {one_line(error)}"
+        return size, None
+    finally:
         with contextlib.suppress(OSError):
             temporary.unlink()
-        raise

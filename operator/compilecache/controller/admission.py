@@ -24,7 +24,7 @@ import jsonpatch
 from compilecache.cache import linear, units
 from compilecache.cache.cacheenv import TERMINATION_LOG, TORCH_LOCAL_DIR, torch_cache_env, trainer_env
 from compilecache.controller import policy, status
-from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, parse_cache
+from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, check_bounded, parse_cache
 from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, cache_env, warmup_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
@@ -38,6 +38,8 @@ LABEL_INJECT = "compilecache.dev/inject"
 # k8s.io/apimachinery/pkg/util/validation: qualifiedNameFmt-style label values, 63 characters at most.
 _LABEL_VALUE = linear.regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # in linear time: a pod's labels
 _LABEL_VALUE_MAX = 63
+MAX_CONTAINERS = 64  # containers and init containers of a pod the webhook mutates (pod_too_large)
+POD_MAX_CHARS = 256 * 1024  # JSON of a pod's spec the webhook mutates (kopf diffs it on its loop: ~40 ms)
 # What a pod may set that changes JAX's cache key or the compiled program, hence every key, beyond
 # the cache's own settings: XLA_FLAGS and LIBTPU_INIT_ARGS are hashed (jax/_src/cache_key.py
 # _hash_xla_flags); the others change the lowered program or the compile options.
@@ -129,6 +131,8 @@ def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]], *, rules:
     if choice.name is None:
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(choice.warning,) if choice.warning else ())
     cache = next(cache for cache in caches if cache["metadata"]["name"] == choice.name)
+    if too_large := pod_too_large(pod):
+        return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(f"CompileCache {choice.name}: {too_large}",))
     if not choice.by_label and not is_label_value(choice.name):
         # The pod would get the label compilecache.dev/cache=NAME (how its gate is found), and the
         # API server refuses the whole pod for a bad label value: fail open instead.
@@ -139,10 +143,33 @@ def admit(pod: Mapping[str, Any], caches: Sequence[Mapping[str, Any]], *, rules:
         )
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
     try:
-        return mutate(pod, cache, by_label=choice.by_label, rules=rules)
+        return mutate(pod, cache, by_label=choice.by_label, rules=rules, writers=namespace_writers(caches))
     except SpecError as exc:
         warning = f"CompileCache {choice.name} has an invalid spec ({exc}); the pod runs without a cache"
         return Mutation(pod=copy.deepcopy(dict(pod)), warnings=(warning,))
+
+
+def pod_too_large(pod: Mapping[str, Any]) -> str | None:
+    """Why a pod is past what the webhook mutates, or ``None``: more than :data:`MAX_CONTAINERS` containers,
+    or a spec of more than :data:`POD_MAX_CHARS` of JSON.
+
+    kopf turns the mutation into a JSON patch on its event loop (a copy and a diff of the whole pod), and
+    the mutation adds the cache's settings to each container: a pod of 20,000 containers held the loop
+    (every pass, every other admission) 2-3 s. Kubernetes bounds neither; a real training pod has a few
+    containers and a few KiB. Such a pod fails open: it runs without the cache, and is told why.
+    """
+    spec = pod.get("spec") or {}
+    containers = len(spec.get("containers") or ()) + len(spec.get("initContainers") or ())
+    if containers > MAX_CONTAINERS:
+        return (
+            f"the pod has {containers} containers, more than the {MAX_CONTAINERS} the webhook mutates; "
+            "it runs without the cache"
+        )
+    try:
+        check_bounded(spec, "spec", max_chars=POD_MAX_CHARS)
+    except SpecError as exc:
+        return f"{exc}: the webhook mutates no larger pod; it runs without the cache"
+    return None
 
 
 def is_label_value(value: str) -> bool:
@@ -367,36 +394,67 @@ def writer_accounts(spec: CacheSpec) -> frozenset[str]:
     return frozenset(a for a in (spec.gcs.service_account_name, spec.warmup.service_account_name) if a)
 
 
-def reader_account(spec: CacheSpec, own: str | None) -> tuple[str | None, str | None]:
+def namespace_writers(caches: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The writers of every GCS cache of a namespace, read from the objects as they are (no parse: a pod's
+    admission must not cost a parse of each cache): a reader that is any of them is no reader."""
+    writers: set[str] = set()
+    for cache in caches:
+        spec = _object(cache.get("spec"))
+        gcs, warmup = _object(_object(spec.get("storage")).get("gcs")), _object(spec.get("warmup"))
+        if gcs:
+            accounts = (gcs.get("serviceAccountName"), warmup.get("serviceAccountName"))
+            writers |= {account for account in accounts if isinstance(account, str)}
+    return frozenset(writers - {DEFAULT_SERVICE_ACCOUNT})  # a writer of default is refused: that cache gives nothing
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def reader_account(
+    spec: CacheSpec, own: str | None, others: frozenset[str] = frozenset()
+) -> tuple[str | None, str | None]:
     """The ServiceAccount a GCS consumer runs as, given the one the pod names (``own``), and a warning.
 
     ``storage.gcs.readerServiceAccountName`` when the pod names none (or ``default``) or names
-    a writer; the pod's own otherwise. The writer is never handed out: a pod naming it without a
-    reader configured runs as the namespace's ``default``. Returns ``(None, ...)`` for "leave
-    the pod's as it is"; PVC caches have no identity to set (the volume is mounted read-only).
+    a writer; the pod's own otherwise. No writer is ever handed out, this cache's nor one of
+    ``others`` (the namespace's other GCS caches' writers, :func:`namespace_writers`): a pod naming
+    one without a usable reader runs as the namespace's ``default``, and a reader that is another
+    cache's writer is not handed out. Returns ``(None, ...)`` for "leave the pod's as it is"; PVC
+    caches have no identity to set (the volume is mounted read-only).
     """
     if spec.gcs is None:
         return None, None
+    writers = writer_accounts(spec) | others
     reader = service_account(spec)
+    note = None
+    if reader is not None and reader in writers:
+        note = f"storage.gcs.readerServiceAccountName {reader} writes another cache here; it is not handed out"
+        reader = None
     unset = own in (None, "", DEFAULT_SERVICE_ACCOUNT)
-    if own in writer_accounts(spec):
+    if own in writers:
         instead = reader or DEFAULT_SERVICE_ACCOUNT
         return instead, (
-            f"the pod asks for ServiceAccount {own}, the cache's writer; training pods never write the "
+            f"the pod asks for ServiceAccount {own}, a cache's writer; training pods never write a "
             f"cache, so it runs as {instead}" + ("" if reader else " (set storage.gcs.readerServiceAccountName)")
         )
     if reader is not None:
         return (reader, None) if unset else (None, None)
     if unset:
-        return None, (
+        return None, note or (
             "storage.gcs.readerServiceAccountName is not set, so the pod runs as the namespace's default "
             "ServiceAccount, which needs read access to the prefix (roles/storage.objectViewer)"
         )
-    return None, None
+    return None, note
 
 
 def mutate(
-    pod: Mapping[str, Any], cache: Mapping[str, Any], *, by_label: bool = True, rules: policy.Policy | None = None
+    pod: Mapping[str, Any],
+    cache: Mapping[str, Any],
+    *,
+    by_label: bool = True,
+    rules: policy.Policy | None = None,
+    writers: frozenset[str] = frozenset(),
 ) -> Mutation:
     """Return ``pod`` with ``cache`` added: volume, mounts, JAX environment, gate, service account.
 
@@ -406,7 +464,8 @@ def mutate(
     on a cache whose spec is invalid. ``rules``: the operator's policy in force now (the webhook's);
     a cache it refuses gives the pod nothing, not its reader identity nor a gate that only its Ready
     would lift, even when the cache was admitted before the policy changed or without the
-    validating webhook.
+    validating webhook. ``writers``: the namespace's GCS caches' writers (:func:`namespace_writers`), none
+    of which a training pod gets.
     """
     spec = parse_cache(cache)
     name = cache["metadata"]["name"]
@@ -460,7 +519,7 @@ def mutate(
 
     # The deprecated alias serviceAccount counts when serviceAccountName is unset (the API server copies it).
     own = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
-    account, account_note = reader_account(spec, own)
+    account, account_note = reader_account(spec, own, writers)
     if account is not None:
         pod_spec["serviceAccountName"] = account
         if "serviceAccount" in pod_spec:  # the deprecated alias must agree

@@ -748,27 +748,32 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
     )
 
 
-def check_bounded(value: Any, path: str) -> None:
-    """Refuse a free-form object (a pod template) larger than :data:`TEMPLATE_MAX_CHARS` characters of keys
-    and strings, or nested deeper than :data:`TEMPLATE_MAX_DEPTH`, naming where it went past the bound.
+def check_bounded(value: Any, path: str, *, max_chars: int = TEMPLATE_MAX_CHARS) -> None:
+    """Refuse a free-form object (a pod template) longer than ``max_chars`` as JSON text, or nested deeper than
+    :data:`TEMPLATE_MAX_DEPTH`, naming where it went past the bound.
 
+    Each value is charged about its JSON size (a key or string its length plus quotes, an object or list its
+    brackets, a number or a literal a few characters), so that ``{}`` and ``[]`` cost what they weigh too.
     One walk without recursion, which stops as soon as a bound is passed: its work is bounded too.
     """
-    budget = TEMPLATE_MAX_CHARS
+    budget = max_chars
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         item, where, depth = stack.pop()
         if depth > TEMPLATE_MAX_DEPTH:
             raise SpecError(where, f"nests deeper than {TEMPLATE_MAX_DEPTH} levels; a pod spec needs about 10")
         if isinstance(item, Mapping):
-            budget -= sum(len(str(key)) for key in item)
+            budget -= 2 + sum(len(str(key)) + 4 for key in item)  # {}, and "key": , for each
+        elif isinstance(item, list):
+            budget -= 2 + len(item)  # [], and a comma for each
+        else:
+            budget -= len(item) + 2 if isinstance(item, str) else 8
+        if budget < 0:  # before its children are pushed: a list of a million costs no more than the bound
+            raise SpecError(where, f"the pod spec holds more than {max_chars // 1024} KiB of JSON")
+        if isinstance(item, Mapping):
             stack += [(child, f"{where}.{key}", depth + 1) for key, child in item.items()]
         elif isinstance(item, list):
             stack += [(child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item)]
-        else:
-            budget -= len(item) if isinstance(item, str) else 8
-        if budget < 0:
-            raise SpecError(where, f"the pod spec holds more than {TEMPLATE_MAX_CHARS // 1024} KiB of text")
 
 
 def _env_from(raw: Any, path: str) -> Mapping[str, Any]:

@@ -8,7 +8,7 @@ Job name (and so its spec hash) is the current one.
 from __future__ import annotations
 
 import json
-import math
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -389,6 +389,8 @@ def count(value: Any, field: str) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise BadReport(field, f"{bounds.show(value)} is not a count")
+    if value > bounds.INT64_MAX:  # what no status holds, and what float() (a size's formatting) cannot take
+        raise BadReport(field, f"{bounds.show(value)} is out of the int64 range")
     return value
 
 
@@ -396,7 +398,8 @@ def number(value: Any, field: str) -> float:
     """Seconds in a pod's report (absent: 0): a finite non-negative number, else :class:`BadReport`."""
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+    # An int is compared as an int (float() of 10**400 raises): past what a float holds, no number of seconds.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= sys.float_info.max:
         raise BadReport(field, f"{bounds.show(value)} is not a finite number of seconds")
     return float(value)
 
