@@ -29,7 +29,7 @@ import pytest
 from kopf.testing import KopfRunner
 
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
-from compilecache.controller import handlers, policy, webhook
+from compilecache.controller import admission, handlers, policy, webhook
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from specs import cache_spec, cluster
 from test_operator import NS, create_cache, wait_jobs, wait_phase, warm_and_expire
@@ -461,3 +461,39 @@ def test_validating_webhook_lets_an_unchanged_spec_be_updated(hook: Webhook) -> 
     changed = copy.deepcopy(bad)
     changed["spec"]["warmup"]["image"] = "attacker/other:1"  # a short name
     refused(validate(hook, changed, "UPDATE", old=compilecache()), "spec.warmup.image")
+
+
+# --- reviews past the bounds are answered before kopf parses or copies them (issue 28) -----------------
+
+
+def test_a_review_past_the_byte_bound_is_refused_before_it_is_parsed(hook: Webhook) -> None:
+    """kopf parses and copies a review on its event loop: one over ``MAX_REVIEW_BYTES`` gets 413 unread, and the
+    API server applies the webhook's failurePolicy (a pod admitted as it is, a CompileCache refused)."""
+    big = compilecache(warmup=cache_spec()["warmup"] | {"image": "." * webhook.MAX_REVIEW_BYTES})
+    url = hook.url.replace(webhook.PATH, webhook.VALIDATE_PATH)
+    with pytest.raises(urllib.error.HTTPError) as refused_early:
+        post(url, hook.context, json.dumps(cache_review(big, "CREATE", None)).encode())
+    assert refused_early.value.code == 413
+    admit(hook, pod())  # still serving
+
+
+def test_an_object_of_too_many_values_is_answered_without_kopf(hook: Webhook) -> None:
+    """Under the byte bound, but more values than a real object has: a cache is refused naming the bound, a pod
+    admitted unchanged with a warning. On the old code kopf copied 250,000 empty lists on its loop (470 ms)."""
+    template = {"containers": [{"name": "train", "image": cache_spec()["warmup"]["image"]}]}
+    template["affinity"] = {"x": [[]] * (webhook.MAX_OBJECT_VALUES + 1)}
+    heavy = compilecache(warmup=cache_spec()["warmup"] | {"podTemplate": {"spec": template}})
+    response = validate(hook, heavy)
+    assert response["allowed"] is False and response["status"]["code"] == 422
+    assert f"more than {webhook.MAX_OBJECT_VALUES} JSON values" in response["status"]["message"]
+    crowded = pod(affinity={"x": [[]] * (webhook.MAX_OBJECT_VALUES + 1)})
+    answer, admitted = admit(hook, crowded)
+    assert admitted == crowded and "patch" not in answer
+    assert any("admitted unchanged" in warning for warning in answer["warnings"]), answer
+
+
+def test_a_pod_of_more_containers_than_the_webhook_mutates_is_admitted_unchanged(hook: Webhook) -> None:
+    crowded = pod(containers=[{"name": f"c{i}", "image": "trainer:1.2"} for i in range(admission.MAX_CONTAINERS + 1)])
+    answer, admitted = admit(hook, crowded)
+    assert admitted == crowded
+    assert any(f"more than the {admission.MAX_CONTAINERS} the webhook mutates" in w for w in answer["warnings"])

@@ -753,27 +753,43 @@ def check_bounded(value: Any, path: str, *, max_chars: int = TEMPLATE_MAX_CHARS)
     :data:`TEMPLATE_MAX_DEPTH`, naming where it went past the bound.
 
     Each value is charged about its JSON size (a key or string its length plus quotes, an object or list its
-    brackets, a number or a literal a few characters), so that ``{}`` and ``[]`` cost what they weigh too.
-    One walk without recursion, which stops as soon as a bound is passed: its work is bounded too.
+    brackets, a number or a literal a few characters), so that ``{}`` and ``[]`` cost what they weigh too;
+    an object's or a list's members are charged their smallest size (a comma and one character) before
+    they are walked, so a list of a million is refused at once. One walk without recursion, whose paths
+    are spelled only for the message: its work is bounded by the bound, not by the value.
     """
     budget = max_chars
-    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    # (value, its parent's entry, its key or index, depth): a path is spelled from this chain only to be shown.
+    stack: list[tuple[Any, Any, Any, int]] = [(value, None, None, 0)]
     while stack:
-        item, where, depth = stack.pop()
+        entry = stack.pop()
+        item, depth = entry[0], entry[3]
         if depth > TEMPLATE_MAX_DEPTH:
-            raise SpecError(where, f"nests deeper than {TEMPLATE_MAX_DEPTH} levels; a pod spec needs about 10")
+            raise SpecError(
+                _spelled(path, entry), f"nests deeper than {TEMPLATE_MAX_DEPTH} levels; a pod spec needs about 10"
+            )
         if isinstance(item, Mapping):
-            budget -= 2 + sum(len(str(key)) + 4 for key in item)  # {}, and "key": , for each
+            budget -= 2 + sum(len(str(key)) + 5 for key in item)  # {}, and "key": with a comma and a value
         elif isinstance(item, list):
-            budget -= 2 + len(item)  # [], and a comma for each
+            budget -= 2 + 2 * len(item)  # [], and a comma and a value each
         else:
-            budget -= len(item) + 2 if isinstance(item, str) else 8
-        if budget < 0:  # before its children are pushed: a list of a million costs no more than the bound
-            raise SpecError(where, f"the pod spec holds more than {max_chars // 1024} KiB of JSON")
+            budget -= len(item) + 1 if isinstance(item, str) else 7  # beyond the one character charged already
+        if budget < 0:
+            raise SpecError(_spelled(path, entry), f"the pod spec holds more than {max_chars // 1024} KiB of JSON")
         if isinstance(item, Mapping):
-            stack += [(child, f"{where}.{key}", depth + 1) for key, child in item.items()]
+            stack += [(child, entry, key, depth + 1) for key, child in item.items()]
         elif isinstance(item, list):
-            stack += [(child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item)]
+            stack += [(child, entry, index, depth + 1) for index, child in enumerate(item)]
+
+
+def _spelled(path: str, entry: tuple[Any, Any, Any, int]) -> str:
+    """The JSON path of a walked value: ``spec.containers[0].env``."""
+    parts: list[str] = []
+    while entry[1] is not None:
+        key = entry[2]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+        entry = entry[1]
+    return path + "".join(reversed(parts))
 
 
 def _env_from(raw: Any, path: str) -> Mapping[str, Any]:

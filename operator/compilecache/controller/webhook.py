@@ -41,6 +41,14 @@ PATH = f"/{HANDLER_ID}"
 # The validating webhook of CompileCaches (the spec's checks and the operator's policy).
 VALIDATE_ID = "validate-compilecaches"
 VALIDATE_PATH = f"/{VALIDATE_ID}"
+# kopf parses each AdmissionReview and copies its object on its event loop (kopf/_kits/webhooks.py
+# _serve: json.loads; kopf/_cogs/structs/patches.py as_json_patch: a deepcopy even when nothing is
+# patched), at a cost that grows with the object's values: a template of 250,000 empty lists held
+# the loop 470 ms. Past these bounds a review is answered without kopf: a pod admitted as it is (it
+# only trains without its cache), anything else refused. A real CompileCache or training pod is a
+# few KiB and a few hundred values; aiohttp's own cap is 1 MiB.
+MAX_REVIEW_BYTES = 512 * 1024
+MAX_OBJECT_VALUES = 20_000
 
 
 class ConfigError(ValueError):
@@ -123,21 +131,72 @@ def review_problem(review: Any) -> str | None:
     return None
 
 
+def too_many_values(obj: Any) -> str | None:
+    """Why an object is past :data:`MAX_OBJECT_VALUES` JSON values (each object, list, string, number), or None.
+
+    Counted without recursion, each list's and object's members before they are walked, so the count
+    stops at the bound whatever the object holds.
+    """
+    count, stack = 0, [obj]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            count += len(item)
+            stack.extend(item)
+        if count > MAX_OBJECT_VALUES:
+            return f"the object holds more than {MAX_OBJECT_VALUES} JSON values, more than the operator reads"
+    return None
+
+
+def answer_without_kopf(review: Mapping[str, Any], problem: str) -> dict[str, Any]:
+    """The AdmissionReview answer to a review past the bounds: a pod as it is, with a warning; else refused."""
+    request = review["request"]
+    response: dict[str, Any] = {"uid": request["uid"]}
+    if request["resource"]["resource"] == "pods":
+        response |= {"allowed": True, "warnings": [f"compilecache: pod admitted unchanged: {problem}"]}
+    else:
+        response |= {"allowed": False, "status": {"code": 422, "message": problem}}
+    return {
+        "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
+        "kind": "AdmissionReview",
+        "response": response,
+    }
+
+
 class CheckedWebhookServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, answering a malformed AdmissionReview with 400 and the reason."""
+    """kopf's HTTPS webhook server, answering a malformed AdmissionReview with 400 and the reason, and one past
+    :data:`MAX_REVIEW_BYTES` or :data:`MAX_OBJECT_VALUES` before kopf parses or copies it."""
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
-        """Serve ``fn`` behind a check of each review's shape."""
+        """Serve ``fn`` behind a check of each review's shape and size."""
 
         async def checked(request: Any, **kwargs: Any) -> Any:
             problem = review_problem(request)
             if problem is not None:
                 # aiohttp turns this into the HTTP answer; the API server then applies failurePolicy.
                 raise aiohttp.web.HTTPBadRequest(reason=problem)
+            payload = request["request"]
+            too_large = too_many_values(payload.get("object") or payload.get("oldObject"))
+            if too_large is not None:
+                return answer_without_kopf(request, too_large)
             return await fn(request, **kwargs)
 
         async for client_config in super().__call__(checked):
             yield client_config
+
+    @staticmethod
+    async def _serve(fn: kopf.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        """kopf's own serving of one request, unless its body is past :data:`MAX_REVIEW_BYTES`: then 413
+        before a byte of it is parsed (kube-apiserver sends a Content-Length; the API server then applies
+        the webhook's failurePolicy: a pod is admitted as it is, a CompileCache refused)."""
+        length = request.content_length
+        if length is not None and length > MAX_REVIEW_BYTES:
+            raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_REVIEW_BYTES, actual_size=length)
+        return await kopf.WebhookServer._serve(fn, request)
 
 
 async def _no_server(fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
