@@ -99,7 +99,7 @@ def test_reports_past_int64_or_not_finite_are_refused_named_and_the_cache_still_
     expired = next(c for c in ready["conditions"] if c["type"] == "Expired")
     assert (
         expired["reason"] == status.REPORT_REFUSED
-        and "cache.bytes: 1000000000000000000000000000000" in expired["message"]
+        and "after.bytes: 1000000000000000000000000000000" in expired["message"]
     )
     consumers = kube_env.wait_for(
         lambda: (
