@@ -117,7 +117,7 @@ def test_reports_past_int64_or_not_finite_are_refused_named_and_the_cache_still_
     assert messages[0].startswith("expiry: warmed and expired; its summary was refused")
     assert messages[1].startswith("pool ") and "compileSeconds" in messages[1]
     assert messages[2].startswith("training pod train-evil: its report was refused and is not counted")
-    assert "consumers.requests: 1000000000000000000000000000000 is out of the int64 range" in messages[2]
+    assert "requests: 1000000000000000000000000000000 is out of the int64 range" in messages[2]
     # Later passes (every 0.3 s) post no second Event for the same pod, pool or expiry.
     done = passes()
     kube_env.wait_for(lambda: passes() >= done + 4, timeout=15)
