@@ -78,19 +78,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # (test_w* sorts late) ran alone at the end while the other worker idled. A module not listed keeps
 # its place after these; the list only orders, it selects nothing.
 LONGEST_FIRST = (
-    "test_warm_exact",
     "test_faults_gcs",
-    "test_resume",
-    "test_e2e_pytorch",
-    "test_warm",
-    "test_e2e",
-    "test_policy",
     "test_versions",
+    "test_e2e",
+    "test_e2e_pytorch",
     "test_torch_warm",
     "test_operator",
-    "test_chart",
+    "test_multihost_warm",
+    "test_resume",
+    "test_hostile_cache",
     "test_ha",
+    "test_warm_exact",
+    "test_warm",
+    "test_spec_property",
+    "test_gcs_timeouts",
+    "test_policy",
     "test_corrupt",
+    "test_e2e_resume",
+    "test_chart",
+    "test_warm_epochs",
 )
 
 
