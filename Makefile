@@ -59,7 +59,7 @@ demo-pytorch: $(DEMO_STAMP)
 ## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip).
 ## Two pytest-xdist workers, each module whole on one (--dist loadfile: a module's fixtures are made
 ## once): many tests wait on processes, servers and retries, so two workers keep both cores busy.
-## The longest modules start first (tests/conftest.py). 8.5-10.5 min on a 2-core machine;
+## The longest modules start first (tests/conftest.py). 9-12 min on a 2-core machine (1747 tests);
 ## TEST_WORKERS=0 runs it in one process (about a third longer), TEST_WORKERS=auto one worker per core.
 TEST_WORKERS ?= 2
 test: $(STAMP) tools

@@ -155,7 +155,9 @@ def _bad_generations(cache: Path, good: dict[str, Any]) -> None:
 def test_pytorch_bad_generations_are_skipped_and_named_and_training_hits_the_good_one(tmp_path: Path) -> None:
     torch_warmer_or_skip("warm")
     cache = tmp_path / "cache"
-    warm = ["warm", "--framework", "pytorch", "--cache-dir", str(cache), "--script", str(SCRIPT), "--steps", "1"]
+    # No verify: the training run below is what shows the good generation hits.
+    warm = ["warm", "--framework", "pytorch", "--cache-dir", str(cache), "--no-verify", "--script", str(SCRIPT)]
+    warm += ["--steps", "1"]
     done = run_cli(warm, torch_env())
     assert done.returncode == 0, done.stderr + done.stdout
     [good_path] = (cache / ".compilecache" / "manifests").glob("*.json")
