@@ -26,14 +26,9 @@ from pathlib import Path
 
 MIB = 1024 * 1024
 HERE = Path(__file__).resolve().parent.parent / "operator"
-PEAK = (
-    "import sys\n"
-    "from compilecache.cli.main import main\n"
-    "code = main(sys.argv[1:])\n"
-    "hwm = [line for line in open('/proc/self/status') if line.startswith('VmHWM:')][0].split()[1]\n"
-    "print('peak-rss-kib', hwm, file=sys.stderr)\n"
-    "sys.exit(code)\n"
-)
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from test_bounded_entries import PEAK  # noqa: E402  (the CLI in a process that prints its peak RSS)
 
 
 def entry(cache: Path, name: str, data: bytes) -> None:

@@ -233,12 +233,8 @@ def image_pinned(image: str) -> bool:
 
 def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
     """What in ``spec`` the policy refuses, as (field path, message); empty when it is all allowed."""
-    found: list[Violation] = []
     warmup = spec.warmup
-    if not policy.images.permits(warmup.image):
-        found.append(("spec.warmup.image", f"image {warmup.image!r} is not allowed ({policy.images.describe()})"))
-    elif policy.require_pinned_images and not image_pinned(warmup.image):
-        found.append(("spec.warmup.image", f"image {warmup.image!r} must have a tag other than latest, or a digest"))
+    found = _image(warmup.image, "spec.warmup.image", policy)
     found += _accounts(spec, policy)
     found += _template_volumes(spec, policy)
     found += _secret_env(spec, policy)
@@ -429,6 +425,20 @@ def _template_volumes(spec: CacheSpec, policy: Policy) -> list[Violation]:
     return found + _volume_credentials(template.volumes, f"{template.origin}.volumes", policy)
 
 
+def _image(image: str, path: str, policy: Policy) -> list[Violation]:
+    """The policy's images and pinning, on one image (the spec's, or a container's) at ``path``."""
+    if not policy.images.permits(image):
+        return [(path, f"image {image!r} is not allowed ({policy.images.describe()})")]
+    if policy.require_pinned_images and not image_pinned(image):
+        return [(path, f"image {image!r} must have a tag other than latest, or a digest")]
+    return []
+
+
+def _is_accelerator(name: str, policy: Policy) -> bool:
+    """Whether an extended resource counts as an accelerator by the policy's ``accelerators`` patterns."""
+    return any(matches(name, pattern) for pattern in policy.accelerators)
+
+
 def accelerators(resources: Mapping[str, Mapping[str, Any]], policy: Policy, gpu_resource: str) -> Decimal:
     """How many accelerators a container's ``resources`` ask for: each extended resource the policy counts
     (``accelerators``) or that is the pool's ``gpu_resource``, by the larger of its request and limit
@@ -436,7 +446,7 @@ def accelerators(resources: Mapping[str, Mapping[str, Any]], policy: Policy, gpu
     total = Decimal(0)
     names = {name for kind in ("requests", "limits") for name in resources.get(kind) or {}}
     for name in names:
-        if name == gpu_resource or any(matches(name, pattern) for pattern in policy.accelerators):
+        if name == gpu_resource or _is_accelerator(name, policy):
             amounts = [(resources.get(kind) or {}).get(name) for kind in ("requests", "limits")]
             total += max(_quantity(amount) for amount in amounts if amount is not None)
     return total
@@ -469,11 +479,7 @@ def pod_violations(pod_spec: Mapping[str, Any], policy: Policy, gpu_resource: st
         for index, container in enumerate(pod_spec.get(kind) or ())
     ]
     for path, container in containers:
-        image = str(container.get("image") or "")
-        if not policy.images.permits(image):
-            found.append((f"{path}.image", f"image {image!r} is not allowed ({policy.images.describe()})"))
-        elif policy.require_pinned_images and not image_pinned(image):
-            found.append((f"{path}.image", f"image {image!r} must have a tag other than latest, or a digest"))
+        found += _image(str(container.get("image") or ""), f"{path}.image", policy)
         found += _env_secrets(container.get("env") or (), container.get("envFrom") or (), path, policy)
     account = str(pod_spec.get("serviceAccountName") or DEFAULT_SERVICE_ACCOUNT)
     if not policy.service_accounts.permits(account):
@@ -502,7 +508,7 @@ def _resource_accelerators(spec: CacheSpec, gpu_resource: str, gpus: int, pool: 
         f"{kind}.{name}"
         for kind in ("requests", "limits")
         for name in spec.warmup.resources.get(kind) or {}
-        if name != gpu_resource and any(matches(name, pattern) for pattern in policy.accelerators)
+        if name != gpu_resource and _is_accelerator(name, policy)
     ]
     where = f"spec.warmup.resources.{counted[0]}" if counted else "spec.warmup.resources"
     message = (
