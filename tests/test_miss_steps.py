@@ -93,7 +93,7 @@ def test_the_status_says_what_to_change_from_the_step_of_the_first_miss(
         assert "raise workloads[].budget" in parsed.miss_reason
     pod = {"status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"message": "x"}}}]}}
     pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = _message(step, warmed)
-    assert reports.consumer_counts([pod])["lastMissReason"] == parsed.miss_reason[: reports.REASON_CHARS]
+    assert reports.totals(reports.counted([pod])[0])["lastMissReason"] == parsed.miss_reason[: reports.REASON_CHARS]
 
 
 def test_another_reason_says_the_step_too_and_junk_steps_are_ignored() -> None:

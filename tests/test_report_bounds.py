@@ -168,7 +168,7 @@ def test_a_training_report_out_of_range_or_of_the_wrong_type_is_refused_and_name
     counted, refused = reports.counted([good, bad])
     assert [report.requests for report in counted] == [4]
     assert [(pod["metadata"]["name"], why.startswith(said)) for pod, why in refused] == [("bad", True)], refused
-    counts = reports.consumer_counts([good, bad])
+    counts = reports.totals(reports.counted([good, bad])[0])
     assert counts == {"hits": 3, "requests": 4}
     assert bounds.violations({"consumers": counts}) == []
     assert reports.pod_report(bad) is None  # the metrics do not count it either
@@ -181,7 +181,7 @@ def test_reports_whose_totals_would_pass_int64_are_refused_after_the_first() -> 
     assert [report.requests for report in counted] == [big]  # the second one would make 2^63: past int64
     assert [pod["metadata"]["name"] for pod, _ in refused] == ["p1", "p2"]
     assert all("the totals would not fit" in why for _, why in refused)
-    assert bounds.violations({"consumers": reports.consumer_counts(pods)}) == []
+    assert bounds.violations({"consumers": reports.totals(reports.counted(pods)[0])}) == []
 
 
 def test_a_report_nested_deeper_than_the_parser_goes_is_no_report() -> None:
@@ -336,7 +336,7 @@ def test_whatever_pods_write_the_status_a_pass_records_is_one_the_crd_accepts(
     obj, done, pods = _warmed(warm)
     snapshot = Snapshot(Cache.read(obj), nodes=tuple(cluster()), jobs=tuple(done), warmup_pods=tuple(pods))
     new = dict(plan(snapshot, T0).status)
-    new["consumers"] = reports.consumer_counts([_trainer_pod("t", trainer)])
+    new["consumers"] = reports.totals(reports.counted([_trainer_pod("t", trainer)])[0])
     assert bounds.violations(new) == []
     assert _oracle(CRD_STATUS, {key: value for key, value in new.items() if key != "kopf"}) == []
     job = {"metadata": {"name": "e"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}

@@ -186,12 +186,12 @@ def test_consumer_counts_over_finished_training_pods():
         _trainer_pod("c", _verdict(9, 9), phase="Running"),  # not finished: its file may still change
         _trainer_pod("d", "Error: OOM"),
     ]
-    assert reports.consumer_counts(pods) == {
+    assert reports.totals(reports.counted(pods)[0]) == {
         "hits": 14,
         "requests": 30,
         "lastMissReason": f"train_step: not warmed: {reports.NOT_WARMED_FIX}",
     }
-    assert reports.consumer_counts([]) == {}
+    assert reports.totals(reports.counted([])[0]) == {}
 
 
 def test_printer_columns_entries_and_size_resolve_on_the_status_after_the_warm_up():

@@ -72,9 +72,10 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
         decided = failed(cache, pods, exc, when, policy)
     consumers = act.release(client, cache, decided, pods)
     new = dict(decided.status)
+    counted, refused_reports = reports.counted(pods)  # each pod's report read once a pass
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
-        new["consumers"] = consumers | reports.consumer_counts(pods)
+        new["consumers"] = consumers | reports.totals(counted)
     # Each report was checked as it was read, and a message too long for its field is cut to it; a status
     # the API server would still refuse (a bug, or sums past int64) would fail every pass the same way:
     # the old value of that field stands.
@@ -83,7 +84,7 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
         logger.error("Not recording status field of %s/%s that the CRD refuses: %s", namespace, name, problem)
     try:
         act.record(client, cache, new, decided.events)
-        act.post_refusals(client, cache, reports.counted(pods)[1])
+        act.post_refusals(client, cache, refused_reports)
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc

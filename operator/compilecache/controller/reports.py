@@ -202,9 +202,8 @@ def counted(pods: Sequence[Mapping[str, Any]]) -> tuple[list[Report], list[tuple
     return reports, refused
 
 
-def consumer_counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``status.consumers`` hits, requests and lastMissReason over the finished training pods that exist now."""
-    reports, _ = counted(pods)
+def totals(reports: Sequence[Report]) -> dict[str, Any]:
+    """``status.consumers`` hits, requests and lastMissReason of the reports that count (:func:`counted`)."""
     if not reports:
         return {}
     counts: dict[str, Any] = {
