@@ -12,34 +12,23 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
 
+import test_gates
 from compilecache.api import bounds
-from compilecache.controller import handlers, metrics, reports, status
+from compilecache.controller import metrics, reports, status
 from compilecache.jobtools.warm import termination_summary
 from compilecache.local.client import KubeError
-from specs import cluster
 from test_operator import CC, NS, SUMMARY, create_cache, expiry_job, finish, finish_expiry, wait_jobs, wait_phase
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 
 
-@pytest.fixture
-def operator(kube_env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KopfRunner]:
-    """The real operator on a cluster of 5 GPU nodes, resyncing every 0.3 s."""
-    monkeypatch.setenv(handlers.RESYNC_SECONDS_ENV, "0.3")
-    monkeypatch.delenv("COMPILECACHE_WEBHOOK", raising=False)
-    for node in cluster():
-        kube_env.create("v1/nodes", node)
-        kube_env.patch("v1/nodes", node["metadata"]["name"], {"status": node["status"]}, subresource="status")
-    with KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30) as runner:
-        yield runner
-    assert runner.exception is None, runner.output
-    assert "Traceback" not in runner.output, runner.output
+# The real operator on the emulator's 5 GPU nodes, resyncing every 0.3 s: test_gates' fixture.
+operator = test_gates.operator
 
 
 def finished_pod(kube: Any, name: str, labels: dict[str, str], container: str, message: str) -> None:
