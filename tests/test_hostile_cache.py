@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 import zlib
@@ -28,7 +27,8 @@ import pytest
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.cache.manifests import JAX_SCHEMA
 from compilecache.controller import expiryjob
-from jaxhelpers import REPO, clean_env, declare_trainer_plugin, entry_files, run_cli, run_trainer
+from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli, run_trainer
+from test_torch_warm import SCRIPT, WARM_THREADS, _train, torch_env
 from torchhelpers import torch_warmer_or_skip
 
 WORKLOAD = """
@@ -121,13 +121,6 @@ def test_jax_expire_and_warm_name_each_bad_thing_and_training_hits_the_good_entr
 
 # ---- PyTorch -------------------------------------------------------------------------------------
 
-SCRIPT = REPO / "tests" / "torch_scripts" / "tiny_train.py"
-
-
-def torch_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in clean_env().items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_", "OMP_"))}
-    return {**env, "OMP_NUM_THREADS": "1", **(extra or {})}
-
 
 def _bad_generations(cache: Path, good: dict[str, Any]) -> None:
     """Beside the good warm-up: three malformed manifests, and a well-formed generation whose files clash
@@ -158,38 +151,22 @@ def test_pytorch_bad_generations_are_skipped_and_named_and_training_hits_the_goo
     # No verify: the training run below is what shows the good generation hits.
     warm = ["warm", "--framework", "pytorch", "--cache-dir", str(cache), "--no-verify", "--script", str(SCRIPT)]
     warm += ["--steps", "1"]
-    done = run_cli(warm, torch_env())
+    warm_env = torch_env({"OMP_NUM_THREADS": WARM_THREADS})  # the thread count is in Inductor's key on the CPU
+    done = run_cli(warm, warm_env)
     assert done.returncode == 0, done.stderr + done.stdout
     [good_path] = (cache / ".compilecache" / "manifests").glob("*.json")
     good = json.loads(good_path.read_text())
     _bad_generations(cache, good)
 
+    verdict, trained = _train(cache, tmp_path, WARM_THREADS)  # a training pod, as the webhook makes it
     local = tmp_path / "local-copy"
-    printed = run_cli(
-        ["env", "--framework", "pytorch", "--cache-dir", str(cache), "--local-dir", str(local), "--format", "json"],
-        torch_env(),
-    )
-    assert printed.returncode == 0, printed.stderr
-    termination = tmp_path / "termination-log"
-    termination.write_text("")
-    env = torch_env({**json.loads(printed.stdout), "COMPILECACHE_TERMINATION_LOG": str(termination)})
-    trained = subprocess.run(
-        [sys.executable, str(SCRIPT), "--steps", "2"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert trained.returncode == 0, trained.stderr
     for name in ("bad-facts.json", "bad-nul.json", "bad-run.json"):
         assert f"compilecache: manifest {name} set aside: " in trained.stderr, trained.stderr
     assert "1 files refused (torch/zzzz-clash/" in trained.stderr and "not copied: " in trained.stderr, trained.stderr
-    verdict = json.loads(termination.read_text())
     assert verdict["requests"] >= 3 and verdict["hits"] == verdict["requests"], (verdict, trained.stderr)
     assert (local / "zz-extra.txt").read_bytes() == b"extra"  # the clashing generation's other file: copied
 
-    result = _json(run_cli(["expire", "--framework", "pytorch", "--cache-dir", str(cache), "--json"], torch_env()))
+    result = _json(run_cli(["expire", "--framework", "pytorch", "--cache-dir", str(cache), "--json"], warm_env))
     reasons = {item["name"]: item["reason"] for item in result["malformedManifests"]}
     assert reasons == {
         "bad-facts.json": "facts: expected an object, got a list",
@@ -198,4 +175,4 @@ def test_pytorch_bad_generations_are_skipped_and_named_and_training_hits_the_goo
     }, reasons
     assert (cache / good["generation"]).is_dir()  # the good warm-up stands
     shutil.rmtree(local)
-    assert run_cli(warm, torch_env()).returncode == 0  # and warms again beside them
+    assert run_cli(warm, warm_env).returncode == 0  # and warms again beside them
