@@ -4,7 +4,7 @@
 
 Builds a published generation of that many megabytes (files of ``--file-kb``, as Inductor's
 kernels and graph entries are: many small files) with its manifest in a local cache, then times
-what the runtime hook does at ``import torch`` (:func:`compilecache.training.torchhook.copy_cache`:
+what the runtime hook does at ``import torch`` (:func:`compilecache.frameworks.pytorch.hook.copy_cache`:
 read the manifests, read each file, check its sha256, write it into a fresh local folder). Prints
 seconds and MB/s per size. The page cache is warm (the files were just written): a cold read from
 a network volume adds its own read time.
@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from compilecache.cache.torchcache import MANIFEST_SCHEMA
-from compilecache.training import torchhook
+from compilecache.frameworks.pytorch import hook as torchhook
+from compilecache.frameworks.pytorch.cache import MANIFEST_SCHEMA
 
 
 def fill(root: Path, megabytes: int, file_kb: int) -> int:

@@ -34,8 +34,8 @@ from compilecache.cache.entries import (
     stream_problem,
 )
 from compilecache.cache.store import LocalStore
-from compilecache.cache.torchcache import generation_dir
-from compilecache.cache.torchstore import fetch
+from compilecache.frameworks.pytorch.cache import generation_dir
+from compilecache.frameworks.pytorch.store import fetch
 from jaxhelpers import REPO, clean_env
 
 MIB = 1024 * 1024

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from compilecache.local import torchdemo
+from compilecache.frameworks.pytorch import demo as torchdemo
 from compilecache.local.cluster import LocalCluster, run_operator
 from test_e2e import (
     CC,

@@ -9,6 +9,8 @@ process; imports inside functions are deliberate late loads and are allowed.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,8 @@ FORBIDDEN = {
         "compilecache.local",
         "compilecache.training",
     ),
+    # The seam and each framework's implementation: run by every program but the operator's libraries.
+    "frameworks": ("kopf", "kubernetes", "compilecache.controller"),
     # The entry point dispatches to every program and loads each one late, so `compilecache --help` stays light.
     "cli": (
         "jax",
@@ -71,7 +75,7 @@ def test_every_module_lives_in_a_program_folder() -> None:
     top = sorted(path.stem for path in PACKAGE.glob("*.py"))
     assert top == ["__init__"], top
     folders = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
-    assert folders == ["api", "cache", "cli", "controller", "jobtools", "local", "training"], folders
+    assert folders == ["api", "cache", "cli", "controller", "frameworks", "jobtools", "local", "training"], folders
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
@@ -145,3 +149,139 @@ def test_the_controller_has_no_import_circle() -> None:
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# --- The whole package: no circle, and each framework reached only through the registry (issue 29).
+
+
+def module_name(path: Path) -> str:
+    """``compilecache.frameworks.jax.warm`` for ``.../compilecache/frameworks/jax/warm.py``."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported_names(path: Path, *, type_checking: bool) -> list[str]:
+    """Every module a file imports, at its top level and inside functions (the late loads run too);
+    ``type_checking`` says whether the ``if TYPE_CHECKING:`` blocks count (they never run)."""
+    names: list[str] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child) and not type_checking:
+                for other in child.orelse:
+                    walk(other)
+                continue
+            if isinstance(child, ast.Import):
+                names.extend(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                names.append(child.module)
+                names.extend(f"{child.module}.{alias.name}" for alias in child.names)
+            walk(child)
+
+    walk(ast.parse(path.read_text()))
+    return names
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def package_import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """Each module of the package → the package's modules it imports (``from a import b``: ``a.b`` if
+    ``b`` is a module, else ``a``), and the packages above them whose ``__init__`` Python runs first
+    (all but the root, which every import runs, and the module's own, which ran before it)."""
+    modules = package_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for imported in imported_names(path, type_checking=type_checking):
+            if imported not in modules:
+                continue
+            parts = imported.split(".")
+            targets |= {".".join(parts[:end]) for end in range(2, len(parts) + 1)}
+        # A module's own packages are initialised before it, whatever it imports: no circle through them.
+        own = {".".join(name.split(".")[:end]) for end in range(1, name.count(".") + 2)}
+        graph[name] = {target for target in targets if target in modules and target not in own}
+    return graph
+
+
+def framework_of(name: str) -> str | None:
+    """``jax`` for ``compilecache.frameworks.jax.warm``; ``None`` outside a framework's folder."""
+    parts = name.split(".")
+    return (
+        parts[2]
+        if len(parts) > 3
+        or (
+            len(parts) == 3
+            and parts[:2] == ["compilecache", "frameworks"]
+            and (PACKAGE / "frameworks" / parts[2]).is_dir()
+        )
+        else None
+    )
+
+
+def test_the_package_has_no_import_circle() -> None:
+    """No module of the package imports, through any chain of imports that run, a module that imports it.
+
+    ``if TYPE_CHECKING:`` imports are left out: they never run (an annotation names a type, as the
+    seam's interface names the operator's parsed spec).
+    """
+    graph = package_import_graph()
+    assert {"compilecache.frameworks.jax.warm", "compilecache.jobtools.warm"} <= set(graph)
+    assert "compilecache.frameworks" in graph["compilecache.jobtools.warm"]  # the graph sees the registry
+    assert find_cycle(graph) is None, " → ".join(find_cycle(graph) or [])
+
+
+def test_frameworks_are_reached_only_through_the_registry() -> None:
+    """No module outside a framework's folder imports that framework's code, and no framework another's:
+    the rest finds one by name (``compilecache.frameworks.get``), never by an import. Type-only imports count."""
+    assert {"jax", "pytorch"} <= {path.name for path in (PACKAGE / "frameworks").iterdir() if path.is_dir()}
+    offenders = [
+        f"{name} imports {target}"
+        for name, targets in package_import_graph(type_checking=True).items()
+        for target in targets
+        if framework_of(target) is not None
+        and framework_of(target) != framework_of(name)
+        and name.split(".")[:3] != target.split(".")[:3]
+    ]
+    assert not offenders, offenders
+
+
+def test_the_layout_checks_find_a_circle_and_a_reach_into_a_framework(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a.typed\n"
+        "def f():\n    from compilecache.frameworks.jax import warm\n"
+    )
+    assert imported_names(sample, type_checking=False) == [
+        "typing",
+        "typing.TYPE_CHECKING",
+        "compilecache.frameworks.jax",
+        "compilecache.frameworks.jax.warm",
+    ]
+    assert "a.typed" in imported_names(sample, type_checking=True)
+    assert framework_of("compilecache.frameworks.jax.warm") == "jax"
+    assert framework_of("compilecache.frameworks.jax") == "jax"
+    assert framework_of("compilecache.frameworks.interface") is None
+    assert framework_of("compilecache.jobtools.warm") is None
+
+
+def test_the_operator_loads_every_framework_without_its_libraries() -> None:
+    """The operator pod has no JAX and no torch: the registry and each framework's operator half
+    (what the controller calls) load none of them."""
+    code = (
+        "import sys, compilecache.controller.handlers\n"
+        "from compilecache import frameworks\n"
+        "loaded = [frameworks.get(name).name for name in frameworks.names()]\n"
+        "print(loaded, sorted(m for m in ('jax', 'jaxlib', 'torch') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("] ")[-1].strip() == "[]", done.stdout
+    assert "'jax', 'pytorch'" in done.stdout, done.stdout

@@ -34,14 +34,15 @@ from compilecache.cache.manifests import (
     parse_manifest,
 )
 from compilecache.cache.store import GCSStore, Listing, LocalStore, StagedEntry, StoredFile
-from compilecache.cache.torchcache import manifest_entries, pick_generations
-from compilecache.cache.torchexpiry import plan_torch_expiry, torch_manifests
 from compilecache.controller import expiryjob
+from compilecache.frameworks.pytorch import hook as torchhook
+from compilecache.frameworks.pytorch.cache import manifest_entries, pick_generations
+from compilecache.frameworks.pytorch.expire import versions_left
+from compilecache.frameworks.pytorch.expiry import plan_torch_expiry, torch_manifests
 from compilecache.jobtools import expirecmd
 from compilecache.jobtools.compiler import TargetRun
 from compilecache.jobtools.manifest import build_manifest, dumps
-from compilecache.jobtools.torchexpire import versions_left
-from compilecache.training import torchhook, verdict
+from compilecache.training import verdict
 from compilecache.training.stepcount import warmed_steps
 
 SHA = "ab" * 32

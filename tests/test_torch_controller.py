@@ -11,19 +11,18 @@ import kubernetes_validate
 import pytest
 
 import podsecurity
-from compilecache.cache.cacheenv import (
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
+from compilecache.controller import admission, expiryjob, jobs, plan, status
+from compilecache.controller.api import SpecError, parse_spec
+from compilecache.controller.kube import JOBS
+from compilecache.controller.pools import resolve_pools
+from compilecache.frameworks.pytorch.env import (
     FRAMEWORK,
-    REPORT,
-    TERMINATION_LOG,
     TORCH_CACHE_DIR,
     TORCH_LOCAL_DIR,
     TORCH_SOURCE,
     torch_cache_env,
 )
-from compilecache.controller import admission, expiryjob, jobs, plan, status
-from compilecache.controller.api import SpecError, parse_spec
-from compilecache.controller.kube import JOBS
-from compilecache.controller.pools import resolve_pools
 from crdschema import apply_defaults, load_crd, openapi_schema, validate
 from k8snames import KUBERNETES_VERSIONS
 from specs import cache, cache_spec, cluster

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.cache.cacheenv import TORCH_CACHE_DIR, torch_cache_env
 from compilecache.controller import admission
 from compilecache.controller.api import parse_cache
-from compilecache.local import torchdemo
+from compilecache.frameworks.pytorch import demo as torchdemo
+from compilecache.frameworks.pytorch.env import TORCH_CACHE_DIR, torch_cache_env
 from torchhelpers import ROOT, run_example
 
 pytest.importorskip("torch", reason="the `torch` extra is not installed (make test installs torch==2.13.0)")

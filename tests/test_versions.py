@@ -320,7 +320,7 @@ def check_torch_image(python: str, installed: dict[str, str], env: dict[str, str
     assert "--cache-dir" in run([str(Path(python).parent / "compilecache"), "warm", "--help"], env, cwd)
     names = "import torch; from importlib.metadata import entry_points; "
     names += "print([e.value for e in entry_points(group='torch.backends')])"
-    assert "compilecache.training.torchhook:initialize" in run([python, "-c", names], env, cwd)
+    assert "compilecache.frameworks.pytorch.hook:initialize" in run([python, "-c", names], env, cwd)
 
 
 def uv_or_skip() -> str:

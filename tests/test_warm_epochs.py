@@ -27,8 +27,9 @@ from compilecache.cache.errors import WarmError
 from compilecache.cli.main import build_parser
 from compilecache.controller import jobs, status
 from compilecache.controller.api import parse_spec
+from compilecache.frameworks.jax.warm import _check_args, _exact_mode_from_env, _script_request
 from compilecache.jobtools.scriptrun import DEFAULT_BUDGET, StopRule, stop_reason
-from compilecache.jobtools.warm import _check_args, _exact_mode_from_env, _script_request, termination_summary
+from compilecache.jobtools.warm import termination_summary
 from jaxhelpers import FOUR_CPUS, REPO, clean_env, run_cli, write_module
 from specs import cache_spec
 

@@ -69,7 +69,7 @@ def test_verify_that_requested_fewer_compiles_than_the_warm_fails() -> None:
 def test_the_step_deadline_comes_from_the_flag_else_the_environment() -> None:
     from compilecache.cache.errors import WarmError
     from compilecache.cli.main import build_parser
-    from compilecache.jobtools.warm import _exact_mode_from_env, _script_request
+    from compilecache.frameworks.jax.warm import _exact_mode_from_env, _script_request
 
     def parsed(*flags: str) -> argparse.Namespace:
         return build_parser().parse_args(["warm", "--cache-dir", "/c", "--script", "t.py", "--steps", "2", *flags])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from compilecache.local import torchdemo
+from compilecache.frameworks.pytorch import demo as torchdemo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,8 @@
 Warm-up Jobs, training pods (by the webhook or by hand) and
 :func:`compilecache.training.runtime.enable` all take their settings from here: a single
 differing option changes JAX's cache key, and every training step then misses.
-PyTorch's settings (:func:`torch_cache_env`) follow the same rule for ``torch.compile``.
+PyTorch's settings follow the same rule for ``torch.compile``; they live with its
+implementation (:mod:`compilecache.frameworks.pytorch.env`).
 """
 
 from __future__ import annotations
@@ -44,40 +45,6 @@ JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in every pod
 GROUP_PORTS = 4
 
 
-# PyTorch (spec.framework: pytorch). Inductor has no read-only mode: a cache folder on a read-only
-# mount fails the first compile (OSError EROFS on locks/*.lock), even when every entry is warm. A
-# training process therefore reads the published cache from TORCH_SOURCE (the read-only mount, or
-# a gs:// URL) and works in a local writable copy at TORCHINDUCTOR_CACHE_DIR, made at `import
-# torch` by the runtime hook (compilecache.training, loaded through torch's "torch.backends"
-# entry points) before anything compiles. The folder is relocatable: a copy at another path hits.
-FRAMEWORK = "COMPILECACHE_FRAMEWORK"
-TORCH_SOURCE = "COMPILECACHE_TORCH_SOURCE"
-TORCH_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
-# Where training pods keep the local copy: an emptyDir the webhook adds (the root filesystem may be
-# read-only), and what `compilecache env --framework pytorch` prints unless told another folder.
-TORCH_LOCAL_DIR = "/var/tmp/compilecache-torch"
-
-
-def torch_cache_env(cache_dir: str, *, local_dir: str | None = None) -> dict[str, str]:
-    """The environment of a PyTorch process that compiles into (warm-up) or from (training) ``cache_dir``.
-
-    Without ``local_dir`` (a warm-up): Inductor's cache is ``cache_dir`` itself, a staging folder
-    that only this process writes. With ``local_dir`` (training): the process reads the published
-    ``cache_dir`` through a copy at ``local_dir``. Both turn on the FX graph and AOTAutograd caches
-    explicitly, so that a torch release with other defaults still caches what the warm-up wrote.
-    """
-    env = {
-        FRAMEWORK: "pytorch",
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-    }
-    if local_dir is None:
-        env[TORCH_CACHE_DIR] = cache_dir
-    else:
-        env.update({TORCH_SOURCE: cache_dir, TORCH_CACHE_DIR: local_dir})
-    return env
-
-
 def jax_cache_env(
     cache_dir: str,
     *,
@@ -111,9 +78,12 @@ def trainer_env(env: Mapping[str, str], *, read_only: bool) -> dict[str, str]:
     """
     # Where the report goes: the kubelet's default terminationMessagePath (the webhook sets a pod's own).
     result = {**env, REPORT: "1", TERMINATION_LOG: DEFAULT_TERMINATION_LOG}
-    if read_only:
-        result[MIN_COMPILE_TIME] = _number(NEVER_WRITE_SECS)
-    return result
+    return never_write(result) if read_only else result
+
+
+def never_write(env: Mapping[str, str]) -> dict[str, str]:
+    """JAX's ``env`` with a minimum compile time so high that it tries no write (the key is unchanged)."""
+    return {**env, MIN_COMPILE_TIME: _number(NEVER_WRITE_SECS)}
 
 
 def format_env(env: Mapping[str, str], fmt: str = "shell") -> str:

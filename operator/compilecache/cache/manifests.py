@@ -6,7 +6,7 @@ is reported and isolated, never fatal to the whole cache. :func:`parse_manifest`
 file's bytes into a checked document or a :class:`Malformed` naming the file and its first bad
 field; it never raises. A document is checked against its ``schema``, one checker per
 framework (:data:`JAX_SCHEMA`: ``compilecache.jobtools.manifest`` writes it; :data:`TORCH_SCHEMA`:
-``compilecache.jobtools.torchwarm``), for every field a reader uses: its type, a bound (numbers
+``compilecache.frameworks.pytorch.warm``), for every field a reader uses: its type, a bound (numbers
 finite and in range, strings without NUL and encodable as UTF-8), and names that stay inside the
 cache (a run id is one plain file name, a JAX entry a plain ``<module>-<sha256>-cache`` name, a
 PyTorch file a relative path without ``..``). Readers (expiry of both frameworks, the warmer's

@@ -2,10 +2,10 @@
 
 The webhook (``handlers.mutate_pods``) and ``compilecache env NAME`` both build on
 this module, so a pod mutated by the webhook and a pod written by hand from the
-snippet get the same volume, mount and JAX settings as the warm-up Jobs
-(:func:`compilecache.controller.jobs.cache_env`): one differing option and every step misses.
-A PyTorch cache's consumers (``spec.framework: pytorch``) get the cache read-only, an emptyDir
-for the local copy Inductor works in, and PyTorch's variables instead of JAX's.
+snippet get the same volume, mount and cache settings as the warm-up Jobs (the framework's
+``trainer_env``, :mod:`compilecache.frameworks`): one differing option and every step misses.
+A framework whose trainers never write the published cache (PyTorch's) gets it read-only, and
+an emptyDir for the local copy it works in.
 
 A mutation only ever adds. What the pod already has under one of our names (a
 volume, a mount path, an environment variable) stays as the user wrote it, and
@@ -21,16 +21,17 @@ from typing import Any
 
 import jsonpatch
 
+from compilecache import frameworks
 from compilecache.cache import linear, units
-from compilecache.cache.cacheenv import TERMINATION_LOG, TORCH_LOCAL_DIR, torch_cache_env, trainer_env
+from compilecache.cache.cacheenv import TERMINATION_LOG, trainer_env
 from compilecache.controller import policy, status
 from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, check_bounded, parse_cache
-from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, cache_env, warmup_env
+from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, warmup_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
 ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
 VOLUME = "compilecache"  # the name of the cache volume in a training pod
-# PyTorch consumers: the emptyDir at TORCH_LOCAL_DIR that holds the trainer's writable copy of the cache.
+# A framework's local_copy_dir (PyTorch's): the emptyDir that holds the trainer's writable copy of the cache.
 LOCAL_VOLUME = "compilecache-local"
 # A pod's own switch (Istio's sidecar.istio.io/inject): "true" opts it in to consumers.podSelector
 # (in a namespace labelled compilecache.dev/injection=enabled); "false" opts it out of everything.
@@ -40,24 +41,6 @@ _LABEL_VALUE = linear.regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # i
 _LABEL_VALUE_MAX = 63
 MAX_CONTAINERS = 64  # containers and init containers of a pod the webhook mutates (pod_too_large)
 POD_MAX_CHARS = 256 * 1024  # JSON of a pod's spec the webhook mutates (kopf diffs it on its loop: ~40 ms)
-# What a pod may set that changes JAX's cache key or the compiled program, hence every key, beyond
-# the cache's own settings: XLA_FLAGS and LIBTPU_INIT_ARGS are hashed (jax/_src/cache_key.py
-# _hash_xla_flags); the others change the lowered program or the compile options.
-KEY_VARIABLES = (
-    "XLA_FLAGS",
-    "LIBTPU_INIT_ARGS",
-    "JAX_ENABLE_X64",
-    "JAX_DEFAULT_MATMUL_PRECISION",
-    "JAX_USE_SHARDY_PARTITIONER",
-    "JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY",
-    "JAX_PLATFORMS",
-)
-# The same for torch.compile (spec.framework pytorch): Inductor's key holds the CPU thread count and
-# the device index (which CUDA_VISIBLE_DEVICES renumbers), and every Inductor setting (any
-# TORCHINDUCTOR_* variable, TORCH_KEY_PREFIX); TORCH_COMPILE_JOB_ID names the dynamic-shape profile
-# a process reuses (torch/_dynamo/pgo.py), so a differing one recompiles other shapes.
-TORCH_KEY_VARIABLES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCH_COMPILE_JOB_ID")
-TORCH_KEY_PREFIX = "TORCHINDUCTOR_"
 
 
 @dataclass(frozen=True)
@@ -214,13 +197,10 @@ def is_serving(cache: Mapping[str, Any]) -> bool:
 
 
 def read_only(spec: CacheSpec) -> bool:
-    """Whether consumers mount the cache read-only: ``consumers.readOnly``, and always for pytorch.
-
-    A PyTorch trainer never writes the published cache, whatever the spec says: Inductor works
-    in the local copy at :data:`TORCH_LOCAL_DIR` (it has no read-only mode), so a writable mount
-    would only let a trainer damage the entries.
-    """
-    return spec.consumers.read_only or spec.framework == "pytorch"
+    """Whether consumers mount the cache read-only: ``consumers.readOnly``, and always where the
+    framework's trainers never write it (PyTorch: Inductor works in a local copy, as it has no
+    read-only mode, so a writable mount would only let a trainer damage the entries)."""
+    return spec.consumers.read_only or not frameworks.get(spec.framework).trainers_write
 
 
 def cache_volume(spec: CacheSpec) -> dict[str, Any] | None:
@@ -238,13 +218,13 @@ def cache_mount(spec: CacheSpec) -> dict[str, Any] | None:
 
 
 def local_volume(spec: CacheSpec) -> dict[str, Any] | None:
-    """A PyTorch consumer's emptyDir for its writable copy of the cache (``None`` for JAX).
+    """The emptyDir of a framework's local copy of the cache (PyTorch's; ``None`` for JAX, which has none).
 
     An emptyDir because the root filesystem may be read-only. Its ``sizeLimit`` is the most the
     published cache can hold where the spec says (the claim's size, ``lifecycle.maxSize``): the
     copy fits, and the kubelet evicts a pod only past it, so it is the larger of the two.
     """
-    if spec.framework != "pytorch":
+    if frameworks.get(spec.framework).local_copy_dir is None:
         return None
     bounds = [spec.lifecycle.max_size_bytes] if spec.lifecycle.max_size_bytes is not None else []
     if spec.pvc is not None and spec.pvc.create is not None:
@@ -253,37 +233,31 @@ def local_volume(spec: CacheSpec) -> dict[str, Any] | None:
 
 
 def local_mount(spec: CacheSpec) -> dict[str, Any] | None:
-    """The container mount of :func:`local_volume` at :data:`TORCH_LOCAL_DIR` (``None`` for JAX)."""
-    return {"name": LOCAL_VOLUME, "mountPath": TORCH_LOCAL_DIR} if spec.framework == "pytorch" else None
+    """The container mount of :func:`local_volume` at the framework's ``local_copy_dir`` (``None`` for JAX)."""
+    local_dir = frameworks.get(spec.framework).local_copy_dir
+    return None if local_dir is None else {"name": LOCAL_VOLUME, "mountPath": local_dir}
 
 
 def pod_volumes(spec: CacheSpec) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """Each volume a consumer gets, with its container mount: the PVC cache's, PyTorch's local copy."""
+    """Each volume a consumer gets, with its container mount: the PVC cache's, a framework's local copy."""
     pairs = [(cache_volume(spec), cache_mount(spec)), (local_volume(spec), local_mount(spec))]
     return [(volume, mount) for volume, mount in pairs if volume is not None]
 
 
 def trainer_cache_env(spec: CacheSpec) -> dict[str, str]:
-    """What a training process reads the cache with (before the report switch).
+    """What a training process reads the cache with (before the report switch): the framework's.
 
-    JAX: the warm-up Jobs' settings (:func:`cache_env`, the same key). PyTorch: the published
-    cache (the read-only mount, or the gs:// URL) as the source of a local copy at
-    :data:`TORCH_LOCAL_DIR` that Inductor works in; no JAX variable at all.
+    JAX: the warm-up Jobs' settings (the same key), and on a read-only cache a minimum compile
+    time that stops JAX trying writes. PyTorch: the published cache (the read-only mount, or the
+    gs:// URL) as the source of a local copy that Inductor works in; no JAX variable at all.
     """
-    if spec.framework == "pytorch":
-        return torch_cache_env(spec.cache_dir, local_dir=TORCH_LOCAL_DIR)
-    return cache_env(spec)
+    return frameworks.get(spec.framework).trainer_env(spec)
 
 
 def env_list(spec: CacheSpec) -> list[dict[str, str]]:
-    """A trainer's cache environment as a container's ``env`` list, sorted by name.
-
-    :func:`trainer_cache_env`, the report switch, and on a read-only JAX cache
-    (``consumers.readOnly``) a minimum compile time that stops JAX trying writes (a JAX
-    variable: PyTorch trainers write only their local copy).
-    """
-    jax_read_only = spec.consumers.read_only and spec.framework != "pytorch"
-    env = trainer_env(trainer_cache_env(spec), read_only=jax_read_only)
+    """A trainer's cache environment as a container's ``env`` list, sorted by name: :func:`trainer_cache_env`
+    and the report switch."""
+    env = trainer_env(trainer_cache_env(spec), read_only=False)
     return [{"name": key, "value": value} for key, value in sorted(env.items())]
 
 
@@ -294,8 +268,8 @@ def termination_env(container: Mapping[str, Any], item: dict[str, str]) -> dict[
 
 
 def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[str]:
-    """The container's own key-relevant settings (:data:`KEY_VARIABLES`, for pytorch
-    :data:`TORCH_KEY_VARIABLES` and any ``TORCHINDUCTOR_*``) that no warm-up ran with.
+    """The container's own key-relevant settings (the framework's ``key_variables``: JAX's
+    ``XLA_FLAGS`` and the like, PyTorch's thread count and any ``TORCHINDUCTOR_*``) that no warm-up ran with.
 
     A warm-up runs with the cache's settings and its workload's ``env``; a trainer whose
     ``XLA_FLAGS`` (say) differs from every workload's misses every compile. A value from
@@ -306,13 +280,8 @@ def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[
     items = [item for item in container.get("env") or [] if isinstance(item, Mapping)]
     own = _values(items)
     from_refs = {item.get("name") for item in items if "valueFrom" in item}
-    if spec.framework == "pytorch":
-        prefixed = {name for env in [own, *warm] for name in env if name.startswith(TORCH_KEY_PREFIX)}
-        variables: Sequence[str] = [*TORCH_KEY_VARIABLES, *sorted(prefixed)]
-        hint = "torch.compile's cache keys differ and graphs miss (set it in a workload's env)"
-    else:
-        variables = KEY_VARIABLES
-        hint = "JAX's cache keys differ and compiles miss (set it in spec.warmup: jax.xlaFlags or a workload's env)"
+    framework = frameworks.get(spec.framework)
+    variables, hint = framework.key_variables([own, *warm]), framework.key_hint
     found = []
     trainer = trainer_cache_env(spec)  # PyTorch's TORCHINDUCTOR_CACHE_DIR differs from the warm-up's, by design
     for name in variables:
@@ -329,13 +298,6 @@ def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[
     return found
 
 
-# What of an image enters the cache keys, per spec.framework (image_difference's warning says it).
-IMAGE_KEY_PARTS = {
-    "jax": "the jax/jaxlib/plugin versions",
-    "pytorch": "a hash of torch's sources and triton/CUDA versions",
-}
-
-
 def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str, framework: str = "jax") -> str | None:
     """A warning when no container runs the warm-up's image (``spec.warmup.image``), else None.
 
@@ -349,7 +311,8 @@ def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str,
         return None
     return (
         f"no container runs the warm-up's image {warmup_image} (the pod runs {', '.join(dict.fromkeys(images))}): "
-        f"the cache keys contain {IMAGE_KEY_PARTS[framework]}, so entries warmed by another image likely miss"
+        f"the cache keys contain {frameworks.get(framework).image_key_parts}, so entries warmed by another image "
+        "likely miss"
     )
 
 

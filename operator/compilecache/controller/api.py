@@ -35,8 +35,10 @@ from typing import Any
 
 import pydantic
 
+from compilecache import frameworks
 from compilecache.api import model
 from compilecache.cache import linear, units
+from compilecache.frameworks.interface import STEPS_AUTO
 
 GROUP = "compilecache.dev"
 VERSION = "v1alpha1"
@@ -53,8 +55,6 @@ _QUALIFIED_NAME_PART = linear.regex(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = linear.regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _ENV_NAME = linear.regex(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 _CONFIG_KEY = linear.regex(r"[-._a-zA-Z0-9]+")
-# `steps: auto`: whole epochs within a time budget (`compilecache warm --steps auto`).
-STEPS_AUTO = "auto"
 _MOUNT_PATH = linear.regex(r"(/([^/:.][^/:]*|\.[^/:.][^/:]*|\.\.[^/:]+))+")  # the CRD's pattern
 _STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}  # and hugepages-<size>
 _VALUE_SOURCES = {
@@ -390,8 +390,9 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
             )
     # The model checks the cron's shape; croniter's ranges and steps only a parse can.
     schedule = None if typed.schedule is None else _convert(units.check_cron, typed.schedule, "spec.schedule")
-    if typed.framework == "pytorch":
-        _refuse_jax_only(spec["warmup"])
+    # Options the framework's warmer would ignore are refused, each named, not dropped without a word.
+    for path, problem in frameworks.get(typed.framework).spec_problems(spec["warmup"]):
+        raise SpecError(path, problem)
     return CacheSpec(
         framework=typed.framework,
         pvc=pvc,
@@ -820,32 +821,6 @@ def _template_volume(raw: Any, path: str) -> Mapping[str, Any]:
 def volume_type(volume: Mapping[str, Any]) -> str:
     """The source of a volume (``persistentVolumeClaim``, ``hostPath``, ...): its one key besides ``name``."""
     return next((key for key in volume if key != "name"), "")
-
-
-# What only JAX's warmer reads: with spec.framework pytorch it would be ignored without a word.
-# (AOT entrypoints, a jitted step function and resumed runs are JAX's exact and AOT modes; the
-# PyTorch warmer counts optimizer steps and runs one process, so no multi-host group either.)
-_JAX_ONLY_WORKLOAD_KEYS = ("entrypoint", "stepFn", "resume", "resumeArgs")
-
-
-def _refuse_jax_only(warmup: Mapping[str, Any]) -> None:
-    """Refuse, naming the field, a JAX-only option in a ``framework: pytorch`` spec (already parsed once).
-
-    Only values other than the defaults: the API server writes the CRD's defaults into every
-    object (``jax: {minCompileTimeSecs: 0, minEntrySizeBytes: 0}``, ``jobs: 1``).
-    """
-    for key, value in (warmup.get("jax") or {}).items():
-        if value:  # 0, "" and null are the defaults
-            raise SpecError(f"spec.warmup.jax.{key}", "is a JAX setting; spec.framework is pytorch")
-    if warmup.get("jobs", 1) != 1:  # parallel AOT compiles
-        raise SpecError("spec.warmup.jobs", "is a JAX setting (parallel AOT compiles); spec.framework is pytorch")
-    for index, workload in enumerate(warmup["workloads"]):
-        for key in _JAX_ONLY_WORKLOAD_KEYS:
-            if key in workload:
-                raise SpecError(f"spec.warmup.workloads[{index}].{key}", "is JAX-only; spec.framework is pytorch")
-    for index, topology in enumerate(warmup.get("topologies") or []):
-        if topology["hosts"] != 1:
-            raise SpecError(f"spec.warmup.topologies[{index}].hosts", "must be 1 with spec.framework pytorch")
 
 
 def _topologies(topologies: Sequence[model.Topology]) -> tuple[Topology, ...]:

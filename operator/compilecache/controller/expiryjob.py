@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compilecache import frameworks
 from compilecache.cache import units
 from compilecache.cache.errors import cut
 from compilecache.controller import jobs, status
@@ -66,8 +67,8 @@ def expire_command(spec: CacheSpec) -> list[str]:
     """
     lifecycle = spec.lifecycle
     command = ["compilecache", "expire"]
-    # Only for pytorch: a JAX cache's command stays what it was (and what older warmer images take).
-    command += ["--framework", "pytorch"] if spec.framework == "pytorch" else []
+    # The framework's own flags: none for JAX, whose command stays what older warmer images take.
+    command += frameworks.get(spec.framework).expire_flags
     command += ["--cache-dir", spec.cache_dir]
     if lifecycle.max_age_seconds is not None:
         command += ["--max-age", units.format_duration(lifecycle.max_age_seconds)]

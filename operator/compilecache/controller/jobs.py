@@ -15,16 +15,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from compilecache.cache.cacheenv import (
-    GROUP_COORDINATOR,
-    GROUP_PORTS,
-    GROUP_PROCESSES,
-    TORCH_CACHE_DIR,
-    jax_cache_env,
-    torch_cache_env,
-)
+from compilecache import frameworks
+from compilecache.cache.cacheenv import GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
 from compilecache.controller import api
-from compilecache.controller.api import SINGLE_HOST, STEPS_AUTO, CacheSpec, PodTemplate, Topology, Workload
+from compilecache.controller.api import SINGLE_HOST, CacheSpec, PodTemplate, Topology, Workload
 from compilecache.controller.pools import Pool
 
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
@@ -466,84 +460,15 @@ def claim(cache: Mapping[str, Any], spec: CacheSpec) -> dict[str, Any] | None:
     return body
 
 
-def _steps_flags(workload: Workload, hosts: int) -> list[str]:
-    """How far a script runs: its ``steps``, else whole epochs within a budget (``--steps auto``).
-
-    A multi-host group stops at a count only (its processes cannot agree on a clock), so there a
-    script without ``steps`` runs to its end, as before ``auto`` existed.
-    """
-    steps = workload.steps if workload.steps is not None else (STEPS_AUTO if hosts == 1 else None)
-    if steps is None:
-        return []
-    flags = ["--steps", str(steps)]
-    flags += ["--step-fn", workload.step_fn] if workload.step_fn else []
-    if steps == STEPS_AUTO and workload.budget_seconds is not None:
-        flags += ["--budget", f"{workload.budget_seconds:g}"]
-    return flags
-
-
 def _warm_command(spec: CacheSpec, workloads: list[Workload], hosts: int = 1) -> list[str]:
-    if spec.framework == "pytorch":
-        return _torch_warm_command(spec, workloads)
-    command = ["compilecache", "warm", "--cache-dir", spec.cache_dir]
-    command += ["--jobs", str(spec.warmup.jobs), "--verify" if spec.warmup.verify else "--no-verify"]
-    command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
-    for workload in workloads:
-        if workload.script is not None:
-            # With '=': a script path is a cache author's string, and one starting with '-' must not read as a flag.
-            command += [f"--script={workload.script}"]
-            steps = _steps_flags(workload, hosts)
-            command += steps
-            if steps:  # the exact mode stops the script: it may also warm a run resumed from its checkpoint
-                command += ["--no-resume"] if workload.resume is False else []
-                # With '=': an argument such as --restore must not read as a flag of the warmer.
-                command += [f"--resume-arg={arg}" for arg in workload.resume_args]
-            command += ["--", *workload.args]
-        else:
-            command += ["--workload", str(workload.entrypoint)]
-    return command
-
-
-def _torch_warm_command(spec: CacheSpec, workloads: list[Workload]) -> list[str]:
-    """``compilecache warm --framework pytorch``: one script (api.py refuses AOT entrypoints, a
-    step function and resumed runs for pytorch), its optimizer steps, or whole epochs in a budget."""
-    [workload] = workloads  # scripts each get their own container (warmup_job)
-    command = ["compilecache", "warm", "--framework", "pytorch", "--cache-dir", spec.cache_dir]
-    command += ["--verify" if spec.warmup.verify else "--no-verify"]
-    command += ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
-    command += [f"--script={workload.script}"]  # with '=', as _warm_command
-    steps = workload.steps if workload.steps is not None else STEPS_AUTO
-    command += ["--steps", str(steps)]
-    if steps == STEPS_AUTO and workload.budget_seconds is not None:
-        command += ["--budget", f"{workload.budget_seconds:g}"]
-    return [*command, "--", *workload.args]
+    """The warm-up container's command: the framework's, with this Job's report and summary paths."""
+    outputs = ["--report", REPORT_PATH, "--termination-log", TERMINATION_LOG]
+    return frameworks.get(spec.framework).warm_command(spec, workloads, hosts, outputs)
 
 
 def warmup_env(spec: CacheSpec) -> dict[str, str]:
-    """The cache environment of a warm-up container: JAX's key settings, or PyTorch's cache switches.
-
-    For pytorch, without ``TORCHINDUCTOR_CACHE_DIR``: the warmer compiles into a staging folder
-    of its own and publishes it into ``--cache-dir``, so nothing else may point Inductor at the
-    published cache (two writers must never mix one folder, and a gs:// URL is no folder).
-    """
-    if spec.framework == "pytorch":
-        return {key: value for key, value in torch_cache_env(spec.cache_dir).items() if key != TORCH_CACHE_DIR}
-    return cache_env(spec)
-
-
-def cache_env(spec: CacheSpec) -> dict[str, str]:
-    """The JAX cache environment of a cache: identical in its warm-up Jobs and in its training pods.
-
-    The one place that maps a spec to :func:`compilecache.cache.cacheenv.jax_cache_env`; the pod
-    webhook and ``compilecache env NAME`` (``admission.py``) use it too.
-    """
-    jax = spec.warmup.jax
-    return jax_cache_env(
-        spec.cache_dir,
-        min_compile_time_secs=jax.min_compile_time_secs,
-        min_entry_size_bytes=jax.min_entry_size_bytes,
-        xla_flags=jax.xla_flags,
-    )
+    """The cache environment of a warm-up container: the framework's (JAX's key settings, PyTorch's switches)."""
+    return frameworks.get(spec.framework).warmup_env(spec)
 
 
 def _container_env(spec: CacheSpec, pool: Pool, extra: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -1,9 +1,12 @@
 """``compilecache expire``: apply the lifecycle policy to a cache (a local dir or ``gs://``).
 
-Lists the cache once, reads the run manifests, with ``--verify`` (the default) reads every entry
-old enough to be deleted (sha256 against its manifest, a full decompression),
-asks :func:`compilecache.cache.expiry.plan_expiry` what to delete, prints a table of
-deletions and reasons and a summary, then deletes (not with ``--dry-run``).
+The command every framework's expiry runs behind: the flags and the policy they make, the
+result document, table and termination message. The work is the framework's ``expire``
+(:mod:`compilecache.frameworks.jax.expire`: entries; :mod:`compilecache.frameworks.pytorch.expire`:
+whole warm-up generations): it lists the cache once, reads the run manifests, with ``--verify``
+(the default) reads every file old enough to be deleted (sha256 against its manifest), plans
+what to delete, and deletes it (not with ``--dry-run``); this module prints a table of
+deletions and reasons and a summary.
 
 Deleting is idempotent and safe to interrupt: each file is deleted on its own
 (a sidecar before its entry, so an interruption never leaves an orphan sidecar),
@@ -30,20 +33,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from compilecache import frameworks
 from compilecache.cache import units
-from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
 from compilecache.cache.errors import STORAGE_FULL, WarmError, storage_error
 from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_STAGING_GRACE_SECONDS,
     Plan,
     Policy,
-    expected_digests,
-    index_manifests,
-    plan_expiry,
 )
-from compilecache.cache.manifests import JAX_SCHEMA, Malformed, summary_fields
-from compilecache.cache.store import CacheStore, Listing, open_store, unsound_entries
+from compilecache.cache.manifests import Malformed, summary_fields
+from compilecache.cache.store import open_store
 from compilecache.cli.errors import whole_number
 
 SUMMARY_SCHEMA = "compilecache.dev/expiry/v1"
@@ -56,9 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", required=True, help="cache location: a local path or gs://bucket/prefix")
     parser.add_argument(
         "--framework",
-        choices=("jax", "pytorch"),
-        default="jax",
-        help="jax (default): JAX entries; pytorch: whole warm-up generations (compilecache.jobtools.torchexpire)",
+        choices=frameworks.names(),
+        default=frameworks.DEFAULT,
+        help="whose cache: jax (default): JAX entries; pytorch: whole warm-up generations (compilecache.frameworks)",
     )
     parser.add_argument("--max-age", metavar="DURATION", help="drop entries not re-produced within this (7d, 12h)")
     parser.add_argument("--max-size", metavar="QUANTITY", help="drop least recently produced entries down to this")
@@ -93,12 +93,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
         try:
-            if args.framework == "pytorch":
-                from compilecache.jobtools.torchexpire import expire_torch
-
-                result = expire_torch(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
-            else:
-                result = expire(open_store(args.cache_dir), policy, dry_run=args.dry_run, now=time.time())
+            framework = frameworks.get(args.framework)
+            result = framework.expire(open_store(args.cache_dir), policy, args.dry_run, time.time())
         except OSError as error:
             # A refused operation the store did not wrap (each names its own): one line, not a bug.
             if error.errno not in STORAGE_FULL:
@@ -139,43 +135,6 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         grace_seconds=parse("--grace", units.parse_duration, args.grace),
         staging_grace_seconds=parse("--staging-grace", units.parse_duration, args.staging_grace),
     )
-
-
-def expire(store: CacheStore, policy: Policy, *, dry_run: bool, now: float) -> dict[str, Any]:
-    """List, check, plan and (unless ``dry_run``) delete; return the result document."""
-    listing = store.scan()
-    manifests = store.read_manifests()
-    index = index_manifests(manifests.of(JAX_SCHEMA))
-    damaged = check_bytes(store, listing, expected_digests(index), policy, now) if policy.verify else {}
-    plan = plan_expiry(listing, index, policy, now, damaged)
-    if not dry_run:
-        apply(store, plan)
-    return result_document(
-        store.url,
-        plan,
-        dry_run=dry_run,
-        now=now,
-        problems=[*listing.notes, *manifests.notes],
-        malformed=manifests.malformed,
-    )
-
-
-def check_bytes(
-    store: CacheStore, listing: Listing, digests: Mapping[str, str], policy: Policy, now: float
-) -> dict[str, str]:
-    """Entry name → why its bytes are unsound, for every entry old enough to be deleted."""
-    old = [
-        item for item in listing.files if item.name.endswith(ENTRY_SUFFIX) and now - item.mtime >= policy.grace_seconds
-    ]
-    return unsound_entries(store, old, digests)
-
-
-def apply(store: CacheStore, plan: Plan) -> None:
-    """Delete each planned file; an entry's ``-atime`` sidecar goes first."""
-    for deletion in plan.deletions:
-        if deletion.name.endswith(ENTRY_SUFFIX):
-            store.delete(deletion.name[: -len(ENTRY_SUFFIX)] + ATIME_SUFFIX)
-        store.delete(deletion.name)
 
 
 def result_document(

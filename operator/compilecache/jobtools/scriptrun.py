@@ -463,7 +463,7 @@ def run_entrypoint(
     module: str = "compilecache.jobtools.scriptrun",
 ) -> tuple[int, dict[str, Any], str]:
     """Run the entrypoint in a child (:func:`main`, or ``module``'s: PyTorch's is
-    :mod:`compilecache.jobtools.torchrun`) in a fresh scratch working directory.
+    :mod:`compilecache.frameworks.pytorch.run`) in a fresh scratch working directory.
 
     The directory is made under ``$TMPDIR`` and removed afterwards, so what the script writes
     relative to its working directory (checkpoints, logs) is gone before the next run: verify's run

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -35,17 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache import frameworks
 
-WORKLOAD = "examples.workloads.transformer:targets"
 NAMESPACE = "default"
 CACHES = "compilecache.dev/v1alpha1/compilecaches"
 # In a folder the demo made: only such a folder is emptied on the next run (without --force).
 DEMO_MARKER = ".compilecache-demo"
 TIMEOUT = 300.0  # seconds for the whole loop before the demo gives up
-
-# The JAX example as the demo runs it outside the cluster (the cold process, and the warmer-only hit).
-TRAIN = ["examples/train.py", "--json"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--framework",
-        choices=("jax", "pytorch"),
-        default="jax",
+        choices=frameworks.names(),
+        default=frameworks.DEFAULT,
         help="whose cache: jax (examples/cache-pvc.yaml) or pytorch (examples/cache-pytorch.yaml)",
     )
     parser.add_argument("--layers", type=int, default=4, help="transformer layers (default 4)")
@@ -84,13 +79,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return non-zero with a one-line error if any step fails."""
+    framework = frameworks.get(args.framework)
     if args.warmer_only:
-        if args.framework != "jax":
-            print("compilecache demo: error: --warmer-only is the JAX demo's; leave out --framework", file=sys.stderr)
+        if framework.warmer_only_demo is None:
+            offered = frameworks.get(frameworks.DEFAULT).title
+            print(
+                f"compilecache demo: error: --warmer-only is the {offered} demo's; leave out --framework",
+                file=sys.stderr,
+            )
             return 2
-        return run_warmer_only(args)
+        return framework.warmer_only_demo(args)
     try:
-        repo = _repo_root(args.repo)
+        repo = repo_root(args.repo)
     except ValueError as error:
         print(f"compilecache demo: error: {error}", file=sys.stderr)
         return 2
@@ -105,86 +105,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.keep:
         try:
-            root = _fresh_dir(Path(args.keep), "--keep", args.force)
+            root = fresh_dir(Path(args.keep), "--keep", args.force)
         except ValueError as error:
             print(f"compilecache demo: error: {error}", file=sys.stderr)
             return 2
-        return _loop(args, repo, root)
+        return framework.demo(args, repo, root)
     with tempfile.TemporaryDirectory(prefix="compilecache-demo-") as folder:
-        return _loop(args, repo, Path(folder))
-
-
-def _loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
-    if args.framework == "pytorch":
-        from compilecache.local import torchdemo
-
-        return torchdemo.run_loop(args, repo, root)
-    return run_loop(args, repo, root)
-
-
-def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
-    """The whole loop on a local cluster under ``root``."""
-    import yaml
-
-    from compilecache.local.cluster import LocalCluster
-    from compilecache.local.nodes import DEFAULT_POOLS, pools_from_config
-
-    pools = DEFAULT_POOLS
-    if args.nodes:
-        try:
-            pools = pools_from_config(yaml.safe_load(Path(args.nodes).read_text()) or {})
-        except (OSError, ValueError, yaml.YAMLError) as error:
-            print(f"compilecache demo: error: --nodes {args.nodes}: {error}", file=sys.stderr)
-            return 2
-    env = _model_env(args)
-    clock = _Clock()
-    print("compilecache demo: the operator's whole loop on a local cluster (compilecache.local)")
-    print("  containers run as local processes in this Python environment; images are ignored\n")
-    print(f"1/3 cold: a training process with no cache ({args.layers} layers, width {args.width})")
-    with tempfile.TemporaryDirectory(prefix="compilecache-cold-") as empty:
-        cold = run_script(repo, TRAIN, {**env, **jax_cache_env(empty)})
-    print(f"    first step {cold['first_step_seconds']:.2f}s (compile {cold['compile_seconds']:.2f}s)\n")
-
-    cache = yaml.safe_load((repo / "examples" / "cache-pvc.yaml").read_text())
-    model = [{"name": key, "value": value} for key, value in env.items() if key.startswith(("MODEL_", "XLA_"))]
-    for workload in cache["spec"]["warmup"]["workloads"]:
-        workload["env"] = [*(e for e in workload.get("env") or [] if not e["name"].startswith("MODEL_")), *model]
-    training = yaml.safe_load((repo / "examples" / "training-job.yaml").read_text())
-    container = training["spec"]["template"]["spec"]["containers"][0]
-    container["command"] = ["python", "examples/train.py", "--steps", "3", "--json"]
-    container["env"] = model
-
-    with LocalCluster(root, workdir=repo, pools=pools) as cluster:
-        gpu_nodes = [n for n in cluster.client.list("v1/nodes") if "nvidia.com/gpu" in n["status"]["allocatable"]]
-        products = sorted({n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu_nodes})
-        print(f"2/3 local cluster at {cluster.client.url}: {len(gpu_nodes)} GPU nodes in {len(products)} pools")
-        for product in products:
-            count = sum(1 for n in gpu_nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"] == product)
-            print(f"    {count} x {product}")
-        applied = f"examples/cache-pvc.yaml, examples/training-job.yaml (MODEL_LAYERS={args.layers})"
-        outcome = apply_and_wait(cluster, cache, training, clock, applied)
-    if outcome is None:
-        return 1
-    status, log = outcome
-    warm = train_result(log)
-    print(f"\n3/3 cold against warm (the pod, on the cache the operator warmed), total {clock.now():.0f}s")
-    cached = status.get("cache") or {}
-    print(
-        format_table(
-            cold,
-            warm,
-            {"entries": cached.get("entries", 0), "bytes": cached.get("bytes", 0)},
-            "training pod (warmed cache)",
-        )
-    )
-    verdicts = [line for line in log.splitlines() if line.startswith("compilecache: ") and "compiles hit" in line]
-    if verdicts:  # printed by the pod itself (the package's jax_plugins entry point), no code change
-        print(f"the training pod's own verdict: {verdicts[-1]}")
-    return 0 if warm["misses"] == 0 else 1
+        return framework.demo(args, repo, Path(folder))
 
 
 def apply_and_wait(
-    cluster: Any, cache: dict[str, Any], training: dict[str, Any], clock: _Clock, applied: str
+    cluster: Any, cache: dict[str, Any], training: dict[str, Any], clock: Clock, applied: str
 ) -> tuple[dict[str, Any], str] | None:
     """Run the operator, apply the cache and the training Job, wait for the training pod to finish.
 
@@ -223,7 +154,9 @@ def run_script(repo: Path, argv: list[str], env: dict[str, str]) -> dict[str, An
     return train_result(completed.stdout, argv[0])
 
 
-class _Clock:
+class Clock:
+    """Seconds since the loop's start (the operator's start), for the lines the demo prints."""
+
     def __init__(self) -> None:
         self._start = time.monotonic()
 
@@ -234,7 +167,7 @@ class _Clock:
         return time.monotonic() - self._start
 
 
-def _watch(cluster: Any, name: str, job: str, clock: _Clock) -> dict[str, Any] | None:
+def _watch(cluster: Any, name: str, job: str, clock: Clock) -> dict[str, Any] | None:
     """Print the cache's phases and the training pod's states as they change; the finished pod, or None."""
     client = cluster.client
     seen: dict[str, str] = {}
@@ -270,70 +203,6 @@ def _pod_state(pod: dict[str, Any]) -> str:
     return f"{phase}{node}" + (f" (released: {released})" if released else "")
 
 
-def run_warmer_only(args: argparse.Namespace) -> int:
-    """The demo without a cluster: cold run, ``compilecache warm``, warm run."""
-    try:
-        repo = _repo_root(args.repo)
-        cache = _fresh_dir(Path(args.cache_dir), "--cache-dir", args.force)
-    except ValueError as error:
-        print(f"compilecache demo: error: {error}", file=sys.stderr)
-        return 2
-    env = _model_env(args)
-    print(f"1/3 cold: a training process on an empty cache ({args.layers} layers, width {args.width})")
-    with tempfile.TemporaryDirectory(prefix="compilecache-cold-") as empty:
-        cold = run_script(repo, TRAIN, {**env, **jax_cache_env(empty)})
-    print(f"2/3 warm: compilecache warm --cache-dir {cache} --workload {WORKLOAD}")
-    report_path = Path(tempfile.gettempdir()) / f"compilecache-demo-{os.getpid()}.json"
-    warm = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compilecache.cli",
-            "warm",
-            "--cache-dir",
-            str(cache),
-            "--workload",
-            WORKLOAD,
-            "--report",
-            str(report_path),
-        ],
-        cwd=repo,
-        env=env,
-        check=False,
-    )
-    if warm.returncode != 0:
-        print(f"compilecache demo: error: the warmer failed (exit {warm.returncode})", file=sys.stderr)
-        return 1
-    report = json.loads(report_path.read_text())
-    report_path.unlink()
-    print(f"3/3 hit: a fresh training process with `compilecache env --cache-dir {cache}`")
-    hot = run_script(repo, TRAIN, {**env, **jax_cache_env(str(cache))})
-    print(format_table(cold, hot, report))
-    return 0 if hot["misses"] == 0 else 1
-
-
-def format_table(
-    cold: dict[str, Any],
-    warm: dict[str, Any],
-    report: dict[str, Any],
-    warm_title: str = "warm (after compilecache warm)",
-) -> str:
-    """The demo's result table (pure: for tests and the README)."""
-    speedup = cold["compile_seconds"] / max(warm["compile_seconds"], 1e-9)
-    rows = [
-        ("", "cold (empty cache)", warm_title),
-        ("compile/load seconds", f"{cold['compile_seconds']:.2f}", f"{warm['compile_seconds']:.2f}"),
-        ("first step seconds", f"{cold['first_step_seconds']:.2f}", f"{warm['first_step_seconds']:.2f}"),
-        ("cache hits/requests", f"{cold['hits']}/{cold['requests']}", f"{warm['hits']}/{warm['requests']}"),
-        ("speedup (compile)", "", f"{speedup:.1f}x"),
-        ("cache entries, bytes", "", f"{report['entries']}, {report['bytes']:,}"),
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
-
-
 def train_result(output: str, script: str = "examples/train.py") -> dict[str, Any]:
     """What an example's ``--json`` printed: its last JSON line.
 
@@ -347,16 +216,7 @@ def train_result(output: str, script: str = "examples/train.py") -> dict[str, An
     return result
 
 
-def _model_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-    env.update({"MODEL_LAYERS": str(args.layers), "MODEL_WIDTH": str(args.width)})
-    if args.devices:
-        env["MODEL_SHARDED"] = "1"
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
-    return env
-
-
-def _repo_root(given: str | None) -> Path:
+def repo_root(given: str | None) -> Path:
     candidates = [Path(given)] if given else [Path.cwd(), Path(__file__).resolve().parents[3]]
     for candidate in candidates:
         if (candidate / "examples" / "workloads" / "transformer.py").is_file():
@@ -364,7 +224,7 @@ def _repo_root(given: str | None) -> Path:
     raise ValueError("cannot find examples/workloads/transformer.py: run from the repository root")
 
 
-def _fresh_dir(path: Path, flag: str, force: bool) -> Path:
+def fresh_dir(path: Path, flag: str, force: bool) -> Path:
     """An empty folder at ``path``: made here (one level), or emptied if an earlier demo made it.
 
     Never deletes what the demo did not make (a cache, a user's folder) unless ``force``: the

@@ -1,12 +1,13 @@
-"""``compilecache env``: print the cache environment a training process needs (JAX's, or PyTorch's).
+"""``compilecache env``: print the cache environment a training process needs (the framework's).
 
-``compilecache env --cache-dir DIR`` prints the environment of a training process:
-:func:`compilecache.cache.cacheenv.jax_cache_env` (the function the operator's Job and pod
+``compilecache env --cache-dir DIR`` prints the environment of a training process: the
+framework's ``env`` (:mod:`compilecache.frameworks`; for JAX
+:func:`compilecache.cache.cacheenv.jax_cache_env`, the function the operator's Job and pod
 manifests use, so the cache key is the warmer's) plus the trainer's report switch, as shell
 ``export`` lines safe for ``eval "$(compilecache env ...)"`` (or ``--format dotenv|json|yaml``).
-``--framework pytorch`` prints :func:`compilecache.cache.cacheenv.torch_cache_env` instead: the
-published cache as ``COMPILECACHE_TORCH_SOURCE``, the local copy (``--local-dir``) as
-``TORCHINDUCTOR_CACHE_DIR``; the runtime hook (:mod:`compilecache.training.torchhook`) copies it.
+``--framework pytorch`` prints PyTorch's instead: the published cache as
+``COMPILECACHE_TORCH_SOURCE``, the local copy (``--local-dir``) as ``TORCHINDUCTOR_CACHE_DIR``;
+its runtime hook copies it at ``import torch``.
 ``compilecache env NAME -n NS`` reads a CompileCache from the cluster and prints the volume,
 mount and env YAML a pod needs to use it, for clusters without the admission webhook.
 """
@@ -16,14 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from compilecache.cache.cacheenv import (
-    FORMATS,
-    TORCH_LOCAL_DIR,
-    format_env,
-    jax_cache_env,
-    torch_cache_env,
-    trainer_env,
-)
+from compilecache import frameworks
+from compilecache.cache.cacheenv import FORMATS, format_env
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,14 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", help="cache location as training mounts it (local path or gs://)")
     parser.add_argument(
         "--framework",
-        choices=("jax", "pytorch"),
-        default="jax",
+        choices=frameworks.names(),
+        default=frameworks.DEFAULT,
         help="jax (default); pytorch: torch.compile's cache, read from --cache-dir through a local copy",
     )
     parser.add_argument(
         "--local-dir",
         default=None,
-        help=f"--framework pytorch: the writable local copy Inductor works in (default {TORCH_LOCAL_DIR})",
+        help="--framework pytorch: the writable local copy Inductor works in (default: training pods' own folder)",
     )
     parser.add_argument("--min-compile-time-secs", type=float, default=0.0, help="default 0: cache everything")
     parser.add_argument("--min-entry-size-bytes", type=int, default=0, help="default 0")
@@ -78,27 +73,12 @@ def run(args: argparse.Namespace) -> int:
     if args.min_compile_time_secs < 0 or args.min_entry_size_bytes < 0:
         print("compilecache env: error: minimums must be >= 0", file=sys.stderr)
         return 2
-    if args.framework == "pytorch":
-        return _print(torch_env(args.cache_dir, args.local_dir), args.format)
-    if args.local_dir:
-        print("compilecache env: error: --local-dir is for --framework pytorch", file=sys.stderr)
+    try:
+        env = frameworks.get(args.framework).env(args)
+    except ValueError as error:
+        print(f"compilecache env: error: {error}", file=sys.stderr)
         return 2
-    env = jax_cache_env(
-        args.cache_dir,
-        min_compile_time_secs=args.min_compile_time_secs,
-        min_entry_size_bytes=args.min_entry_size_bytes,
-        xla_flags=args.xla_flags,
-    )
-    return _print(trainer_env(env, read_only=args.read_only), args.format)
-
-
-def torch_env(cache_dir: str, local_dir: str | None = None) -> dict[str, str]:
-    """A PyTorch trainer's environment: :func:`torch_cache_env` with its local copy, plus the report switch.
-
-    ``--read-only`` changes nothing here: a PyTorch trainer never writes the published cache (it
-    works in the local copy), and JAX's minimum compile time is no PyTorch setting.
-    """
-    return trainer_env(torch_cache_env(cache_dir, local_dir=local_dir or TORCH_LOCAL_DIR), read_only=False)
+    return _print(env, args.format)
 
 
 def _print(env: dict[str, str], fmt: str) -> int:

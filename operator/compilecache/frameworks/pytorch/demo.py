@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import torch_cache_env
+from compilecache.frameworks.pytorch.env import torch_cache_env
 from compilecache.local import demo
 
 CACHE_EXAMPLE = "examples/cache-pytorch.yaml"
@@ -63,7 +63,7 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
 
     cache, training = sized_examples(repo, args.width)
     model = key_env(training)
-    clock = demo._Clock()
+    clock = demo.Clock()
     print("compilecache demo --framework pytorch: the operator's loop for torch.compile caches (local cluster)")
     print("  containers run as local processes in this Python environment; images are ignored\n")
     print(f"1/3 cold: {SCRIPT} with an empty Inductor cache ({', '.join(f'{k}={v}' for k, v in model.items())})")

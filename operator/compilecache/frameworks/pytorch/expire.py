@@ -1,9 +1,9 @@
 """``compilecache expire --framework pytorch``: the lifecycle policy on a PyTorch cache (local or ``gs://``).
 
-Lists the generations (:func:`compilecache.cache.torchstore.list_generations`) and the staging
+Lists the generations (:func:`compilecache.frameworks.pytorch.store.list_generations`) and the staging
 and temporary leftovers (the store's own scan), reads the manifests, with ``--verify`` reads every
 file old enough to delete and compares its size and sha256 with its manifest, asks
-:func:`compilecache.cache.torchexpiry.plan_torch_expiry` what to delete, and deletes it (not with
+:func:`compilecache.frameworks.pytorch.expiry.plan_torch_expiry` what to delete, and deletes it (not with
 ``--dry-run``). A whole generation goes before its manifest, so no manifest names a generation
 that is half gone for longer than one deletion; a second run finishes an interrupted one. The
 result document, table and termination message are :mod:`compilecache.jobtools.expirecmd`'s.
@@ -19,9 +19,9 @@ from compilecache.cache.errors import WarmError
 from compilecache.cache.expiry import Plan, Policy
 from compilecache.cache.manifests import TORCH_SCHEMA
 from compilecache.cache.store import CacheStore, StoredFile
-from compilecache.cache.torchcache import GENERATIONS_DIR, manifest_entries
-from compilecache.cache.torchexpiry import is_generation, plan_torch_expiry, torch_manifests
-from compilecache.cache.torchstore import delete_generation, list_generations
+from compilecache.frameworks.pytorch.cache import GENERATIONS_DIR, manifest_entries
+from compilecache.frameworks.pytorch.expiry import is_generation, plan_torch_expiry, torch_manifests
+from compilecache.frameworks.pytorch.store import delete_generation, list_generations
 
 
 def expire_torch(store: CacheStore, policy: Policy, *, dry_run: bool, now: float) -> dict[str, Any]:

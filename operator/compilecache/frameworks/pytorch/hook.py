@@ -9,15 +9,15 @@ output) unless the process has ``COMPILECACHE_FRAMEWORK=pytorch`` (:mod:`compile
 1. The local copy. Inductor has no read-only mode (a read-only ``TORCHINDUCTOR_CACHE_DIR`` fails
    the first compile on its lock files), so with ``COMPILECACHE_TORCH_SOURCE`` set (the read-only
    mount, or ``gs://``) the published generations a trainer needs
-   (:func:`compilecache.cache.torchcache.pick_generations`) are copied into
+   (:func:`compilecache.frameworks.pytorch.cache.pick_generations`) are copied into
    ``TORCHINDUCTOR_CACHE_DIR``, each file checked against its manifest's sha256
-   (:func:`compilecache.cache.torchstore.fetch`); the copy's files, bytes and seconds are reported.
+   (:func:`compilecache.frameworks.pytorch.store.fetch`); the copy's files, bytes and seconds are reported.
    Not in a warm-up (``COMPILECACHE_WARMUP=1``): its cache is its own staging folder.
 2. The verdict. With ``COMPILECACHE_REPORT`` set, at exit: one line on stderr
    (``compilecache: 5/5 graphs hit``, torch's own FX graph and AOTAutograd counters) and the
    termination-message JSON in the JAX trainer's schema (:mod:`compilecache.training.verdict`, whose
    summary line and writer it uses), so the operator reads both frameworks' reports alike. A miss
-   names what differs from the warm-up's manifest (:func:`compilecache.cache.torchcache.differences`):
+   names what differs from the warm-up's manifest (:func:`compilecache.frameworks.pytorch.cache.differences`):
    torch/triton/CUDA version, GPU, thread count, Inductor config. Torch's counters do not name the
    graph that missed, so a miss is named by its cache (``FX graph``, ``AOTAutograd entry``).
 """
@@ -31,15 +31,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import (
-    DEFAULT_TERMINATION_LOG,
-    FRAMEWORK,
-    REPORT,
-    TERMINATION_LOG,
-    TORCH_CACHE_DIR,
-    TORCH_SOURCE,
-)
+from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
 from compilecache.cache.errors import one_line
+from compilecache.frameworks.pytorch.env import FRAMEWORK, TORCH_CACHE_DIR, TORCH_SOURCE
 
 # compilecache.jobtools.scriptrun.WARMUP_ENV: the training side may not import jobtools.
 WARMUP_ENV = "COMPILECACHE_WARMUP"
@@ -81,7 +75,7 @@ def setup(environ: Mapping[str, str]) -> None:
         # Armed before the copy: a copy that fails is then the reason the verdict gives for its misses.
         _state["armed"] = True
         # Loaded now, not at exit: importing concurrent.futures then fails (its exit hook is refused).
-        import compilecache.cache.torchcache
+        import compilecache.frameworks.pytorch.cache
         import compilecache.training.verdict  # noqa: F401
 
         atexit.register(report_at_exit)
@@ -104,8 +98,8 @@ def copy_cache(source: str, local: Path, *, loud: bool, copy: bool = True) -> No
     """
     from compilecache.cache.manifests import TORCH_SCHEMA
     from compilecache.cache.store import open_store
-    from compilecache.cache.torchcache import pick_generations
-    from compilecache.cache.torchstore import fetch
+    from compilecache.frameworks.pytorch.cache import pick_generations
+    from compilecache.frameworks.pytorch.store import fetch
 
     if source.rstrip("/") == str(local).rstrip("/"):
         raise ValueError(f"{TORCH_CACHE_DIR} is the published cache itself ({source}); it must be a local copy")
@@ -155,14 +149,14 @@ def report_at_exit() -> None:
 
 def current_verdict() -> dict[str, Any]:
     """This process's counts (torch's counters; none if Dynamo never loaded) against the manifests it copied."""
-    from compilecache.cache.torchcache import graph_counts
+    from compilecache.frameworks.pytorch.cache import graph_counts
 
     utils = sys.modules.get("torch._dynamo.utils")
     counters = getattr(utils, "counters", None) or {}
     counts = graph_counts({key: dict(value) for key, value in counters.items()})
     here: dict[str, Any] = {}
     if counts["misses"]:
-        from compilecache.cache.torchcache import current_facts
+        from compilecache.frameworks.pytorch.cache import current_facts
 
         here = current_facts()
     return verdict(
@@ -219,7 +213,7 @@ def verdict(
 
 def miss_reason(here: Mapping[str, Any], manifests: Sequence[Mapping[str, Any]], refused: Mapping[str, str]) -> str:
     """Why graphs missed: the first key setting that differs from the warm-up's, damaged files, or another key."""
-    from compilecache.cache.torchcache import differences
+    from compilecache.frameworks.pytorch.cache import differences
 
     if not manifests:
         return NOT_WARMED

@@ -1,9 +1,9 @@
 """Run a PyTorch training entrypoint in this process for its first optimizer steps, counting its cache lookups.
 
-``python -m compilecache.jobtools.torchrun REQUEST.json RESULT.json ENTRY [ARGS...]``, started by
+``python -m compilecache.frameworks.pytorch.run REQUEST.json RESULT.json ENTRY [ARGS...]``, started by
 :func:`compilecache.jobtools.scriptrun.run_entrypoint` (fresh scratch working directory,
 ``COMPILECACHE_WARMUP=1``) with ``TORCHINDUCTOR_CACHE_DIR`` already set by the parent
-(:mod:`compilecache.jobtools.torchwarm`): the warm-up's staging folder, or verify's copy of it.
+(:mod:`compilecache.frameworks.pytorch.warm`): the warm-up's staging folder, or verify's copy of it.
 
 A *step* is one optimizer step, counted with ``torch.optim.optimizer.register_optimizer_step_post_hook``
 (public, global: every optimizer the script makes): Inductor saves a graph's backward entries only
@@ -14,8 +14,8 @@ step returned. ``"steps": "auto"`` stops at the first step boundary ``"budget"``
 first step. No silent success: the run fails (exit 2, one line in ``"error"``) when the entrypoint
 ends before its N-th step, or when no FX graph or AOTAutograd lookup happened (nothing compiled).
 
-The result holds torch's own counters (:func:`compilecache.cache.torchcache.graph_counts`), the
-key settings this process compiled under (:func:`compilecache.cache.torchcache.current_facts`,
+The result holds torch's own counters (:func:`compilecache.frameworks.pytorch.cache.graph_counts`), the
+key settings this process compiled under (:func:`compilecache.frameworks.pytorch.cache.current_facts`,
 read after the steps: a script that sets its thread count has set it), and how the run ended.
 """
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str]) -> int:
     from torch._dynamo.utils import counters
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from compilecache.cache.torchcache import current_facts, graph_counts
+    from compilecache.frameworks.pytorch.cache import current_facts, graph_counts
 
     steps = request.get("steps") or 1
     hook = StepHook(steps if steps == AUTO else int(steps), request.get("budget"))

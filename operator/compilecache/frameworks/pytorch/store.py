@@ -1,9 +1,9 @@
 """PyTorch generations in a cache store (a local directory or ``gs://``): publish, list, fetch, delete.
 
-The layout and the rules are :mod:`compilecache.cache.torchcache`'s; this module does the I/O on
+The layout and the rules are :mod:`compilecache.frameworks.pytorch.cache`'s; this module does the I/O on
 top of :mod:`compilecache.cache.store` (the same stores, manifests and no-follow file access as
-JAX's entries). Used by the warm-up (:mod:`compilecache.jobtools.torchwarm`), expiry
-(:mod:`compilecache.jobtools.torchexpire`) and the training hook (:mod:`compilecache.training.torchhook`).
+JAX's entries). Used by the warm-up (:mod:`compilecache.frameworks.pytorch.warm`), expiry
+(:mod:`compilecache.frameworks.pytorch.expire`) and the training hook (:mod:`compilecache.frameworks.pytorch.hook`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from compilecache.cache import nofollow
 from compilecache.cache.errors import WarmError, one_line, storage_error
 from compilecache.cache.store import CacheStore, GCSStore, LocalStore, StoredFile
-from compilecache.cache.torchcache import GENERATIONS_DIR, generation_dir, manifest_entries
+from compilecache.frameworks.pytorch.cache import GENERATIONS_DIR, generation_dir, manifest_entries
 
 _READERS = 8  # concurrent reads: GCS latency, not CPU, bounds a fetch
 

@@ -17,7 +17,7 @@ warm-ups never write one folder, so they never mix (pytorch/pytorch#162432: conc
 corrupted shared caches). Generations rather than per-file renames into one shared tree, because a
 shared tree would let a trainer copy an FX entry of one run with the kernels of another.
 
-Pure functions here; the I/O is in :mod:`compilecache.cache.torchstore`, the torch-reading part
+Pure functions here; the I/O is in :mod:`compilecache.frameworks.pytorch.store`, the torch-reading part
 (:func:`current_facts`) imports torch late.
 """
 

@@ -4,7 +4,7 @@ The PyTorch counterpart of :func:`compilecache.cache.expiry.plan_expiry`, with i
 :class:`~compilecache.cache.expiry.Policy`, :class:`~compilecache.cache.expiry.Deletion`,
 :class:`~compilecache.cache.expiry.Plan` and rule names, so ``compilecache expire`` prints and
 reports both frameworks alike. The unit is a *generation* (one warm-up run's tree,
-:mod:`compilecache.cache.torchcache`): its files point at each other, so age, size and versions
+:mod:`compilecache.frameworks.pytorch.cache`): its files point at each other, so age, size and versions
 take or keep a generation whole. Rules, in order (a generation or file is taken once):
 
 1. ``integrity``: what killed runs left (:func:`compilecache.cache.expiry.leftovers`: staging,
@@ -42,7 +42,7 @@ from compilecache.cache.expiry import (
     leftovers,
 )
 from compilecache.cache.store import Listing, StoredFile
-from compilecache.cache.torchcache import GENERATIONS_DIR, MANIFEST_SCHEMA, manifest_entries, unpublishable
+from compilecache.frameworks.pytorch.cache import GENERATIONS_DIR, MANIFEST_SCHEMA, manifest_entries, unpublishable
 
 
 def torch_manifests(manifests: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:

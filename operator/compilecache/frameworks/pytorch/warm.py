@@ -7,17 +7,17 @@ line before anything reaches the live cache:
 1. open the cache (:func:`compilecache.cache.store.open_store`: a local path or ``gs://``) and
    delete what killed runs left; make a fresh staging folder (local: inside the cache, so that
    publishing is a ``rename``; GCS: under ``$TMPDIR``);
-2. run the entrypoint in a fresh process (:mod:`compilecache.jobtools.torchrun`) with
-   ``TORCHINDUCTOR_CACHE_DIR`` = staging (:func:`compilecache.cache.cacheenv.torch_cache_env`)
+2. run the entrypoint in a fresh process (:mod:`compilecache.frameworks.pytorch.run`) with
+   ``TORCHINDUCTOR_CACHE_DIR`` = staging (:func:`compilecache.frameworks.pytorch.env.torch_cache_env`)
    and the Job's own environment otherwise, so the settings that enter torch's key (thread count,
    visible devices, ``TORCHINDUCTOR_*``, ``TORCH_COMPILE_JOB_ID``) are training's; stop after the
    N-th optimizer step; fail if it ended before, or compiled nothing;
 3. drop what must never be published (locks, ``*.tmp``, stale generated sources:
-   :func:`compilecache.cache.torchcache.split_publishable`);
+   :func:`compilecache.frameworks.pytorch.cache.split_publishable`);
 4. with ``--verify`` (default): copy the rest into a fresh folder and run the entrypoint again in
    another fresh process on the copy (so at another path, as a trainer's local copy is): every FX
    graph and AOTAutograd lookup must hit, else exit 3 and nothing is published;
-5. publish the tree as the generation ``torch/<run_id>`` (:mod:`compilecache.cache.torchstore`),
+5. publish the tree as the generation ``torch/<run_id>`` (:mod:`compilecache.frameworks.pytorch.store`),
    then store the manifest (versions, GPU, threads, Inductor config hash, job id, each file's size
    and sha256): the manifest is what makes the generation visible to trainers.
 """
@@ -32,11 +32,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import REPORT, torch_cache_env
+from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.errors import VerifyError, WarmError
+from compilecache.frameworks.pytorch.env import torch_cache_env
 from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
 
-TORCHRUN = "compilecache.jobtools.torchrun"
+TORCHRUN = "compilecache.frameworks.pytorch.run"
 DEFAULT_STEPS = 2  # a second step compiles what the first step's state changes (optimizer state, LR)
 
 
@@ -66,10 +67,10 @@ def check_args(args: argparse.Namespace) -> None:
 def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: Mapping[str, str]) -> dict[str, Any]:
     """The whole run; returns the report or raises :class:`WarmError`."""
     from compilecache.cache.store import LocalStore, open_store
-    from compilecache.cache.torchcache import FRAMEWORK, MANIFEST_SCHEMA, generation_dir, split_publishable
-    from compilecache.cache.torchstore import file_records, list_tree, publish
+    from compilecache.frameworks.pytorch.cache import FRAMEWORK, MANIFEST_SCHEMA, generation_dir, split_publishable
+    from compilecache.frameworks.pytorch.store import file_records, list_tree, publish
     from compilecache.jobtools.manifest import REPORT_SCHEMA, dumps, manifest_name, new_run_id, utc_now
-    from compilecache.jobtools.warm import _delete_leftovers
+    from compilecache.jobtools.warm import delete_leftovers
 
     check_args(args)
     base_env = {**base_env, REPORT: "0"}  # a warm-up is no trainer: no verdict of its own
@@ -83,7 +84,7 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
     staging = Path(store.prepare(run_id) if local else tempfile.mkdtemp(prefix="compilecache-torch-"))
     try:
         if local:
-            _delete_leftovers(store, store.scan())
+            delete_leftovers(store, store.scan())
         print(f"compilecache warm: pytorch {args.script}: compiling into staging {staging}", flush=True)
         warmed = _run(args, script_args, base_env, staging, request, "warm-up")
         counts, stepped = warmed["counts"], warmed["stepped"]
