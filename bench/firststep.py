@@ -23,7 +23,8 @@ figure is printed with its ratio to the cold run of the same invocation. Lines a
 Part two, the multi-host key questions (do two processes of one job ask for the same keys? does
 one process compiling with ``jax_mock_gpu_topology`` produce the keys an N-process run asks for?),
 is ``bench/multihost_keys.py``, run here after the examples unless ``--no-multihost`` (it also runs
-alone). Its groups run on the CPU; the GPU answers are still to be measured.
+alone, with ``--mock``). Its groups run on the CPU; its mock-topology probe runs on the GPU where
+there is one and says how many devices, local devices and processes the mocked process saw.
 """
 
 from __future__ import annotations
