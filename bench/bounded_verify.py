@@ -28,6 +28,7 @@ MIB = 1024 * 1024
 HERE = Path(__file__).resolve().parent.parent / "operator"
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+from jaxhelpers import inherited_pythonpath  # noqa: E402
 from test_bounded_entries import PEAK  # noqa: E402  (the CLI in a process that prints its peak RSS)
 
 
@@ -57,7 +58,7 @@ def measure(source: Path, cache: Path) -> tuple[int, float, str]:
     began = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", PEAK, "expire", "--cache-dir", str(cache), "--verify", "--dry-run", "--json"],
-        env={**os.environ, "PYTHONPATH": str(source)},
+        env={**os.environ, "PYTHONPATH": inherited_pythonpath([source])},
         capture_output=True,
         text=True,
         check=False,

@@ -26,13 +26,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "operator"))
+sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests")]
 
 from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
+from jaxhelpers import inherited_pythonpath  # noqa: E402
 
 FLOOR = """
 import json, sys, time
@@ -55,9 +57,10 @@ print(json.dumps({"compile_seconds": sum(durations),
 """
 
 
-def base_env(layers: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "MODEL_"))}
-    env.update({"MODEL_LAYERS": str(layers), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'operator'}"})
+def base_env(layers: int, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``environ`` without its JAX/model settings; this tree first on its ``PYTHONPATH``, the rest kept."""
+    env = {k: v for k, v in environ.items() if not k.startswith(("JAX_", "MODEL_"))}
+    env.update({"MODEL_LAYERS": str(layers), "PYTHONPATH": inherited_pythonpath([REPO, REPO / "operator"], environ)})
     return env
 
 

@@ -23,7 +23,8 @@ figure is printed with its ratio to the cold run of the same invocation. Lines a
 Part two, the multi-host key questions (do two processes of one job ask for the same keys? does
 one process compiling with ``jax_mock_gpu_topology`` produce the keys an N-process run asks for?),
 is ``bench/multihost_keys.py``, run here after the examples unless ``--no-multihost`` (it also runs
-alone). Its groups run on the CPU; the GPU answers are still to be measured.
+alone, with ``--mock``). Its groups run on the CPU; its mock-topology probe runs on the GPU where
+there is one and says how many devices, local devices and processes the mocked process saw.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import multihost_keys  # noqa: E402  (bench/multihost_keys.py: part two)
 from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
 from compilecache.local.demo import train_result  # noqa: E402
 from groupharness import distributed_cpu_problem, free_port, require_success, run_processes  # noqa: E402
+from jaxhelpers import inherited_pythonpath  # noqa: E402
 
 TIMEOUT_S = 600.0
 PREFIX = "FIRSTSTEP "
@@ -73,11 +75,14 @@ AUTOTUNE_OFF = "--xla_gpu_autotune_level=0"
 
 
 def example_env(cache: Path, model: Mapping[str, str], xla_flags: str = "") -> dict[str, str]:
-    """The caller's environment without its JAX/model settings, plus the product's cache settings."""
+    """The caller's environment without its JAX/model settings, plus the product's cache settings.
+
+    This tree goes first on ``PYTHONPATH``; the caller's entries stay (where its packages may come from).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "MODEL_", "FLAX_", "XLA_"))}
     env.update(jax_cache_env(str(cache), xla_flags=xla_flags or None))
     env.update(model)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "operator")])
+    env["PYTHONPATH"] = inherited_pythonpath([REPO, REPO / "operator"])
     return env
 
 

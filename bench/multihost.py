@@ -39,7 +39,6 @@ def group_env(cache: Path, layers: int, port: int, index: int) -> dict[str, str]
         cache,
         1,
         {
-            "PYTHONPATH": f"{REPO / 'operator'}:{REPO}",
             "MODEL_LAYERS": str(layers),
             "MODEL_SHARDED": "1",
             "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",

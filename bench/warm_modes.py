@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "operator"))
+sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests")]
 
 from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
+from jaxhelpers import inherited_pythonpath  # noqa: E402
 
 FOUR_CPUS = "--xla_force_host_platform_device_count=4"
 WARM = {
@@ -42,7 +43,7 @@ WARM = {
 
 def base_env(width: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "FLAX_"))}
-    env.update(PYTHONPATH=f"{REPO / 'operator'}{os.pathsep}{REPO}", XLA_FLAGS=FOUR_CPUS, FLAX_WIDTH=str(width))
+    env.update(PYTHONPATH=inherited_pythonpath([REPO / "operator", REPO]), XLA_FLAGS=FOUR_CPUS, FLAX_WIDTH=str(width))
     return env
 
 

@@ -36,14 +36,26 @@ def targets():
 """
 
 
+def inherited_pythonpath(first: Sequence[Path | str], environ: Mapping[str, str] = os.environ) -> str:
+    """A child's ``PYTHONPATH``: ``first``, then the entries of the caller's own ``PYTHONPATH``.
+
+    Kept, not replaced: where a machine's packages come from ``PYTHONPATH`` (wheels unpacked into
+    a folder, as on the GPU machine), a child without them cannot import the product's
+    dependencies. Empty entries are dropped: CPython reads one as the working directory
+    (measured: ``PYTHONPATH=/x:`` puts the current folder on ``sys.path``).
+    """
+    ours = [str(path) for path in first]
+    theirs = [entry for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in ours]
+    return os.pathsep.join(ours + theirs)
+
+
 def clean_env(extra: Mapping[str, str] | None = None, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
     """The test process's environment without JAX/XLA settings, plus ``extra``."""
     # COMPILECACHE_*: an in-process `warm` (CLI tests) sets COMPILECACHE_REPORT=0 in this process.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MODEL_", "COMPILECACHE_"))}
     # This tree's package first (operator/ is the source root), then the repository for
     # examples.*: never the copy a virtual environment has installed from another tree.
-    paths = [str(p) for p in pythonpath] + [str(REPO / "operator"), str(REPO)]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONPATH"] = inherited_pythonpath([*pythonpath, REPO / "operator", REPO])
     env.update(extra or {})
     return env
 
