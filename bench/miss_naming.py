@@ -2,14 +2,14 @@
 
 ``python bench/miss_naming.py [--leaves 90] [--repeat 2000]`` prints, on this machine's backend:
 
-- the hook's cost on every compile (:mod:`compilecache.cache.compilehook`: a thread-local store
+- the hook's cost on every compile (:mod:`compilecache.frameworks.jax.compilehook`: a thread-local store
   around ``MeshComputation.compile``), measured on a call that returns JAX's own memoised
   executable, so nothing but the wrapper is timed against the bare method;
 - the cost of reading a missed program's signature (:func:`signature_of_computation`), which the
   trainer pays only on a miss, for a state of ``--leaves`` arrays (Flax lm1b's ``TrainState`` has 90);
 - the cold compile time of that program, the cost the signature is compared with;
 - the cost, on every call of the step function, of counting its calls (the trainer's step count:
-  :class:`compilecache.cache.stepcalls.CountingJitted` around the jitted step), against a bare call
+  :class:`compilecache.frameworks.jax.stepcalls.CountingJitted` around the jitted step), against a bare call
   of the same compiled step.
 """
 
@@ -43,9 +43,9 @@ def main() -> None:
     import jax.numpy as jnp
     from jax._src.interpreters import pxla
 
-    from compilecache.cache import compilehook
-    from compilecache.cache.keydiff import signature_of_computation
-    from compilecache.cache.stepcalls import CountingJitted
+    from compilecache.frameworks.jax import compilehook
+    from compilecache.frameworks.jax.keydiff import signature_of_computation
+    from compilecache.frameworks.jax.stepcalls import CountingJitted
 
     state = {"step": 0, "params": [jnp.ones((16, 16)) for _ in range(args.leaves - 1)]}
 
@@ -70,7 +70,7 @@ def main() -> None:
     jax.block_until_ready(jitted(tiny))  # compiled once: both sides below time dispatch only
     calls = [0]
 
-    def after(_: Any) -> None:  # what the trainer's counter does on each step (training/stepcount.py)
+    def after(_: Any) -> None:  # what the trainer's counter does on each step (frameworks/jax/stepcount.py)
         calls[0] += 1
 
     counting = CountingJitted(jitted, after=after)

@@ -186,7 +186,7 @@ if processes > 1:
 
 import numpy as np
 import jax.numpy as jnp
-from compilecache.jobtools.compiler import CacheEvents, TargetRun
+from compilecache.frameworks.jax.compiler import CacheEvents, TargetRun
 import mhmodel
 
 model = mhmodel.Model()

@@ -21,7 +21,7 @@ import pytest
 from compilecache.cli import main as cli
 from compilecache.cli.errors import EXIT_CODES_HELP, known_env_names, unread_env_names
 from compilecache.controller.runner import SERVICE_ACCOUNT_TOKEN, credentials_problem
-from compilecache.jobtools.workload import entry_problem
+from compilecache.jobtools.entrypoint import entry_problem
 from compilecache.local.demo import DEMO_MARKER
 from compilecache.local.demo import fresh_dir as _fresh_dir
 from jaxhelpers import REPO, clean_env, run_cli

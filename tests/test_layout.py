@@ -239,6 +239,12 @@ def test_the_package_has_no_import_circle() -> None:
     assert find_cycle(graph) is None, " → ".join(find_cycle(graph) or [])
 
 
+# Modules outside a framework's folder that are its public face for user code, kept at the paths users
+# import them from (docs/training.md, docs/warmer.md, every workload's `from compilecache import Target`):
+# each re-exports the framework's own names and holds no code of its own.
+PUBLIC_FACES = {"compilecache": "jax", "compilecache.training.runtime": "jax"}
+
+
 def test_frameworks_are_reached_only_through_the_registry() -> None:
     """No module outside a framework's folder imports that framework's code, and no framework another's:
     the rest finds one by name (``compilecache.frameworks.get``), never by an import. Type-only imports count."""
@@ -249,9 +255,25 @@ def test_frameworks_are_reached_only_through_the_registry() -> None:
         for target in targets
         if framework_of(target) is not None
         and framework_of(target) != framework_of(name)
-        and name.split(".")[:3] != target.split(".")[:3]
+        and PUBLIC_FACES.get(name) != framework_of(target)
     ]
     assert not offenders, offenders
+
+
+def test_a_public_face_only_re_exports() -> None:
+    """A public face (:data:`PUBLIC_FACES`) is a docstring and imports: no function, class or value of its own."""
+    for name in PUBLIC_FACES:
+        path = package_modules()[name]
+        own = [
+            type(node).__name__
+            for node in ast.parse(path.read_text()).body
+            if not isinstance(node, ast.Import | ast.ImportFrom)
+            and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+            and not (
+                isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__all__"]
+            )
+        ]
+        assert not own, (name, own)
 
 
 def test_the_layout_checks_find_a_circle_and_a_reach_into_a_framework(tmp_path: Path) -> None:

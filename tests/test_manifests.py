@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gcsemulator
-from compilecache.cache import keysettings, manifests
+from compilecache.cache import manifests
 from compilecache.cache.expiry import Policy, expected_digests, index_manifests, plan_expiry
 from compilecache.cache.manifests import (
     JAX_SCHEMA,
@@ -35,15 +35,16 @@ from compilecache.cache.manifests import (
 )
 from compilecache.cache.store import GCSStore, Listing, LocalStore, StagedEntry, StoredFile
 from compilecache.controller import expiryjob
+from compilecache.frameworks.jax import keysettings, verdict
+from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.manifest import build_manifest
+from compilecache.frameworks.jax.stepcount import warmed_steps
 from compilecache.frameworks.pytorch import hook as torchhook
 from compilecache.frameworks.pytorch.cache import manifest_entries, pick_generations
 from compilecache.frameworks.pytorch.expire import versions_left
 from compilecache.frameworks.pytorch.expiry import plan_torch_expiry, torch_manifests
 from compilecache.jobtools import expirecmd
-from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.manifest import build_manifest, dumps
-from compilecache.training import verdict
-from compilecache.training.stepcount import warmed_steps
+from compilecache.jobtools.manifest import dumps
 
 SHA = "ab" * 32
 ENTRY = f"jit_train_step-{'0' * 64}-cache"

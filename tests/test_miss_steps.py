@@ -1,9 +1,9 @@
 """Issue 21 item 3: every missed function is named with the step at which it was missed, and the
 status says what to change.
 
-Fast tests drive the pure parts: the trainer's JSON and line (:func:`compilecache.training.verdict.verdict`
+Fast tests drive the pure parts: the trainer's JSON and line (:func:`compilecache.frameworks.jax.verdict.verdict`
 with the steps of a tally), the controller's advice (:mod:`compilecache.controller.reports`) and which
-step function a cache's manifests name (:func:`compilecache.training.stepcount.warmed_steps`). The slow
+step function a cache's manifests name (:func:`compilecache.frameworks.jax.stepcount.warmed_steps`). The slow
 ones run real JAX on the CPU: a script whose evaluation first runs after its third step is warmed
 with ``--steps 2`` and trained with the trainer's verdict, its step function jitted at module
 level (before JAX's backends start: rebound) or inside ``main`` after the first array (through the
@@ -26,8 +26,9 @@ import pytest
 
 from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.controller import reports
-from compilecache.training import verdict
-from compilecache.training.stepcount import warmed_steps
+from compilecache.frameworks.jax import verdict
+from compilecache.frameworks.jax.stepcount import warmed_steps
+from compilecache.training import report
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli, run_trainer
 
 HERE = {"jax": "0.10.2", "jaxlib": "0.10.2", "backend": "cpu", "device_kind": "cpu", "device_count": 1}
@@ -53,7 +54,7 @@ def test_each_missed_function_carries_the_step_of_its_first_miss() -> None:
     # Step 0 (before the first step returned) adds nothing to the line: the function's own compile.
     assert "train_step (not warmed)" in line, line
     assert (result["step_fn"], result["warmed_steps"]) == ("train_step", 2)
-    assert len(json.dumps(result).encode()) < verdict.MAX_BYTES
+    assert len(json.dumps(result).encode()) < report.MAX_BYTES
 
 
 def test_without_a_counted_step_function_the_step_is_left_out_not_guessed() -> None:
@@ -233,7 +234,7 @@ def test_counting_step_calls_costs_microseconds() -> None:
 def test_rebinding_reaches_jitted_globals_only() -> None:
     import jax
 
-    from compilecache.cache.stepcalls import CountingJitted, jitted_name, rebind_globals
+    from compilecache.frameworks.jax.stepcalls import CountingJitted, jitted_name, rebind_globals
 
     module = types.ModuleType("user_code")
 
@@ -253,7 +254,7 @@ def test_rebinding_reaches_jitted_globals_only() -> None:
 def test_the_script_s_own_modules_are_searched_not_installed_packages() -> None:
     import sysconfig
 
-    from compilecache.cache.stepcalls import own_modules
+    from compilecache.frameworks.jax.stepcalls import own_modules
 
     def module(name: str, where: str | None) -> types.ModuleType:
         made = types.ModuleType(name)
@@ -264,7 +265,7 @@ def test_the_script_s_own_modules_are_searched_not_installed_packages() -> None:
     mine = module("model", "/app/model.py")
     installed = module("flax.linen", f"{sysconfig.get_paths()['purelib']}/flax/linen/__init__.py")
     stdlib = module("json", f"{sysconfig.get_paths()['stdlib']}/json/__init__.py")
-    ours = module("compilecache.training.verdict", "/src/operator/compilecache/training/verdict.py")
+    ours = module("compilecache.frameworks.jax.verdict", "/src/frameworks/jax/verdict.py")
     built_in = module("sys", None)
     found = own_modules({m.__name__: m for m in (main, mine, installed, stdlib, ours, built_in)})
     assert found == [main, mine]

@@ -5,7 +5,7 @@ Issue 12 asks whether a warm-up can serve multi-host training. These tests start
 single process with 4 CPU devices, all compiling the same sharded step over a 2x2 mesh into one
 cache with the product's settings (:func:`compilecache.cache.cacheenv.jax_cache_env`), and count
 each process's cache requests and hits with the warmer's own counter
-(:class:`compilecache.jobtools.compiler.CacheEvents`: the ``jax.monitoring`` events and the
+(:class:`compilecache.frameworks.jax.compiler.CacheEvents`: the ``jax.monitoring`` events and the
 per-component key hashes JAX logs). What they found, as asserted below (jax/jaxlib 0.10.2):
 
 - A fresh 2x2 run on a 2x2 cache: process 0 hits every entry; process 1 hits none. The two

@@ -261,8 +261,8 @@ def test_a_process_that_fails_before_the_barrier_fails_the_group_and_nothing_is_
 # process failed; the failing process fails before or after it joined the compile's JAX group.
 LEAVER = """
 import os, sys, threading, time
-from compilecache.jobtools.multihost import COMPILE_PORT, Coordination, Timeouts, group_from
-from compilecache.jobtools.multihost import group_request, join_jax
+from compilecache.frameworks.jax.multihost import COMPILE_PORT, Coordination, Timeouts, group_from
+from compilecache.frameworks.jax.multihost import group_request, join_jax
 
 process, role, linger, address = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
 group = group_from(2, process, address, {})
@@ -332,7 +332,7 @@ def test_a_script_that_never_joins_its_group_fails_and_says_what_to_read(tmp_pat
     request, result = tmp_path / "request.json", tmp_path / "result.json"
     request.write_text(json.dumps({"processes": 2}))
     done = subprocess.run(
-        [sys.executable, "-m", "compilecache.jobtools.scriptrun", str(request), str(result), str(script)],
+        [sys.executable, "-m", "compilecache.frameworks.jax.scriptrun", str(request), str(result), str(script)],
         env=cpu_env(tmp_path / "cache", 1),
         cwd=REPO,
         capture_output=True,

@@ -1,5 +1,5 @@
 """Progress while warming: the pod log shows each target or compile as it starts and ends, a
-heartbeat during a long compile, and totals (compilecache.jobtools.progress).
+heartbeat during a long compile, and totals (compilecache.frameworks.jax.progress).
 
 The heartbeat is tested without sleeping: the item stays open until the stream has received a
 heartbeat line (a bounded wait on an event the stream sets), with a short period.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.jobtools.progress import DEFAULT_PERIOD, PERIOD_ENV, Progress, period_from_env
+from compilecache.frameworks.jax.progress import DEFAULT_PERIOD, PERIOD_ENV, Progress, period_from_env
 from jaxhelpers import REPO, clean_env, run_cli
 
 

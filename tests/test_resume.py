@@ -1,6 +1,6 @@
 """Issue 20 item 1: restarts hit. The exact mode also runs the entrypoint resumed from its own checkpoint.
 
-Fast tests drive the pure parts (:mod:`compilecache.jobtools.resume`, verify's pairing of runs).
+Fast tests drive the pure parts (:mod:`compilecache.frameworks.jax.resume`, verify's pairing of runs).
 The slow ones warm ``examples/workloads/flax_resume.py`` (a Flax ``TrainState`` restored with
 ``flax.serialization``: its ``step`` comes back strong-typed) through the CLI, then train in fresh
 processes with only the ``compilecache env`` settings and the trainer's own verdict: first a fresh
@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache import compilehook
 from compilecache.cache.cacheenv import jax_cache_env, trainer_env
-from compilecache.cache.keydiff import closest_difference, first_difference, signature_of_computation
 from compilecache.cli.main import build_parser
-from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
-from compilecache.jobtools.verify import miss_messages
-from compilecache.training import verdict
+from compilecache.frameworks.jax import compilehook, verdict
+from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.keydiff import closest_difference, first_difference, signature_of_computation
+from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
+from compilecache.frameworks.jax.verify import miss_messages
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli, write_module
 from test_warm_exact import FLAX_ENV, TRAPS
 

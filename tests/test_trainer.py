@@ -1,4 +1,4 @@
-"""The trainer's own verdict (compilecache.training.verdict): pure parts here, then real JAX processes.
+"""The trainer's own verdict (compilecache.frameworks.jax.verdict): pure parts here, then real JAX processes.
 
 The real-JAX tests load the report exactly as a training image does, through JAX's
 ``jax_plugins`` entry-point discovery: a throwaway ``*.dist-info`` on ``PYTHONPATH`` declares
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache.cache import keysettings
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
-from compilecache.training import verdict
+from compilecache.frameworks.jax import keysettings, verdict
+from compilecache.training import report
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, entry_files, run_cli
 
 HERE = {
@@ -49,15 +49,15 @@ WARMED = {
 
 def test_the_entry_point_is_declared_for_the_trainer_module() -> None:
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["jax_plugins"]
-    assert declared == {"compilecache_report": "compilecache.training.verdict"}
+    assert declared == {"compilecache_report": "compilecache.frameworks.jax.verdict"}
     assert callable(verdict.initialize)
 
 
 def test_installed_distribution_registers_the_entry_point() -> None:
     found = [ep.value for ep in entry_points(group="jax_plugins")]
-    if "compilecache.training.verdict" not in found:
+    if "compilecache.frameworks.jax.verdict" not in found:
         pytest.skip(f"the installed package predates the entry point (jax_plugins: {found}); pip install -e .")
-    assert found.count("compilecache.training.verdict") == 1
+    assert found.count("compilecache.frameworks.jax.verdict") == 1
 
 
 def test_miss_reasons_name_a_differing_setting_another_key_or_not_warmed() -> None:
@@ -190,11 +190,11 @@ def test_the_line_names_every_missed_function_up_to_the_limit(missed: list[tuple
     assert " programs" not in line and " program " not in line  # every miss here has a name
     for reason in {reason for _, reason in missed}:
         functions = list(dict.fromkeys(name for name, why in missed if why == reason))
-        named = functions[: verdict.MAX_NAMED]
+        named = functions[: report.MAX_NAMED]
         for name in named:
             assert name in line
-        if len(functions) > verdict.MAX_NAMED:
-            assert f"+{len(functions) - verdict.MAX_NAMED} more function" in line
+        if len(functions) > report.MAX_NAMED:
+            assert f"+{len(functions) - report.MAX_NAMED} more function" in line
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
@@ -210,7 +210,7 @@ def test_the_termination_message_is_always_one_json_object_under_4096_bytes(
     manifest = {**WARMED, "entries": [{"file": f"{name}-x-cache"} for name in names], "settings": {"xla_flags": flags}}
     result = verdict.verdict(tally, HERE, [manifest])
     text = json.dumps(result, separators=(",", ":"))
-    assert len(text.encode()) < verdict.MAX_BYTES
+    assert len(text.encode()) < report.MAX_BYTES
     assert json.loads(text)["schema"] == verdict.SCHEMA and result["misses"] == len(names)
     assert len(result["missed"]) <= verdict.MAX_MISSED and "\n" not in result["summary"]
 
@@ -340,7 +340,7 @@ def test_a_trainer_with_the_cache_env_reports_counts_equal_to_jax_monitoring(
     # No COMPILECACHE_REPORT, no report (the plugin is the mechanism).
     assert verdict_lines(train({k: v for k, v in env.items() if k != REPORT}, code, [plugin])[1]) == []
     # Without our dist-info on the path, the line comes only from the package's own entry point.
-    installed = any(point.value == "compilecache.training.verdict" for point in entry_points(group="jax_plugins"))
+    installed = any(point.value == "compilecache.frameworks.jax.verdict" for point in entry_points(group="jax_plugins"))
     assert bool(verdict_lines(train(env, code, [])[1])) == installed
 
 
@@ -428,7 +428,7 @@ def test_runtime_enable_installs_the_report(warmed: tuple[Path, Path, Path], tmp
 EARLY = """
 import sys, time
 exec(open(sys.argv[1]).read())  # train.py: compiles train_step and scale, prints its counts
-from compilecache.training import verdict
+from compilecache.frameworks.jax import verdict
 deadline = time.monotonic() + 60
 while verdict._recorder.printed is None:  # bounded: the settle time is 0.2 s
     assert time.monotonic() < deadline, "no early report within 60 s"

@@ -13,7 +13,7 @@ import pytest
 
 from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
 from compilecache.controller import reports as consumers
-from compilecache.training import verdict
+from compilecache.frameworks.jax import verdict
 from jaxhelpers import clean_env, declare_trainer_plugin, run_cli, run_trainer
 
 FLAG = "--xla_cpu_enable_fast_math=false"

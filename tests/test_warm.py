@@ -19,11 +19,12 @@ from compilecache.cache.entries import EntryError, check_entry, entry_module, is
 from compilecache.cache.errors import WarmError
 from compilecache.cache.store import LocalStore, StagedEntry, open_store
 from compilecache.cli.main import build_parser
-from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.manifest import build_manifest, build_report, manifest_name, new_run_id
-from compilecache.jobtools.target import Target, check_target
-from compilecache.jobtools.verify import differing_components, miss_messages
-from compilecache.jobtools.workload import parse_spec
+from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.manifest import build_manifest, build_report
+from compilecache.frameworks.jax.target import Target, check_target
+from compilecache.frameworks.jax.verify import differing_components, miss_messages
+from compilecache.jobtools.entrypoint import parse_spec
+from compilecache.jobtools.manifest import manifest_name, new_run_id
 from jaxhelpers import (
     REPO,
     TINY_MODEL,
@@ -197,7 +198,7 @@ def test_parse_spec_rejects_bad_workloads(spec: str) -> None:
 
 
 def test_jobs_are_capped_at_half_the_cores() -> None:
-    from compilecache.jobtools.compiler import effective_jobs
+    from compilecache.frameworks.jax.compiler import effective_jobs
 
     assert (effective_jobs(4, cpus=2), effective_jobs(4, cpus=16), effective_jobs(16, cpus=16)) == (1, 4, 8)
 
@@ -284,7 +285,7 @@ def test_a_warm_up_never_reports_as_a_trainer(tmp_path: Path) -> None:
     """A shell that ran `eval "$(compilecache env ...)"` carries COMPILECACHE_REPORT=1 into `warm`."""
     from importlib.metadata import entry_points
 
-    if not any(point.value == "compilecache.training.verdict" for point in entry_points(group="jax_plugins")):
+    if not any(point.value == "compilecache.frameworks.jax.verdict" for point in entry_points(group="jax_plugins")):
         pytest.skip("the package's jax_plugins entry point is not installed (pip install -e .)")
     folder = write_module(tmp_path / "wl", "tiny", TINY_WORKLOAD)
     env = clean_env({"COMPILECACHE_REPORT": "1"}, pythonpath=[folder])

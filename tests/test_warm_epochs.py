@@ -1,6 +1,6 @@
 """Issue 20 item 5: whole epochs without counting (``--steps auto``, a CompileCache's default).
 
-Fast tests drive the stop decision (:func:`compilecache.jobtools.scriptrun.stop_reason`) and the
+Fast tests drive the stop decision (:func:`compilecache.frameworks.jax.scriptrun.stop_reason`) and the
 requests warm and verify hand to scriptrun; the slow ones run real JAX on the CPU: the Flax
 example, which evaluates at the end of each epoch, warmed by the command line the operator writes
 for a script workload with nothing but its defaults, then trained with the trainer's verdict; and
@@ -27,8 +27,9 @@ from compilecache.cache.errors import WarmError
 from compilecache.cli.main import build_parser
 from compilecache.controller import jobs, status
 from compilecache.controller.api import parse_spec
+from compilecache.frameworks.jax.scriptrun import StopRule, stop_reason
 from compilecache.frameworks.jax.warm import _check_args, _exact_mode_from_env, _script_request
-from compilecache.jobtools.scriptrun import DEFAULT_BUDGET, StopRule, stop_reason
+from compilecache.jobtools.entrypoint import DEFAULT_BUDGET
 from compilecache.jobtools.warm import termination_summary
 from jaxhelpers import FOUR_CPUS, REPO, clean_env, run_cli, write_module
 from specs import cache_spec

@@ -1,6 +1,6 @@
 """Issue 11: the exact warm mode, misses named by what differs, and the traps of the AOT path.
 
-Fast tests drive the pure comparison (:mod:`compilecache.cache.keydiff`); the slow
+Fast tests drive the pure comparison (:mod:`compilecache.frameworks.jax.keydiff`); the slow
 ones warm the Flax example (``examples/workloads/flax_mlp.py``, 4 CPU devices)
 both ways through the CLI in fresh processes and train from the result.
 """
@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compilecache.cache.cacheenv import jax_cache_env
-from compilecache.cache.keydiff import first_difference
-from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.verify import donation_unchecked, miss_messages, self_consistency_only
+from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.keydiff import first_difference
+from compilecache.frameworks.jax.verify import donation_unchecked, miss_messages, self_consistency_only
 from jaxhelpers import FOUR_CPUS, clean_env, entry_files, run_cli, run_flax_train, write_module
 
 
@@ -152,7 +152,7 @@ def test_signature_of_reads_weak_types_donation_and_static_args_off_the_lowering
     import jax
     import jax.numpy as jnp
 
-    from compilecache.cache.keydiff import signature_of
+    from compilecache.frameworks.jax.keydiff import signature_of
 
     def fn(state: dict[str, jax.Array], n: int, *, k: int) -> tuple[jax.Array, jax.Array]:
         return state["step"] + n * k, state["w"]
@@ -254,7 +254,7 @@ def test_aot_mode_hits_and_a_trainer_with_other_xla_flags_is_told_which_setting(
 
 SIGNATURE_PROBE = """
 import json, sys
-from compilecache.cache.keydiff import first_difference, signature_of
+from compilecache.frameworks.jax.keydiff import first_difference, signature_of
 from examples.workloads.flax_mlp import Config, make_batch, make_create_state, make_mesh, make_train_step
 config, mesh = Config.from_env(), make_mesh()
 args = (make_create_state(config, mesh)(), *make_batch(config, mesh, 0))
@@ -429,7 +429,7 @@ def test_the_step_is_found_by_name_through_partials() -> None:
     """lm1b and the example transformer jit a functools.partial of their step: it has no __name__."""
     import functools
 
-    from compilecache.cache.stepcalls import function_name
+    from compilecache.frameworks.jax.stepcalls import function_name
 
     def _train_step(params: Any, batch: Any, *, lr: float) -> Any:
         return params

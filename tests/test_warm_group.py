@@ -10,8 +10,8 @@ import json
 import pytest
 
 from compilecache.cache.errors import WarmError
-from compilecache.jobtools.manifest import build_report
-from compilecache.jobtools.multihost import (
+from compilecache.frameworks.jax.manifest import build_report
+from compilecache.frameworks.jax.multihost import (
     COMPILE_PORT,
     SCRIPT_PORT,
     VERIFY_PORT,

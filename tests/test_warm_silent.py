@@ -1,7 +1,7 @@
 """No silent Ready, and side effects stay in the warm-up (exact mode, ``compilecache warm --script``).
 
-Fast tests drive the pure reasons (:func:`compilecache.jobtools.scriptrun.step_failure`,
-:func:`compilecache.jobtools.verify.miss_messages`); the slow ones run tiny real-JAX scripts
+Fast tests drive the pure reasons (:func:`compilecache.frameworks.jax.scriptrun.step_failure`,
+:func:`compilecache.frameworks.jax.verify.miss_messages`); the slow ones run tiny real-JAX scripts
 written here through the CLI in fresh processes: a script that exits before its step, a wrong
 ``--step-fn``, and a script that writes a checkpoint into its working directory.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.jobtools.compiler import TargetRun
-from compilecache.jobtools.scriptrun import step_failure
-from compilecache.jobtools.verify import miss_messages
+from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.scriptrun import step_failure
+from compilecache.frameworks.jax.verify import miss_messages
 from jaxhelpers import clean_env, entry_files, run_cli
 
 # ---- fast: the reasons -----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The one source of truth for the cache settings of each framework.
 
 Warm-up Jobs, training pods (by the webhook or by hand) and
-:func:`compilecache.training.runtime.enable` all take their settings from here: a single
+:func:`compilecache.frameworks.jax.runtime.enable` all take their settings from here: a single
 differing option changes JAX's cache key, and every training step then misses.
 PyTorch's settings follow the same rule for ``torch.compile``; they live with its
 implementation (:mod:`compilecache.frameworks.pytorch.env`).
@@ -20,7 +20,7 @@ XLA_CACHES_OFF = "none"
 CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
 MIN_COMPILE_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 # Ours, not JAX's: a training process with this set reports its hits and misses once, at exit
-# (compilecache.training.verdict, loaded through JAX's plugin discovery). Warm-up Jobs never get it: their
+# (compilecache.frameworks.jax.verdict, loaded through JAX's plugin discovery). Warm-up Jobs never get it: their
 # termination message is the warmer's report.
 REPORT = "COMPILECACHE_REPORT"
 # Where the trainer writes its one JSON result at exit (Kubernetes' default terminationMessagePath).

@@ -31,13 +31,12 @@ from typing import Any
 
 from compilecache.api import bounds
 from compilecache.controller import status
+from compilecache.training.report import NOT_WARMED, SCHEMA
 
-SCHEMA = "compilecache.dev/trainer/v1"
 FINISHED_PHASES = ("Succeeded", "Failed")
 REASON_CHARS = 300  # status.consumers.lastMissReason (the CRD's maxLength)
-NOT_WARMED = "not warmed"  # compilecache.training.verdict.NOT_WARMED (that module imports JAX's side; this one never)
 NOT_WARMED_FIX = "it runs after the warmed steps; warm whole epochs (steps: auto) or more steps"
-# The trainer counted calls of the warm-up's step function (training/stepcount.py): ``step`` is how
+# The trainer counted calls of the warm-up's step function (frameworks/jax/stepcount.py): ``step`` is how
 # many had returned when the program first missed.
 AUTO = "auto"
 

@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.jobtools.compiler import TargetRun
-
 
 def run_child(
     module: str,
@@ -51,33 +49,6 @@ def run_child(
             return 124, {"error": f"{module} did not finish within {timeout:.0f}s (killed)"}, _tail(stderr)
         result: dict[str, Any] = json.loads(result_path.read_text()) if result_path.exists() else {}
     return completed.returncode, result, _tail(completed.stderr)
-
-
-def run_to_dict(run: TargetRun) -> dict[str, Any]:
-    """A :class:`TargetRun` as JSON-able data."""
-    return {
-        "workload": run.workload,
-        "name": run.name,
-        "compile_seconds": run.compile_seconds,
-        "requests": run.requests,
-        "hits": run.hits,
-        "keys_hit": run.keys_hit,
-        "keys_missed": run.keys_missed,
-        "keys_written": run.keys_written,
-        "key_components": run.key_components,
-        "miss_log": run.miss_log,
-        "signature": run.signature,
-        "checks_training": run.checks_training,
-        "lowers_training_fn": run.lowers_training_fn,
-        "signatures": run.signatures,
-        "step_fn": run.step_fn,
-        "steps": run.steps,
-    }
-
-
-def run_from_dict(data: Mapping[str, Any]) -> TargetRun:
-    """Inverse of :func:`run_to_dict`."""
-    return TargetRun(**{key: data[key] for key in run_to_dict(TargetRun("", "")) if key in data})
 
 
 def write_result(path: str, result: Mapping[str, Any]) -> None:

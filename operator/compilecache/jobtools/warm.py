@@ -10,7 +10,7 @@ from the environment (:func:`steps_from_env`) and the script's arguments.
 
 Exit codes: 0 ok, 1 crash (a bug: traceback), 2 bad input or environment (a full disk included),
 3 verify found a miss, 4 an unsound entry (nothing published), 130 interrupted
-(:mod:`compilecache.cli.errors`). Progress lines go to stdout (:mod:`compilecache.jobtools.progress`).
+(:mod:`compilecache.cli.errors`). Progress lines go to stdout (:mod:`compilecache.frameworks.jax.progress`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,26 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compilecache import frameworks
 from compilecache.cache.errors import STORAGE_FULL, WarmError, storage_error
 from compilecache.cache.manifests import summary_fields
 from compilecache.cli.errors import number, whole_number
-from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
+from compilecache.jobtools.entrypoint import AUTO, DEFAULT_BUDGET
 
 if TYPE_CHECKING:
     from compilecache.cache.store import CacheStore, Listing
-    from compilecache.jobtools.multihost import Group
+
+
+class GroupMember(Protocol):
+    """A process of a multi-process warm-up (JAX's ``multihost.Group``): which one, of how many."""
+
+    @property
+    def process_id(self) -> int: ...
+
+    @property
+    def processes(self) -> int: ...
 
 
 # Options the Job's environment may already carry (set by the operator from the framework's
@@ -195,7 +204,7 @@ def report_failure(args: argparse.Namespace, error: WarmError) -> None:
         write_termination_summary(args.termination_log, {**summary, "ok": False, "error": str(error)})
 
 
-def group_fields(group: Group | None) -> dict[str, int]:
+def group_fields(group: GroupMember | None) -> dict[str, int]:
     """``{"process": k, "processes": N}`` for a member of a group; nothing for a lone warmer."""
     return {} if group is None else {"process": group.process_id, "processes": group.processes}
 

@@ -3,7 +3,7 @@
 Its :class:`~compilecache.frameworks.interface.Framework`. The operator's half is :mod:`.spec`
 (light: no JAX); the rest loads when called: the warm-up (:mod:`.warm`), entry expiry
 (:mod:`.expire`) and the demo (:mod:`.demo`). The trainer's verdict is JAX's own plugin hook
-(``jax_plugins`` entry point: :mod:`compilecache.training.verdict`). JAX's warm-up machinery
+(``jax_plugins`` entry point: :mod:`compilecache.frameworks.jax.verdict`). JAX's warm-up machinery
 (AOT compiles, script runs, multi-host groups, verify) is still in ``jobtools/``, ``cache/`` and
 ``training/``, which no other framework imports from: docs/development.md says what remains.
 """

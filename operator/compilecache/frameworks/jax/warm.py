@@ -32,7 +32,7 @@ summary too; the cache is left as it was (nothing published) or complete with it
 With ``--num-processes N`` (or ``$COMPILECACHE_NUM_PROCESSES``) above 1 this process is one of
 a group (a multi-host warm-up Job, one pod per process): every process does every step for its
 own cache keys, and no process goes on to the next step before all agree that the previous one
-succeeded (:mod:`compilecache.jobtools.multihost`; docs/multihost.md).
+succeeded (:mod:`compilecache.frameworks.jax.multihost`; docs/multihost.md).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
-from compilecache.jobtools.compiler import SETUP_TARGET, WriteFailed, effective_jobs
-from compilecache.jobtools.resume import RESUMED_SUFFIX, resume_args
-from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
+from compilecache.frameworks.jax.compiler import SETUP_TARGET, WriteFailed, effective_jobs
+from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, resume_args
+from compilecache.jobtools.entrypoint import AUTO, DEFAULT_BUDGET, entry_problem
 from compilecache.jobtools.warm import (
     ENV_MIN_SIZE,
     ENV_MIN_TIME,
@@ -66,12 +66,11 @@ from compilecache.jobtools.warm import (
     steps_from_env,
     write_termination_summary,
 )
-from compilecache.jobtools.workload import entry_problem
 
 if TYPE_CHECKING:
     from compilecache.cache.manifests import Manifests
     from compilecache.cache.store import CacheStore, Listing
-    from compilecache.jobtools.multihost import Coordination, Group
+    from compilecache.frameworks.jax.multihost import Coordination, Group
 
 T = TypeVar("T")
 
@@ -83,7 +82,7 @@ UNREADABLE = "entry corrupt: JAX could not read it (the executable does not pars
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     """The whole run; returns the report or raises :class:`WarmError`."""
-    from compilecache.jobtools.multihost import group_from
+    from compilecache.frameworks.jax.multihost import group_from
 
     script_args = script_arguments(args)
     # A warm-up is no trainer: never its own verdict (a shell that ran `eval "$(compilecache env)"`
@@ -99,7 +98,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         raise WarmError("--steps auto stops by time, which the processes of a group cannot agree on: give --steps N")
     if group is None:
         return _warm(args, script_args, base_env, None, None)
-    from compilecache.jobtools.multihost import Coordination, GroupFailed
+    from compilecache.frameworks.jax.multihost import Coordination, GroupFailed
 
     if args.termination_log:
         # JAX's coordination client ends a process whose peer died at once (no Python runs): this
@@ -171,15 +170,8 @@ def _warm(
 ) -> dict[str, Any]:
     """Steps 1-5; with a group, each ends in an agreement of all its processes."""
     from compilecache.cache.store import StagedEntry, open_store
-    from compilecache.jobtools.manifest import (
-        PENDING,
-        build_manifest,
-        build_report,
-        dumps,
-        manifest_name,
-        new_run_id,
-        utc_now,
-    )
+    from compilecache.frameworks.jax.manifest import build_manifest, build_report
+    from compilecache.jobtools.manifest import PENDING, dumps, manifest_name, new_run_id, utc_now
 
     def agreed(phase: str, work: Callable[[], T]) -> T:
         return coordination.agree(phase, work) if coordination is not None else work()
@@ -367,7 +359,7 @@ def _compile(
     group: Group | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Compile the workloads in this process and/or run the script in a child."""
-    from compilecache.jobtools.compiler import TargetRun
+    from compilecache.frameworks.jax.compiler import TargetRun
 
     runs: list[TargetRun] = []
     facts: dict[str, Any] = {}
@@ -390,15 +382,15 @@ def _compile_workloads(
     # The options must be in place before JAX reads them: the environment for
     # anything JAX has not imported yet, jax.config for anything it has.
     os.environ.update(staging_env)
-    from compilecache.jobtools.compiler import CacheEvents, TargetRun, compile_targets, environment_facts
-    from compilecache.jobtools.progress import Progress, local_entry_bytes
-    from compilecache.jobtools.target import Target, check_unique
-    from compilecache.jobtools.workload import load_targets
-    from compilecache.training.runtime import apply_env
+    from compilecache.frameworks.jax.compiler import CacheEvents, TargetRun, compile_targets, environment_facts
+    from compilecache.frameworks.jax.progress import Progress, local_entry_bytes
+    from compilecache.frameworks.jax.runtime import apply_env
+    from compilecache.frameworks.jax.target import Target, check_unique
+    from compilecache.frameworks.jax.workload import load_targets
 
     apply_env(dict(staging_env))
     if group is not None:
-        from compilecache.jobtools.multihost import COMPILE_PORT, group_request, join_jax
+        from compilecache.frameworks.jax.multihost import COMPILE_PORT, group_request, join_jax
 
         # Before any workload runs: its devices (and so its keys) must be the whole group's.
         join_jax(group_request(group, COMPILE_PORT, ordered_leave=True))
@@ -475,13 +467,13 @@ def _child_timeout(group: Group | None) -> float | None:
 def _run_script(
     args: argparse.Namespace, script_args: Sequence[str], env: Mapping[str, str], group: Group | None = None
 ) -> tuple[list[Any], dict[str, Any]]:
-    from compilecache.jobtools.childproc import run_from_dict
-    from compilecache.jobtools.scriptrun import run_entrypoint
+    from compilecache.frameworks.jax.compiler import run_from_dict
+    from compilecache.frameworks.jax.scriptrun import run_entrypoint
 
     script = args.script
     request = _script_request(args, group)
     if group is not None:
-        from compilecache.jobtools.multihost import script_env
+        from compilecache.frameworks.jax.multihost import script_env
 
         env = {**env, **script_env(group)}
         if getattr(args, "resume_args", None) is not None:
@@ -502,7 +494,7 @@ def _run_script(
         print(f"  {stepped_line(script, stepped)}")
     resumed = result.get("resumed_stepped")
     if resumed:
-        from compilecache.jobtools.resume import describe
+        from compilecache.frameworks.jax.resume import describe
 
         how = "stopped" if resumed["ran"] >= resumed["steps"] else "ran to its end:"  # a restart near the end
         print(f"  {how} its {describe(_resume_args(args, group))} after {resumed['ran']} calls (--resume)")
@@ -535,9 +527,10 @@ def _verify(
 
     In a group, each fresh process joins a group of the same N on the verify port.
     """
-    from compilecache.jobtools.childproc import run_child, run_from_dict
-    from compilecache.jobtools.scriptrun import run_entrypoint
-    from compilecache.jobtools.verify import miss_messages, self_consistency_only, verify_env
+    from compilecache.frameworks.jax.compiler import run_from_dict
+    from compilecache.frameworks.jax.scriptrun import run_entrypoint
+    from compilecache.frameworks.jax.verify import miss_messages, self_consistency_only, verify_env
+    from compilecache.jobtools.childproc import run_child
 
     env = verify_env(base_env, jax_env)
     fresh: list[Any] = []
@@ -545,10 +538,10 @@ def _verify(
     if args.workload:
         request: dict[str, Any] = {"workloads": args.workload, "jobs": 1}
         if group is not None:
-            from compilecache.jobtools.multihost import VERIFY_PORT, group_request
+            from compilecache.frameworks.jax.multihost import VERIFY_PORT, group_request
 
             request["group"] = group_request(group, VERIFY_PORT)
-        code, result, stderr = run_child("compilecache.jobtools.verify", request, env, timeout=timeout)
+        code, result, stderr = run_child("compilecache.frameworks.jax.verify", request, env, timeout=timeout)
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or 'fresh process failed'}: {stderr[-400:]}")
         fresh += [run_from_dict(run) for run in result["runs"]]
@@ -558,7 +551,7 @@ def _verify(
     if args.script:
         script_env_ = env
         if group is not None:
-            from compilecache.jobtools.multihost import verify_script_env
+            from compilecache.frameworks.jax.multihost import verify_script_env
 
             script_env_ = {**env, **verify_script_env(group)}
         # The same entrypoint, the same arguments, stopped at the same step: it must hit every compile.

@@ -30,11 +30,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from compilecache.cache.keysettings import sides
-
 # The schema's one definition, with its checker, is compilecache.cache.manifests's.
 from compilecache.cache.manifests import TORCH_SCHEMA as MANIFEST_SCHEMA
 from compilecache.cache.store import META_DIR
+from compilecache.training.report import sides
 
 FRAMEWORK = "pytorch"
 GENERATIONS_DIR = "torch"  # DIR/torch/<run_id>/: one warm-up run's whole Inductor tree
@@ -134,7 +133,7 @@ def graph_counts(counters: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
 
 def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]:
     """One line per key setting that differs, ``here`` (training) against the warm-up's, as
-    :func:`compilecache.cache.keysettings.differences` phrases JAX's: ``thread count differs: 2 in training,
+    :func:`compilecache.frameworks.jax.keysettings.differences` phrases JAX's: ``thread count differs: 2 in training,
     1 in the warm-up``. Settings either side lacks are skipped."""
     lines = []
     for key, label in LABELS.items():

@@ -15,7 +15,7 @@ output) unless the process has ``COMPILECACHE_FRAMEWORK=pytorch`` (:mod:`compile
    Not in a warm-up (``COMPILECACHE_WARMUP=1``): its cache is its own staging folder.
 2. The verdict. With ``COMPILECACHE_REPORT`` set, at exit: one line on stderr
    (``compilecache: 5/5 graphs hit``, torch's own FX graph and AOTAutograd counters) and the
-   termination-message JSON in the JAX trainer's schema (:mod:`compilecache.training.verdict`, whose
+   termination-message JSON in every trainer's schema (:mod:`compilecache.training.report`, whose
    summary line and writer it uses), so the operator reads both frameworks' reports alike. A miss
    names what differs from the warm-up's manifest (:func:`compilecache.frameworks.pytorch.cache.differences`):
    torch/triton/CUDA version, GPU, thread count, Inductor config. Torch's counters do not name the
@@ -34,9 +34,8 @@ from typing import Any
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
 from compilecache.cache.errors import one_line
 from compilecache.frameworks.pytorch.env import FRAMEWORK, TORCH_CACHE_DIR, TORCH_SOURCE
+from compilecache.jobtools.entrypoint import WARMUP_ENV
 
-# compilecache.jobtools.scriptrun.WARMUP_ENV: the training side may not import jobtools.
-WARMUP_ENV = "COMPILECACHE_WARMUP"
 # Set by the process that copied, inherited by the processes it starts (DataLoader workers under
 # "spawn", the ranks torchrun starts): they import torch again, and must neither copy again over
 # files a sibling may be loading nor write a 0/0 verdict into the pod's termination message first.
@@ -75,8 +74,6 @@ def setup(environ: Mapping[str, str]) -> None:
         # Armed before the copy: a copy that fails is then the reason the verdict gives for its misses.
         _state["armed"] = True
         # Loaded now, not at exit: importing concurrent.futures then fails (its exit hook is refused).
-        import compilecache.frameworks.pytorch.cache
-        import compilecache.training.verdict  # noqa: F401
 
         atexit.register(report_at_exit)
     source, local = environ.get(TORCH_SOURCE), environ.get(TORCH_CACHE_DIR)
@@ -134,7 +131,7 @@ def copy_cache(source: str, local: Path, *, loud: bool, copy: bool = True) -> No
 
 def report_at_exit() -> None:
     """Print the verdict and write the termination message (never raises)."""
-    from compilecache.training.verdict import write_termination_message
+    from compilecache.training.report import write_termination_message
 
     try:
         result = current_verdict()
@@ -178,11 +175,11 @@ def verdict(
     *,
     copy_error: str | None = None,
 ) -> dict[str, Any]:
-    """The termination-message JSON (pure), in :data:`compilecache.training.verdict.SCHEMA`.
+    """The termination-message JSON (pure), in :data:`compilecache.training.report.SCHEMA`.
 
     ``copy_error``: why the hook could not copy the cache, if it could not: every miss's reason.
     """
-    from compilecache.training.verdict import SCHEMA, fit, summary_line
+    from compilecache.training.report import SCHEMA, fit, summary_line
 
     reason = f"{COPY_FAILED}: {copy_error}" if copy_error else miss_reason(here, manifests, refused)
     reasons = [("FX graph", reason)] * int(counts.get("fx_misses", 0)) + [("AOTAutograd entry", reason)] * int(

@@ -1,14 +1,14 @@
 """Run a PyTorch training entrypoint in this process for its first optimizer steps, counting its cache lookups.
 
 ``python -m compilecache.frameworks.pytorch.run REQUEST.json RESULT.json ENTRY [ARGS...]``, started by
-:func:`compilecache.jobtools.scriptrun.run_entrypoint` (fresh scratch working directory,
+:func:`compilecache.jobtools.entrypoint.run_in_scratch` (fresh scratch working directory,
 ``COMPILECACHE_WARMUP=1``) with ``TORCHINDUCTOR_CACHE_DIR`` already set by the parent
 (:mod:`compilecache.frameworks.pytorch.warm`): the warm-up's staging folder, or verify's copy of it.
 
 A *step* is one optimizer step, counted with ``torch.optim.optimizer.register_optimizer_step_post_hook``
 (public, global: every optimizer the script makes): Inductor saves a graph's backward entries only
 once backward has run, so a warm-up stops after a whole step, never inside one. After the N-th
-step the hook raises :class:`~compilecache.jobtools.scriptrun.StopWarm` (a ``SystemExit(0)``), as
+step the hook raises :class:`~compilecache.jobtools.entrypoint.StopWarm` (a ``SystemExit(0)``), as
 the JAX exact mode does after its N-th step call; Inductor has written each entry before that
 step returned. ``"steps": "auto"`` stops at the first step boundary ``"budget"`` seconds after the
 first step. No silent success: the run fails (exit 2, one line in ``"error"``) when the entrypoint
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.jobtools.scriptrun import AUTO, StopWarm, _set_import_path, run_guarded
+from compilecache.jobtools.entrypoint import AUTO, StopWarm, run_guarded, set_import_path
 
 
 class StepHook:
@@ -69,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
     result_path, entry, entry_args = argv[1], argv[2], list(argv[3:])
     shown = str(request.get("shown") or entry)
     sys.argv = [entry, *entry_args]
-    _set_import_path(entry, request.get("origin"))
+    set_import_path(entry, request.get("origin"))
     from torch._dynamo.utils import counters
     from torch.optim.optimizer import register_optimizer_step_post_hook
 

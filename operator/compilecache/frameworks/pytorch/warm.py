@@ -35,7 +35,7 @@ from typing import Any
 from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.frameworks.pytorch.env import torch_cache_env
-from compilecache.jobtools.scriptrun import AUTO, DEFAULT_BUDGET
+from compilecache.jobtools.entrypoint import AUTO, DEFAULT_BUDGET
 
 TORCHRUN = "compilecache.frameworks.pytorch.run"
 DEFAULT_STEPS = 2  # a second step compiles what the first step's state changes (optimizer state, LR)
@@ -57,7 +57,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise WarmError(f"--steps must be at least 1 (or auto), got {args.steps}")
     if args.budget is not None and (args.steps != AUTO or not args.budget > 0):
         raise WarmError(f"--budget needs --steps auto and a positive number of seconds, got {args.budget}")
-    from compilecache.jobtools.workload import entry_problem
+    from compilecache.jobtools.entrypoint import entry_problem
 
     problem = entry_problem(args.script, os.getcwd())
     if problem:
@@ -176,10 +176,10 @@ def _run(
     request: Mapping[str, Any],
     what: str,
 ) -> dict[str, Any]:
-    from compilecache.jobtools.scriptrun import run_entrypoint
+    from compilecache.jobtools.entrypoint import run_in_scratch
 
     env = {**base_env, **torch_cache_env(str(cache_dir))}
-    code, result, stderr = run_entrypoint(request, env, args.script, script_args, module=TORCHRUN)
+    code, result, stderr = run_in_scratch(TORCHRUN, request, env, args.script, script_args)
     if code != 0 or "counts" not in result:
         reason = result.get("error") or f"{what}: script {args.script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []

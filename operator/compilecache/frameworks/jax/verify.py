@@ -1,5 +1,5 @@
 """``--verify``: in a fresh process, compile every target again against the
-published cache and require a hit. Runs as ``python -m compilecache.jobtools.verify``.
+published cache and require a hit. Runs as ``python -m compilecache.frameworks.jax.verify``.
 
 A fresh process has nothing in memory, so a hit proves that the published
 entries are sound, that their keys do not depend on the staging path, and
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cache.entries import entry_module, entry_name
-from compilecache.cache.keydiff import arg_label, closest_difference, display_name, first_difference
-from compilecache.jobtools.compiler import SETUP_TARGET, TargetRun
-from compilecache.jobtools.target import Target
+from compilecache.frameworks.jax.compiler import SETUP_TARGET, TargetRun
+from compilecache.frameworks.jax.keydiff import arg_label, closest_difference, display_name, first_difference
+from compilecache.frameworks.jax.target import Target
 
 # Verify must never write into the live cache: JAX writes with a plain write.
 # The minimum entry size is not part of the cache key, so raising it turns the
@@ -174,16 +174,16 @@ def main(argv: Sequence[str]) -> int:
     import json
 
     from compilecache.cache.errors import WarmError, one_line
-    from compilecache.jobtools.childproc import run_to_dict, write_result
-    from compilecache.jobtools.compiler import CacheEvents, compile_targets, environment_facts
-    from compilecache.jobtools.workload import load_targets
+    from compilecache.frameworks.jax.compiler import CacheEvents, compile_targets, environment_facts, run_to_dict
+    from compilecache.frameworks.jax.workload import load_targets
+    from compilecache.jobtools.childproc import write_result
 
     request_path, result_path = argv[0], argv[1]
     request: dict[str, Any] = json.loads(Path(request_path).read_text())
     runs: list[TargetRun] = []
     try:
         if request.get("group"):
-            from compilecache.jobtools.multihost import join_jax
+            from compilecache.frameworks.jax.multihost import join_jax
 
             # The same N processes as the warm-up and training: or the keys are not theirs.
             join_jax(request["group"], own_keys=False)

@@ -4,9 +4,9 @@ JAX has no per-call event: a jitted function that has compiled runs from C++ (``
 without calling back into Python, and its cache events fire only when it compiles. So both sides
 that need to know "how many steps so far" wrap the jitted object instead:
 
-- the exact warm-up (:mod:`compilecache.jobtools.scriptrun`) patches ``jax.jit`` before the entrypoint
+- the exact warm-up (:mod:`compilecache.frameworks.jax.scriptrun`) patches ``jax.jit`` before the entrypoint
   runs (:func:`patch_jit`), to stop it after N steps;
-- the trainer (:mod:`compilecache.training.stepcount`) patches it at JAX's backend initialisation,
+- the trainer (:mod:`compilecache.frameworks.jax.stepcount`) patches it at JAX's backend initialisation,
   which usually comes *after* a module-level ``@jax.jit def train_step`` ran, so it also rebinds
   the jitted functions already bound to module globals (:func:`rebind_globals`), to say at which
   step a miss happened.

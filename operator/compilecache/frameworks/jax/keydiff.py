@@ -10,10 +10,10 @@ over JSON-able dicts (tested without JAX).
 
 :func:`signature_of` is the small JAX-side extractor, run on ``jitted.lower(...)``.
 :func:`signature_of_computation` reads the same from a program JAX is compiling
-(the exact mode's warm-up and the trainer, :mod:`compilecache.cache.compilehook`).
+(the exact mode's warm-up and the trainer, :mod:`compilecache.frameworks.jax.compilehook`).
 It imports JAX only inside the function: this module belongs to the cache
 format, which the operator imports too. Users: the warmer and verify
-(:mod:`compilecache.jobtools`) and the trainer's own verdict (:mod:`compilecache.training.runtime`).
+(:mod:`compilecache.jobtools`) and the trainer's own verdict (:mod:`compilecache.frameworks.jax.runtime`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compilecache.cache import keysettings
-from compilecache.cache.keysettings import sides
+from compilecache.frameworks.jax import keysettings
+from compilecache.training.report import sides
 
 Signature = dict[str, Any]
 
@@ -35,7 +35,7 @@ def first_difference(name: str, warmer: Mapping[str, Any], other: Mapping[str, A
     key first, then the arguments one by one (an argument's sharding names its
     mesh axes), then the mesh as a whole, then static args. ``other`` is training's
     side (or verify's fresh run of training's call): values read as
-    :func:`compilecache.cache.keysettings.sides` puts them, training's first.
+    :func:`compilecache.training.report.sides` puts them, training's first.
     """
     if not warmer or not other:
         return None
@@ -115,7 +115,7 @@ def display_name(module: str) -> str:
 
 
 def signature_of_computation(computation: Any) -> tuple[str, Signature]:
-    """``(module name, signature)`` of a program JAX is compiling (:mod:`compilecache.cache.compilehook`).
+    """``(module name, signature)`` of a program JAX is compiling (:mod:`compilecache.frameworks.jax.compilehook`).
 
     For the exact mode and the trainer, which see the compile request, not the user's call: the
     module name is the one in the cache key (``jit_train_step``), an argument's path comes from

@@ -6,7 +6,7 @@ numpy ``int32`` when restored (strong-typed). Where the step meets other dtypes 
 so a warm-up that only ever starts fresh never compiles what every requeued job asks for (issue 20:
 Flax lm1b's ``train_step`` recompiled, 27.6 s instead of 6 s).
 
-So ``compilecache warm --script`` (:func:`compilecache.jobtools.scriptrun.run_entrypoint`) runs the
+So ``compilecache warm --script`` (:func:`compilecache.frameworks.jax.scriptrun.run_entrypoint`) runs the
 entrypoint twice in one scratch working directory: the first run writes its checkpoint at a relative
 path as training does, the second finds and restores it, again for N step calls (``--resume``, the
 default; ``--no-resume`` for a script that never restores). A script that restores only when asked
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # The second run's target name: ``train.py (resumed)``. Verify's second run has the same name, so
-# each run is checked against its own warm-up counterpart (compilecache.jobtools.verify.miss_messages).
+# each run is checked against its own warm-up counterpart (compilecache.frameworks.jax.verify.miss_messages).
 RESUMED_SUFFIX = " (resumed)"
 # The environment a CompileCache workload can set instead of the flags (as COMPILECACHE_WARM_STEPS).
 ENV_RESUME = "COMPILECACHE_WARM_RESUME"

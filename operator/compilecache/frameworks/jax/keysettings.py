@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from compilecache.training.report import sides
+
 # The manifest's top-level fields (expiry ranks builds per platform by them), also read from
 # manifests written before ``settings`` existed.
 PLATFORM = ("jax", "jaxlib", "backend", "device_kind", "device_count")
@@ -163,12 +165,6 @@ def from_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(settings, Mapping):
         found.update(settings)
     return found
-
-
-def sides(training: str, warm_up: str) -> str:
-    """``float32[32,16] in training, float32[64,16] in the warm-up``: how every difference names its two
-    values, training's (or verify's fresh run of training's call) first, each with whose it is."""
-    return f"{training} in training, {warm_up} in the warm-up"
 
 
 def differences(here: Mapping[str, Any], warmed: Mapping[str, Any]) -> list[str]:

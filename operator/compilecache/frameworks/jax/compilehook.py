@@ -1,14 +1,14 @@
 """Which program a compile request is for: the lowering JAX is compiling, seen from inside the request.
 
 JAX's cache events (``jax.monitoring``) and its miss log name a program only by its module name and
-a hash. To say *what* differs on a miss, the warm-up (exact mode: :mod:`compilecache.jobtools.scriptrun`)
-and the trainer (:mod:`compilecache.training.verdict`) need the arguments of the program being compiled. In
+a hash. To say *what* differs on a miss, the warm-up (exact mode: :mod:`compilecache.frameworks.jax.scriptrun`)
+and the trainer (:mod:`compilecache.frameworks.jax.verdict`) need the arguments of the program being compiled. In
 jax 0.10 every ``jax.jit`` call that compiles, and every ``lowered.compile()``, goes through
 ``pxla.MeshComputation.compile``, which calls ``compiler.compile_or_get_cached`` (the persistent
 cache lookup: its request, hit and miss events and log lines) in the same thread. :func:`install`
 wraps that method once: during the call, :func:`current` is the computation in that thread. That
 costs a thread-local store per compile; reading its signature
-(:func:`compilecache.cache.keydiff.signature_of_computation`) is left to the caller, which the
+(:func:`compilecache.frameworks.jax.keydiff.signature_of_computation`) is left to the caller, which the
 trainer does only on a miss.
 
 The method is private JAX: where it is missing (another JAX version), :func:`install` says so by

@@ -14,17 +14,17 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compilecache.cache.errors import WarmError, one_line
-from compilecache.jobtools.target import Target
+from compilecache.frameworks.jax.target import Target
 
 if TYPE_CHECKING:
-    from compilecache.jobtools.progress import Progress
+    from compilecache.frameworks.jax.progress import Progress
 
 REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 HITS_EVENT = "/jax/compilation_cache/cache_hits"
@@ -54,7 +54,7 @@ class TargetRun:
     keys_written: list[str] = field(default_factory=list)
     key_components: dict[str, str] = field(default_factory=dict)
     miss_log: list[str] = field(default_factory=list)
-    # What was lowered (compilecache.cache.keydiff), to name what differs on a miss.
+    # What was lowered (compilecache.frameworks.jax.keydiff), to name what differs on a miss.
     signature: dict[str, Any] = field(default_factory=dict)
     # Whether this compile used training's side (Target.training_args/training_fn).
     checks_training: bool = False
@@ -201,7 +201,7 @@ def lower_and_compile(target: Target, args: Sequence[Any], *, training: bool = F
     ``fn``. Returns the lowered program's signature (empty if it cannot be read:
     explaining a miss must never fail a warm-up).
     """
-    from compilecache.cache.keydiff import signature_of
+    from compilecache.frameworks.jax.keydiff import signature_of
 
     fn = target.training_fn if training and target.training_fn is not None else target.fn
     lowered = fn.lower(*args, **dict(target.kwargs))
@@ -301,9 +301,36 @@ def _run_all(fn: Callable[[int], None], count: int, jobs: int) -> None:
 
 def environment_facts() -> dict[str, Any]:
     """jax/jaxlib versions, backend, device kind and count: what the cache key depends on."""
-    from compilecache.cache import keysettings
+    from compilecache.frameworks.jax import keysettings
 
     settings = keysettings.current()
     # The top-level fields are what expiry ranks builds by (keepVersions, per platform);
     # `settings` is everything a trainer compares to say why it missed (keysettings).
     return {"settings": settings} | {key: settings[key] for key in keysettings.PLATFORM}
+
+
+def run_to_dict(run: TargetRun) -> dict[str, Any]:
+    """A :class:`TargetRun` as JSON-able data."""
+    return {
+        "workload": run.workload,
+        "name": run.name,
+        "compile_seconds": run.compile_seconds,
+        "requests": run.requests,
+        "hits": run.hits,
+        "keys_hit": run.keys_hit,
+        "keys_missed": run.keys_missed,
+        "keys_written": run.keys_written,
+        "key_components": run.key_components,
+        "miss_log": run.miss_log,
+        "signature": run.signature,
+        "checks_training": run.checks_training,
+        "lowers_training_fn": run.lowers_training_fn,
+        "signatures": run.signatures,
+        "step_fn": run.step_fn,
+        "steps": run.steps,
+    }
+
+
+def run_from_dict(data: Mapping[str, Any]) -> TargetRun:
+    """Inverse of :func:`run_to_dict`."""
+    return TargetRun(**{key: data[key] for key in run_to_dict(TargetRun("", "")) if key in data})

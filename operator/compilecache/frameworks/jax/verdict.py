@@ -4,7 +4,7 @@ Loaded with no change to the training code: the package declares this module und
 ``jax_plugins`` entry-point group, and JAX imports it and calls :func:`initialize` when it first
 initialises its backends (``jax/_src/xla_bridge.py`` ``discover_pjrt_plugins``). It does nothing
 unless the process has ``COMPILECACHE_REPORT`` set (the webhook and ``compilecache env`` set it;
-warm-up Jobs do not). :func:`compilecache.training.runtime.enable` installs it too.
+warm-up Jobs do not). :func:`compilecache.frameworks.jax.runtime.enable` installs it too.
 
 Counting is JAX's own: the ``jax.monitoring`` events ``compile_requests_use_cache`` and
 ``cache_hits`` (misses = requests − hits; JAX's ``cache_misses`` event fires only on a write). The
@@ -12,13 +12,13 @@ names of the missed programs come from the DEBUG record JAX logs for each miss; 
 captured by a logger filter that lets through only what the logger would have passed anyway, so
 no DEBUG line reaches the console whatever logging the workload configures. Why a program missed
 comes from the run manifests in the cache (read only): a key-relevant setting that differs from
-the warm-up's (:mod:`compilecache.cache.keysettings`), what differs from the program the warm-up
-recorded under the same name (:func:`compilecache.cache.keydiff.closest_difference`; this process's
-side is read from the compile request that missed, :mod:`compilecache.cache.compilehook`), a
+the warm-up's (:mod:`compilecache.frameworks.jax.keysettings`), what differs from the program the warm-up
+recorded under the same name (:func:`compilecache.frameworks.jax.keydiff.closest_difference`; this process's
+side is read from the compile request that missed, :mod:`compilecache.frameworks.jax.compilehook`), a
 program warmed under another key, or a program not warmed at all; an entry that was in the cache
 but JAX could not read is "entry corrupt" (:func:`_entry_present`), whatever the manifests say.
 Each miss also records at which step it came: the calls of the exact warm-up's step function
-that had returned (:mod:`compilecache.training.stepcount`, installed here when the manifests name
+that had returned (:mod:`compilecache.frameworks.jax.stepcount`, installed here when the manifests name
 one; left out otherwise).
 
 Once compiling has settled (no cache request for ``COMPILECACHE_REPORT_SETTLE_SECS``, default
@@ -32,7 +32,6 @@ bytes, Kubernetes' limit) for the operator to read.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import re
@@ -43,25 +42,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.cache import compilehook, keysettings
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
 from compilecache.cache.entries import entry_module, entry_name
 from compilecache.cache.errors import cut
-from compilecache.cache.keydiff import closest_difference, display_name, signature_of_computation
-from compilecache.training.stepcount import StepCount, warmed_steps
+from compilecache.frameworks.jax import compilehook, keysettings
+from compilecache.frameworks.jax.keydiff import closest_difference, display_name, signature_of_computation
+from compilecache.frameworks.jax.stepcount import StepCount, warmed_steps
+from compilecache.training.report import (
+    NOT_WARMED,
+    SCHEMA,
+    fit,
+    summary_line,
+    write_termination_message,
+)
 
-SCHEMA = "compilecache.dev/trainer/v1"
-# The same events jobtools/compiler.py counts for the warmer.
+# The same events frameworks/jax/compiler.py counts for the warmer.
 REQUESTS_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 HITS_EVENT = "/jax/compilation_cache/cache_hits"
-NOT_WARMED = "not warmed"
 KEY_DIFFERS = "warmed under another key: arguments, shardings, donation or program differ"
 # The key matched (the entry was in the cache before the request) but JAX could not read it: a
 # truncated or bit-flipped file ("incorrect data check") or an executable that does not parse.
 ENTRY_CORRUPT = "entry corrupt: the key matched but the entry could not be read; the next warm replaces it"
 MAX_MISSED = 10
-MAX_NAMED = 5  # distinct function names per reason in the one line; the rest are "+k more functions"
-MAX_BYTES = 4096  # Kubernetes truncates a termination message beyond this
 _COMPILER_LOGGER = "jax._src.compiler"
 # jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
 _MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)' with key '([^']*)'")
@@ -77,7 +79,7 @@ class Tally:
     requests: int = 0
     hits: int = 0
     missed: list[str] = field(default_factory=list)  # the module name of each miss JAX logged, in order
-    # What each missed program was lowered with (compilecache.cache.keydiff), where it could be read.
+    # What each missed program was lowered with (compilecache.frameworks.jax.keydiff), where it could be read.
     signatures: list[dict[str, Any] | None] = field(default_factory=list)
     # Indices into ``missed`` whose entry was in the cache when JAX asked for it: unreadable, not absent.
     corrupt: set[int] = field(default_factory=set)
@@ -339,7 +341,7 @@ def miss_reason(
     """Why ``module`` missed: a differing setting, what differs from the program the warm-up compiled
     under that name (``arg 0 (.step): int32[] weak_type=True vs False``), another key, or not warmed.
 
-    ``signature``: what this process lowered (:func:`compilecache.cache.keydiff.signature_of_computation`);
+    ``signature``: what this process lowered (:func:`compilecache.frameworks.jax.keydiff.signature_of_computation`);
     the warm-up's are the manifests' exact-mode ``signatures``. With ``unreadable`` (the manifests
     could not be read) it cannot tell, and says why, instead of blaming the warm-up: e.g. a ``gs://``
     cache read from an image without gcsfs.
@@ -361,72 +363,6 @@ def miss_reason(
         if found is not None:  # the summary names the function already: the reason starts at the argument
             return found.removeprefix(f"{name} ").removeprefix(f"{name}: ")
     return KEY_DIFFERS
-
-
-def summary_line(
-    requests: int,
-    hits: int,
-    reasons: Sequence[tuple[str, str]],
-    unnamed: int = 0,
-    *,
-    unit: str = "compiles",
-    idle: str = "no compile used the persistent cache",
-) -> str:
-    """``compilecache: 10/26 compiles hit; missed: train_step ×2 (XLA_FLAGS differs: ...), eval_step (not warmed)``.
-
-    ``unit`` and ``idle`` (what ``0/0`` means) are the framework's words: PyTorch's verdict counts graphs.
-    """
-    line = f"compilecache: {hits}/{requests} {unit} hit"
-    if requests == 0:
-        return line + f" ({idle})"
-    groups: dict[str, list[str]] = {}
-    for name, reason in reasons:
-        groups.setdefault(reason, []).append(name)
-    parts = []
-    for reason in sorted(groups, key=lambda r: r.startswith(NOT_WARMED)):  # the informative reasons first
-        parts.append(f"{functions_named(groups[reason])} ({reason})")
-    if unnamed:
-        parts.append(f"{_programs(unnamed)} (not named: JAX's miss log was off)")
-    if parts:
-        line += "; missed: " + ", ".join(parts)
-    return cut(line, 1500)
-
-
-def functions_named(names: Sequence[str], limit: int = MAX_NAMED) -> str:
-    """``train_step ×2, eval_step, +3 more functions``: each distinct function once, with how many of
-    its programs missed, never a bare count; past ``limit`` distinct functions, the first ``limit``
-    and how many more (a user acts on a name: two misses of one reason are often one function)."""
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    shown = [name if count == 1 else f"{name} ×{count}" for name, count in list(counts.items())[:limit]]
-    more = len(counts) - limit
-    if more > 0:
-        shown.append(f"+{more} more function" + ("" if more == 1 else "s"))
-    return ", ".join(shown)
-
-
-def fit(result: dict[str, Any]) -> dict[str, Any]:
-    """Drop missed items until the JSON is under :data:`MAX_BYTES`."""
-    while len(json.dumps(result).encode()) >= MAX_BYTES and result["missed"]:
-        result["missed"].pop()
-    if len(json.dumps(result).encode()) >= MAX_BYTES:
-        result["summary"] = cut(result["summary"], 500)
-    return result
-
-
-def write_termination_message(result: Mapping[str, Any], path: str) -> bool:
-    """Write ``result`` to ``path`` if it exists, is writable and empty; whether it did."""
-    try:
-        if not os.path.exists(path):  # the kubelet creates it; elsewhere there is nothing to write
-            return False
-        if not os.access(path, os.W_OK) or os.path.getsize(path) > 0:
-            return False
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(result, separators=(",", ":")))
-        return True
-    except OSError:
-        return False
 
 
 def _read_manifests(cache_dir: str) -> tuple[list[Mapping[str, Any]], str | None]:
@@ -520,10 +456,6 @@ def _first(missed: Sequence[tuple[str, str, int | None]]) -> list[tuple[str, str
         unique.setdefault((name, reason), step)
     items = [(name, reason, step) for (name, reason), step in unique.items()]
     return sorted(items, key=lambda item: item[1] == NOT_WARMED)[:MAX_MISSED]
-
-
-def _programs(count: int) -> str:
-    return f"{count} program" if count == 1 else f"{count} programs"
 
 
 def _one_line(text: str) -> str:

@@ -44,7 +44,7 @@ from compilecache.cache.cacheenv import (
     JOB_COMPLETION_INDEX,
 )
 from compilecache.cache.errors import WarmError, one_line
-from compilecache.jobtools.compiler import WRITE_FAILED
+from compilecache.frameworks.jax.compiler import WRITE_FAILED
 
 # Bounds, in seconds (environment variables, for tests and unusual clusters).
 ENV_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"

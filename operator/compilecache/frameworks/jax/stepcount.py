@@ -2,9 +2,9 @@
 
 A program that runs only after the warmed steps (an epoch-end evaluation, a metrics gather every
 k steps) misses in training. To say *when* (``eval_step (not warmed, first compiled at step 17)``)
-the trainer's verdict (:mod:`compilecache.training.verdict`) counts calls of the function the
+the trainer's verdict (:mod:`compilecache.frameworks.jax.verdict`) counts calls of the function the
 exact warm-up counted: the manifests record its name and the steps it ran (``step_fn``, ``steps``;
-:func:`warmed_steps`). The count uses the warm-up's own wrapper (:mod:`compilecache.cache.stepcalls`):
+:func:`warmed_steps`). The count uses the warm-up's own wrapper (:mod:`compilecache.frameworks.jax.stepcalls`):
 
 - ``jax.jit`` is patched, so a step function jitted after JAX's backends started is counted;
 - JAX calls the verdict at backend initialisation, usually *after* a module-level
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from compilecache.cache.stepcalls import (
+from compilecache.frameworks.jax.stepcalls import (
     CountingJitted,
     jitted_name,
     own_modules,

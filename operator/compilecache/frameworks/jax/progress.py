@@ -6,7 +6,7 @@ the end, and a slow compile looks like a hang. :class:`Progress` prints a line w
 seconds, entries and bytes written), a heartbeat while one runs (``still compiling ...: 95 s``,
 every ``$COMPILECACHE_PROGRESS_SECONDS``, default 30) and totals at the end.
 
-Two users: :func:`compilecache.jobtools.compiler.compile_targets` (AOT targets, one item per
+Two users: :func:`compilecache.frameworks.jax.compiler.compile_targets` (AOT targets, one item per
 target, also under ``--jobs``) and the exact mode's child (:func:`script_progress`, one item per
 compile JAX reports through ``jax.monitoring``: the cache request opens it, the backend-compile
 duration closes it with the function's name). Lines go to stdout, flushed: the pod log.
@@ -170,7 +170,7 @@ def local_entry_bytes(cache_dir: str) -> Callable[[Sequence[str]], int | None] |
 def script_progress(script: str, run: Any, progress: Progress | None = None) -> Iterator[Progress]:
     """Progress of the exact mode's child: one item per compile JAX reports, named by JAX.
 
-    ``run``: the script's :class:`~compilecache.jobtools.compiler.TargetRun` (its hits and written
+    ``run``: the script's :class:`~compilecache.frameworks.jax.compiler.TargetRun` (its hits and written
     keys so far say whether a compile hit and what it wrote). Cheap: two listeners, no logging.
     """
     import jax.monitoring

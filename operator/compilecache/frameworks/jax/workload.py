@@ -4,48 +4,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
-from pathlib import Path
 
 from compilecache.cache.errors import WarmError, one_line
-from compilecache.jobtools.target import Target, check_target
-
-_SPEC = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
-
-
-def parse_spec(spec: str) -> tuple[str, str]:
-    """Split ``pkg.module:func`` (``func`` may be dotted: ``Class.method``)."""
-    match = _SPEC.match(spec)
-    if match is None:
-        raise WarmError(f"workload {spec!r} is not MODULE:FUNC (e.g. mypkg.train:targets)")
-    return match["module"], match["attr"]
-
-
-def entry_problem(entry: str, cwd: str) -> str | None:
-    """Why ``--script ENTRY`` cannot run, on one line, or ``None``: checked before anything starts.
-
-    A path must be a file; ``MODULE:FUNC`` must name a top-level module found from ``cwd`` or the
-    installed packages. Only found, not imported: importing the user's code may compile, and the
-    cache options are not set yet. A missing function is reported by the run itself.
-    """
-    from importlib.machinery import PathFinder
-
-    path = Path(cwd, entry)
-    if path.is_file():
-        return None
-    if path.is_dir():
-        return f"script {entry} is a directory; give the training script's file or MODULE:FUNC"
-    if entry.endswith(".py") or "/" in entry or _SPEC.match(entry) is None:
-        return (
-            f"script {entry} not found: no such file in {cwd}, and not MODULE:FUNC "
-            "(give a script path, e.g. train.py, or a function, e.g. mypkg.train:main)"
-        )
-    module_name, _ = parse_spec(entry)
-    top = module_name.split(".")[0]
-    if top not in sys.builtin_module_names and PathFinder.find_spec(top, [cwd, *sys.path]) is None:
-        return f"script {entry}: no module named {top!r} in {cwd} or the installed packages"
-    return None
+from compilecache.frameworks.jax.target import Target, check_target
+from compilecache.jobtools.entrypoint import parse_spec
 
 
 def load_targets(spec: str) -> list[Target]:

@@ -1,6 +1,6 @@
 """Run a user's training entrypoint in this process, counting its cache activity.
 
-``python -m compilecache.jobtools.scriptrun REQUEST.json RESULT.json ENTRY [ARGS...]``:
+``python -m compilecache.frameworks.jax.scriptrun REQUEST.json RESULT.json ENTRY [ARGS...]``:
 the parent (``compilecache warm --script``) has already put the cache settings
 in the environment; this wrapper only adds the ``jax.monitoring`` listeners
 before the entrypoint runs, which a plain ``python PATH`` could not. ``ENTRY`` is
@@ -9,7 +9,7 @@ arguments, ``sys.argv`` set to ARGS).
 
 The exact warm mode: with ``"steps": N`` in the request, the jitted function
 named ``"step_fn"`` (``jax.jit(f)`` with ``f.__name__ == step_fn``) is counted (by the wrapper
-the trainer uses too, :mod:`compilecache.cache.stepcalls`; the run's manifest records the step
+the trainer uses too, :mod:`compilecache.frameworks.jax.stepcalls`; the run's manifest records the step
 function and the steps, so that a trainer counts the same calls), and once its N-th call has
 returned and its result is ready the entrypoint is stopped with :class:`StopWarm` (a
 ``SystemExit(0)``). Every compile the first N steps needed has then happened, and JAX writes each entry right after
@@ -37,11 +37,11 @@ Side effects stay here: the parent (:func:`run_entrypoint`) starts each run in a
 working directory under ``$TMPDIR``, removed afterwards, with ``COMPILECACHE_WARMUP=1`` in its
 environment; the caller's working directory stays importable. A resumed run (the default of
 ``compilecache warm``) is the one exception: it runs in its first run's directory, on purpose
-(:mod:`compilecache.jobtools.resume`).
+(:mod:`compilecache.frameworks.jax.resume`).
 
 One process of a multi-host warm-up (``"processes": N`` in the request): the entrypoint joins
 its group itself (``jax.distributed.initialize`` from the environment the warmer gives it:
-:func:`compilecache.jobtools.multihost.script_env`); this wrapper makes every process write its
+:func:`compilecache.frameworks.jax.multihost.script_env`); this wrapper makes every process write its
 own entries, and fails the run if the entrypoint never joined a group of N.
 """
 
@@ -49,27 +49,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import json
 import os
-import runpy
 import sys
-import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.stepcalls import CountingJitted, patch_jit
-from compilecache.jobtools.resume import RESUMED_SUFFIX
-from compilecache.jobtools.workload import parse_spec
+from compilecache.frameworks.jax.resume import RESUMED_SUFFIX
+from compilecache.frameworks.jax.stepcalls import CountingJitted, patch_jit
+from compilecache.jobtools.entrypoint import AUTO, StopWarm, in_scratch, is_path, run_guarded, set_import_path
 
-# What a script tests to skip uploads and other side effects outside its working directory during a
-# warm-up (not its local checkpoint saves: the resumed run restores them, see jobtools/resume.py).
-WARMUP_ENV = "COMPILECACHE_WARMUP"
 # Seconds from the entrypoint's start within which the step function must first be called. Long
 # enough for data loading, initialisation and a checkpoint restore before the first step (the
 # step's own compile runs inside its call and is not counted); a wrong --step-fn costs this much.
@@ -78,13 +71,8 @@ DEFAULT_STEP_DEADLINE = 600.0
 # many times while no function of the step's name was ever jitted, the loop is running without it.
 STEP_PATIENCE_ENV = "COMPILECACHE_STEP_PATIENCE"
 DEFAULT_STEP_PATIENCE = 20
-# `--steps auto`: run whole epochs, bounded by a time budget instead of a step count.
-AUTO = "auto"
-# Seconds the auto mode runs after the first step returned. The shipped examples reach their first
-# evaluation within a few seconds on a CPU; a real epoch may need more (`--budget`, workload `budget`).
-DEFAULT_BUDGET = 120.0
-
-
+# This module, as its parent starts it in a child (run_entrypoint).
+CHILD = "compilecache.frameworks.jax.scriptrun"
 # A request's keys that bound an auto-mode run (StopRule.from_request).
 AUTO_LIMITS = ("budget", "max_calls", "until_requests")
 
@@ -142,14 +130,6 @@ def stop_reason(rule: StopRule, calls: int, since_first: float, requests: int) -
     if rule.budget is not None and since_first >= rule.budget:
         return "budget"
     return None
-
-
-class StopWarm(SystemExit):
-    """Raised inside the training loop at a step boundary: the warm-up has what it needs."""
-
-    def __init__(self, reason: str, step_fn: str) -> None:
-        super().__init__(0)
-        self.reason, self.step_fn = reason, step_fn
 
 
 class StepCounter:
@@ -230,16 +210,16 @@ class StepCounter:
 
 def main(argv: Sequence[str]) -> int:
     """Child entry point."""
-    from compilecache.cache import compilehook
-    from compilecache.cache.keydiff import signature_of_computation
-    from compilecache.jobtools.childproc import run_to_dict, write_result
-    from compilecache.jobtools.compiler import CacheEvents, TargetRun, environment_facts
-    from compilecache.jobtools.progress import script_progress
+    from compilecache.frameworks.jax import compilehook
+    from compilecache.frameworks.jax.compiler import CacheEvents, TargetRun, environment_facts, run_to_dict
+    from compilecache.frameworks.jax.keydiff import signature_of_computation
+    from compilecache.frameworks.jax.progress import script_progress
+    from compilecache.jobtools.childproc import write_result
 
     request: dict[str, Any] = json.loads(Path(argv[0]).read_text())
     result_path, entry, entry_args = argv[1], argv[2], list(argv[3:])
     shown = str(request.get("shown") or entry)  # the entrypoint as the user spelled it
-    run = TargetRun(workload=f"script:{shown}", name=Path(shown).name if _is_path(shown) else shown)
+    run = TargetRun(workload=f"script:{shown}", name=Path(shown).name if is_path(shown) else shown)
     rule = StopRule.from_request(request)
     counter = (
         StepCounter(rule, str(request.get("step_fn") or "train_step"), lambda: run.requests, request.get("steps"))
@@ -251,11 +231,11 @@ def main(argv: Sequence[str]) -> int:
     if request.get("resumed"):  # the second run of a pair: its own target, matched by verify's second run
         run.name += RESUMED_SUFFIX
     sys.argv = [entry, *entry_args]
-    _set_import_path(entry, request.get("origin"))
+    set_import_path(entry, request.get("origin"))
     processes = int(request.get("processes") or 1)
     if processes > 1:
         from compilecache.cache.errors import WarmError
-        from compilecache.jobtools.multihost import install_own_key_writer
+        from compilecache.frameworks.jax.multihost import install_own_key_writer
 
         try:
             # Before the entrypoint compiles anything: JAX alone writes process 0's entries only.
@@ -320,7 +300,7 @@ def main(argv: Sequence[str]) -> int:
     if code == 0 and run.requests == 0 and first_run:
         error, code = f"script {shown} ended without compiling anything through the cache: nothing to publish", 2
     if processes > 1 and code == 0:
-        from compilecache.jobtools.multihost import joined_processes, single_process_message
+        from compilecache.frameworks.jax.multihost import joined_processes, single_process_message
 
         joined = joined_processes()
         if joined != processes:
@@ -347,20 +327,6 @@ def main(argv: Sequence[str]) -> int:
     return code
 
 
-def _set_import_path(entry: str, origin: Any) -> None:
-    """Imports as in the caller's working directory, although this process runs in a scratch one.
-
-    ``python -m`` put the scratch directory first on ``sys.path``; the caller's directory takes its
-    place (``MODULE:FUNC`` entries, and scripts importing code from the image's WORKDIR), and a
-    script's own directory comes first, as ``python PATH`` does.
-    """
-    here = os.getcwd()
-    sys.path[:] = [path for path in sys.path if path not in ("", here)]
-    sys.path.insert(0, str(origin or here))  # run by hand (no origin): its own directory, as before
-    if _is_path(entry):
-        sys.path.insert(0, str(Path(entry).resolve().parent))
-
-
 def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[], None]) -> threading.Timer:
     """Call ``expired`` from a daemon thread if the step function has not been entered by ``deadline``."""
 
@@ -372,42 +338,6 @@ def _watch_first_call(counter: StepCounter, deadline: float, expired: Callable[[
     timer.daemon = True  # a run that stopped at its N-th step exits without waiting for it
     timer.start()
     return timer
-
-
-def _is_path(entry: str) -> bool:
-    return entry.endswith(".py") or "/" in entry or Path(entry).is_file()
-
-
-def run_guarded(entry: str, shown: str) -> tuple[int, str | None, StopWarm | None]:
-    """Run the entrypoint in this process: its exit code, the one-line error, and the stop that ended it.
-
-    A :class:`StopWarm` (ours, at a step boundary) is a success; the script's own ``SystemExit``
-    gives its code; anything else it raises is exit 1, with the traceback on stderr.
-    """
-    from compilecache.cache.errors import one_line
-
-    try:
-        _run_entry(entry)
-    except StopWarm as stop:  # before SystemExit: StopWarm is one
-        return 0, None, stop
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        return code, (f"script {shown} exited with status {code}" if code else None), None
-    except BaseException as raised:
-        traceback.print_exc()
-        return 1, f"script {shown} raised {one_line(raised)}", None
-    return 0, None, None
-
-
-def _run_entry(entry: str) -> None:
-    if _is_path(entry):
-        runpy.run_path(entry, run_name="__main__")
-        return
-    module_name, attr = parse_spec(entry)
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    obj()
 
 
 def _patience(environ: Mapping[str, str]) -> int:
@@ -460,38 +390,29 @@ def run_entrypoint(
     entry_args: Sequence[str],
     timeout: float | None = None,
     resume_args: Sequence[str] | None = None,
-    module: str = "compilecache.jobtools.scriptrun",
 ) -> tuple[int, dict[str, Any], str]:
-    """Run the entrypoint in a child (:func:`main`, or ``module``'s: PyTorch's is
-    :mod:`compilecache.frameworks.pytorch.run`) in a fresh scratch working directory.
-
-    The directory is made under ``$TMPDIR`` and removed afterwards, so what the script writes
-    relative to its working directory (checkpoints, logs) is gone before the next run: verify's run
-    never restores the warm run's checkpoint. ``COMPILECACHE_WARMUP=1`` lets the script skip its
-    uploads. A path entry is made absolute first: it is found where the caller saw it.
+    """Run the entrypoint in a child (:func:`main`) in a fresh scratch working directory
+    (:func:`compilecache.jobtools.entrypoint.in_scratch`).
 
     With ``resume_args`` (a list, possibly empty) a successful first run is followed by a resumed
-    one in the same directory (:mod:`compilecache.jobtools.resume`), with those arguments added.
+    one in the same directory (:mod:`compilecache.frameworks.jax.resume`), with those arguments added.
     """
+    from compilecache.frameworks.jax.resume import merge_results
     from compilecache.jobtools.childproc import run_child
-    from compilecache.jobtools.resume import merge_results
 
-    origin = os.getcwd()
-    target = str(Path(entry).resolve()) if _is_path(entry) else entry
-    with tempfile.TemporaryDirectory(prefix="compilecache-workdir-", ignore_cleanup_errors=True) as scratch:
-        child_env = {**env, WARMUP_ENV: "1", "PWD": scratch}
-        full = {**request, "shown": entry, "origin": origin}
-        first = run_child(module, full, child_env, [target, *entry_args], timeout=timeout, cwd=scratch)
+    with in_scratch(entry, env, request) as launch:
+        argv = [launch.target, *entry_args]
+        first = run_child(CHILD, launch.request, launch.env, argv, timeout=timeout, cwd=launch.cwd)
         if resume_args is None or first[0] != 0 or first[1].get("write_errors"):  # nothing to add to a failure
             return first
         # The same directory: the checkpoint the first run wrote at a relative path is restored.
-        again = {**full, "resumed": True}
+        again = {**launch.request, "resumed": True}
         if again.get("steps") == AUTO:
             # What a restart compiles differently is its first step on the restored state; what comes
             # later (an epoch's evaluation) the first run compiled already: no second budget.
             again = {key: value for key, value in again.items() if key not in AUTO_LIMITS} | {"steps": 1}
-        argv = [target, *entry_args, *resume_args]
-        second = run_child(module, again, child_env, argv, timeout=timeout, cwd=scratch)
+        argv = [*argv, *resume_args]
+        second = run_child(CHILD, again, launch.env, argv, timeout=timeout, cwd=launch.cwd)
         return merge_results(first, second)
 
 
