@@ -7,7 +7,7 @@ The toy's manifests stay out of ``.compilecache/manifests``: that folder's reade
 document against the built-in frameworks' schemas only, and would set a toy manifest aside.
 
 Warm (:func:`warm`): run the script in a fresh process on the staging folder (the shared
-:func:`~compilecache.jobtools.scriptrun.run_entrypoint` with :mod:`.run`), with ``--verify`` again
+:func:`~compilecache.jobtools.entrypoint.run_in_scratch` with :mod:`.run`), with ``--verify`` again
 on a copy, read-only (every program must hit), then rename each file into ``toy/`` and write
 the manifest. Expire (:func:`expire`): list ``toy/``, check the old files' bytes against the
 manifests (``--verify``), plan (:func:`plan_expiry`, pure: integrity, then ``maxAge``, and the
@@ -34,11 +34,10 @@ from compilecache.cache.errors import VerifyError, WarmError, storage_error
 from compilecache.cache.expiry import INTEGRITY, MAX_AGE, Deletion, Plan, Policy, leftovers
 from compilecache.cache.manifests import MAX_MANIFEST_BYTES, Malformed
 from compilecache.cache.store import CacheStore, LocalStore, StoredFile, open_store
+from compilecache.jobtools.entrypoint import AUTO, entry_problem, run_in_scratch
 from compilecache.jobtools.expirecmd import result_document
 from compilecache.jobtools.manifest import REPORT_SCHEMA, dumps, new_run_id, utc_now
-from compilecache.jobtools.scriptrun import AUTO, run_entrypoint
 from compilecache.jobtools.warm import delete_leftovers, script_arguments, steps_from_env
-from compilecache.jobtools.workload import entry_problem
 from toyframework import ENTRIES_DIR, NAME, cache_env
 from toyframework.runtime import ENTRY
 
@@ -119,8 +118,8 @@ def _plain(path: Path) -> bool:
 
 def _run(args: argparse.Namespace, env: Mapping[str, str], what: str) -> dict[str, Any]:
     request = {"steps": args.steps}
-    code, result, stderr = run_entrypoint(
-        request, env, args.script, script_arguments(args), timeout=RUN_TIMEOUT, module="toyframework.run"
+    code, result, stderr = run_in_scratch(
+        "toyframework.run", request, env, args.script, script_arguments(args), timeout=RUN_TIMEOUT
     )
     if code != 0 or "counts" not in result:
         last = stderr.strip().splitlines()[-1:] or [""]

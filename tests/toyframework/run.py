@@ -1,10 +1,10 @@
 """Run a toy training script for its first steps, counting its lookups: the warm-up's child process.
 
 ``python -m toyframework.run REQUEST.json RESULT.json SCRIPT [ARGS...]``, started by the shared
-:func:`compilecache.jobtools.scriptrun.run_entrypoint` (fresh scratch working directory, a
+:func:`compilecache.jobtools.entrypoint.run_in_scratch` (fresh scratch working directory, a
 timeout, ``COMPILECACHE_WARMUP=1``) with ``TOY_CACHE_DIR`` set by :mod:`.cache`. With
 ``"steps": N`` the script is stopped after its N-th :func:`~toyframework.runtime.step` by the
-shared :class:`~compilecache.jobtools.scriptrun.StopWarm`; it fails (exit 2) when it ended
+shared :class:`~compilecache.jobtools.entrypoint.StopWarm`; it fails (exit 2) when it ended
 before, or asked for no program at all (nothing to publish).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.jobtools.childproc import write_result
-from compilecache.jobtools.scriptrun import StopWarm, run_guarded
+from compilecache.jobtools.entrypoint import StopWarm, run_guarded
 from toyframework import runtime
 
 

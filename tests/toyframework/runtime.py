@@ -3,7 +3,7 @@
 A toy has no import hook of its own (JAX's verdict loads through ``jax_plugins``, PyTorch's at
 ``import torch``), so its training script calls :func:`program` for each program and :func:`step`
 after each step, and importing this module arms the verdict when ``COMPILECACHE_REPORT`` is set:
-at exit, one line on stderr and the shared trainer document (``compilecache.training.verdict``'s
+at exit, one line on stderr and the shared trainer document (``compilecache.training.report``'s
 schema, line and writer) in the termination log, which the operator's report reader counts.
 
 A warm-up's runner (:mod:`.run`) sets :data:`on_step` to stop the script after its N-th step.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
-from compilecache.training.verdict import NOT_WARMED, SCHEMA, fit, summary_line, write_termination_message
+from compilecache.training.report import NOT_WARMED, SCHEMA, fit, summary_line, write_termination_message
 from toyframework import CACHE_DIR, FORMAT, READ_ONLY
 
 SUFFIX = ".toy"
