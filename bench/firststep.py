@@ -45,7 +45,7 @@ sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests"), str(REPO / "bench")
 
 import multihost  # noqa: E402  (bench/multihost.py: the same group, and its warm-up)
 import multihost_keys  # noqa: E402  (bench/multihost_keys.py: part two)
-from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
+from compilecache.frameworks.jax.env import jax_cache_env  # noqa: E402
 from compilecache.local.demo import train_result  # noqa: E402
 from groupharness import distributed_cpu_problem, free_port, require_success, run_processes  # noqa: E402
 from jaxhelpers import inherited_pythonpath  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "operator"), str(REPO / "tests")]
 
-from compilecache.cache.cacheenv import jax_cache_env  # noqa: E402
+from compilecache.frameworks.jax.env import jax_cache_env  # noqa: E402
 from jaxhelpers import inherited_pythonpath  # noqa: E402
 
 FOUR_CPUS = "--xla_force_host_platform_device_count=4"

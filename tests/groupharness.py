@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.frameworks.jax.env import jax_cache_env
 from jaxhelpers import clean_env
 
 # jax.distributed on the CPU needs the gloo collectives in jaxlib (jax/_src/xla_bridge.py

@@ -10,10 +10,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import NOT_IN_KEY, REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
 from compilecache.controller import admission, jobs, policy
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
+from compilecache.frameworks.jax.env import NOT_IN_KEY, jax_cache_env, trainer_env
 from specs import cache, cluster
 
 GCS_WRITER_ONLY = {"gcs": {"bucket": "my-caches", "prefix": "caches/llama", "serviceAccountName": "cache-writer"}}

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, format_env, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, format_env
 from compilecache.cli.main import main
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from jaxhelpers import clean_env
 from specs import cache_spec
 

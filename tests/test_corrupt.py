@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
 from compilecache.cache.entries import entry_name
 from compilecache.cache.store import MANIFESTS_DIR, Listing, StoredFile
 from compilecache.controller import reports as consumer_report
 from compilecache.frameworks.jax import verdict
 from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from compilecache.frameworks.jax.warm import UNREADABLE, unreadable_entries
 from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli, run_trainer
 from test_trainer import WORKLOAD  # the same AOT workload the trainer's own tests warm

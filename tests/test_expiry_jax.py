@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import gcsemulator
-from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.entries import check_entry
 from compilecache.cache.manifests import JAX_SCHEMA
+from compilecache.frameworks.jax.env import jax_cache_env
 from jaxhelpers import TINY_WORKLOAD, clean_env, entry_files, probe_hits, run_cli, write_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]

@@ -185,6 +185,14 @@ def test_help_lists_the_toy_only_where_its_entry_point_is_installed(plugin: Path
 
 
 @pytest.mark.slow
+def test_a_framework_without_a_demo_says_so_in_one_line(plugin: Path) -> None:
+    """``demo`` is optional in the seam: the toy has none, and ``compilecache demo`` says so."""
+    refused = run(["compilecache", "demo", "--framework", "toy"])
+    assert refused.returncode == 2
+    assert refused.stderr == "compilecache demo: error: --framework toy has no demo\n", refused.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["warm", "expire", "env"])
 def test_an_unknown_framework_is_refused_in_one_line(plugin: Path, tmp_path: Path, command: str) -> None:
     refused = run(["compilecache", command, "--framework", "tyo", "--cache-dir", str(tmp_path)])

@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
 from compilecache.cache.manifests import JAX_SCHEMA
 from compilecache.controller import expiryjob
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from jaxhelpers import clean_env, declare_trainer_plugin, entry_files, run_cli, run_trainer
 from test_torch_warm import SCRIPT, WARM_THREADS, _train, torch_env
 from torchhelpers import torch_warmer_or_skip

@@ -2,10 +2,10 @@
 
 import pytest
 
-from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.controller import jobs
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
+from compilecache.frameworks.jax.env import jax_cache_env
 from specs import GPU, cache, cache_spec, cluster
 
 

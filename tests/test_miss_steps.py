@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import TERMINATION_LOG
 from compilecache.controller import reports
 from compilecache.frameworks.jax import verdict
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from compilecache.frameworks.jax.stepcount import warmed_steps
 from compilecache.training import report
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli, run_trainer

@@ -3,7 +3,7 @@
 Issue 12 asks whether a warm-up can serve multi-host training. These tests start real
 ``jax.distributed`` groups (2 processes x 2 CPU devices, gloo collectives on 127.0.0.1) and a
 single process with 4 CPU devices, all compiling the same sharded step over a 2x2 mesh into one
-cache with the product's settings (:func:`compilecache.cache.cacheenv.jax_cache_env`), and count
+cache with the product's settings (:func:`compilecache.frameworks.jax.env.jax_cache_env`), and count
 each process's cache requests and hits with the warmer's own counter
 (:class:`compilecache.frameworks.jax.compiler.CacheEvents`: the ``jax.monitoring`` events and the
 per-component key hashes JAX logs). What they found, as asserted below (jax/jaxlib 0.10.2):

@@ -17,9 +17,9 @@ import pytest
 from kopf.testing import KopfRunner
 
 import podsecurity
-from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.controller import expiryjob, handlers, policy
 from compilecache.controller.api import parse_spec
+from compilecache.frameworks.jax.env import jax_cache_env
 from specs import GPU, PRODUCT, cache_spec, cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.cli.main import build_parser
 from compilecache.frameworks.jax import compilehook, verdict
 from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from compilecache.frameworks.jax.keydiff import closest_difference, first_difference, signature_of_computation
 from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
 from compilecache.frameworks.jax.verify import miss_messages

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.frameworks.jax.env import jax_cache_env
 from compilecache.training.runtime import config_updates, enable
 from jaxhelpers import clean_env, entry_files
 

@@ -22,8 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
 from compilecache.frameworks.jax import keysettings, verdict
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from compilecache.training import report
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, entry_files, run_cli
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import TERMINATION_LOG
 from compilecache.controller import reports as consumers
 from compilecache.frameworks.jax import verdict
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from jaxhelpers import clean_env, declare_trainer_plugin, run_cli, run_trainer
 
 FLAG = "--xla_cpu_enable_fast_math=false"

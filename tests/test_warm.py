@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.cache.entries import EntryError, check_entry, entry_module, is_entry_name
 from compilecache.cache.errors import WarmError
 from compilecache.cache.store import LocalStore, StagedEntry, open_store
 from compilecache.cli.main import build_parser
 from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.env import jax_cache_env
 from compilecache.frameworks.jax.manifest import build_manifest, build_report
 from compilecache.frameworks.jax.target import Target, check_target
 from compilecache.frameworks.jax.verify import differing_components, miss_messages

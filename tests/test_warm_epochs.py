@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.cache.errors import WarmError
 from compilecache.cli.main import build_parser
 from compilecache.controller import jobs, status
 from compilecache.controller.api import parse_spec
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from compilecache.frameworks.jax.scriptrun import StopRule, stop_reason
 from compilecache.frameworks.jax.warm import _check_args, _exact_mode_from_env, _script_request
 from compilecache.jobtools.entrypoint import DEFAULT_BUDGET

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache.cache.cacheenv import jax_cache_env
 from compilecache.frameworks.jax.compiler import TargetRun
+from compilecache.frameworks.jax.env import jax_cache_env
 from compilecache.frameworks.jax.keydiff import first_difference
 from compilecache.frameworks.jax.verify import donation_unchecked, miss_messages, self_consistency_only
 from jaxhelpers import FOUR_CPUS, clean_env, entry_files, run_cli, run_flax_train, write_module

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from compilecache.cache.cacheenv import TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import TERMINATION_LOG
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from jaxhelpers import clean_env, declare_trainer_plugin, run_cli, run_trainer, write_module
 
 SCALING = """

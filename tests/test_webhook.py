@@ -28,8 +28,8 @@ import jsonpatch
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache.cache.cacheenv import jax_cache_env, trainer_env
 from compilecache.controller import admission, handlers, policy, webhook
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from specs import cache_spec, cluster
 from test_operator import NS, create_cache, wait_jobs, wait_phase, warm_and_expire

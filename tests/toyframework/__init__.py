@@ -18,9 +18,7 @@ loads it) and the thin wrappers that load the rest when called, as the built-in 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compilecache.frameworks.interface import STEPS_AUTO, Framework, Problem
@@ -110,7 +108,7 @@ def _expire(store: CacheStore, policy: Policy, dry_run: bool, now: float) -> dic
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
     """``compilecache env --framework toy``: the trainer's settings and the report switch; JAX's flags refused."""
-    from compilecache.cache.cacheenv import trainer_env as with_report
+    from compilecache.cache.cacheenv import reporting
 
     for flag, value in (
         ("--xla-flags", args.xla_flags),
@@ -120,13 +118,7 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     ):
         if value:
             raise ValueError(f"{flag} is no toy setting (--framework toy)")
-    return with_report(published_env(args.cache_dir), read_only=False)
-
-
-def _demo(args: argparse.Namespace, repo: Path, root: Path) -> int:
-    """The interface requires a demo; the toy has none, and says so in one line."""
-    print("compilecache demo: error: --framework toy has no demo", file=sys.stderr)
-    return 2
+    return reporting(published_env(args.cache_dir))
 
 
 FRAMEWORK = Framework(
@@ -145,5 +137,4 @@ FRAMEWORK = Framework(
     warm=_warm,
     expire=_expire,
     env=_env,
-    demo=_demo,
 )

@@ -23,7 +23,7 @@ import jsonpatch
 
 from compilecache import frameworks
 from compilecache.cache import linear, units
-from compilecache.cache.cacheenv import TERMINATION_LOG, trainer_env
+from compilecache.cache.cacheenv import TERMINATION_LOG, reporting
 from compilecache.controller import policy, status
 from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, check_bounded, parse_cache
 from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, warmup_env
@@ -257,7 +257,7 @@ def trainer_cache_env(spec: CacheSpec) -> dict[str, str]:
 def env_list(spec: CacheSpec) -> list[dict[str, str]]:
     """A trainer's cache environment as a container's ``env`` list, sorted by name: :func:`trainer_cache_env`
     and the report switch."""
-    env = trainer_env(trainer_cache_env(spec), read_only=False)
+    env = reporting(trainer_cache_env(spec))
     return [{"name": key, "value": value} for key, value in sorted(env.items())]
 
 

@@ -79,8 +79,8 @@ class Framework:
     # this framework does not take raises ValueError with the one-line reason.
     env: Callable[[argparse.Namespace], dict[str, str]]
 
-    # --- the local cluster ---
+    # --- the local cluster (optional: a framework without them says so in one line) ---
     # ``compilecache demo --framework NAME``: the loop on a local cluster under ``root``; its exit code.
-    demo: Callable[[argparse.Namespace, Path, Path], int]
+    demo: Callable[[argparse.Namespace, Path, Path], int] | None = None
     # ``compilecache demo --warmer-only``: the loop with no cluster (cold, warm, hit), where the framework has one.
     warmer_only_demo: Callable[[argparse.Namespace], int] | None = None

@@ -89,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         return framework.warmer_only_demo(args)
+    demo = framework.demo
+    if demo is None:
+        print(f"compilecache demo: error: --framework {framework.name} has no demo", file=sys.stderr)
+        return 2
     try:
         repo = repo_root(args.repo)
     except ValueError as error:
@@ -109,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"compilecache demo: error: {error}", file=sys.stderr)
             return 2
-        return framework.demo(args, repo, root)
+        return demo(args, repo, root)
     with tempfile.TemporaryDirectory(prefix="compilecache-demo-") as folder:
-        return framework.demo(args, repo, Path(folder))
+        return demo(args, repo, Path(folder))
 
 
 def apply_and_wait(

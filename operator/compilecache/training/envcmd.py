@@ -2,7 +2,7 @@
 
 ``compilecache env --cache-dir DIR`` prints the environment of a training process: the
 framework's ``env`` (:mod:`compilecache.frameworks`; for JAX
-:func:`compilecache.cache.cacheenv.jax_cache_env`, the function the operator's Job and pod
+:func:`compilecache.frameworks.jax.env.jax_cache_env`, the function the operator's Job and pod
 manifests use, so the cache key is the warmer's) plus the trainer's report switch, as shell
 ``export`` lines safe for ``eval "$(compilecache env ...)"`` (or ``--format dotenv|json|yaml``).
 ``--framework pytorch`` prints PyTorch's instead: the published cache as

@@ -36,7 +36,7 @@ def _expire(store: CacheStore, policy: Policy, dry_run: bool, now: float) -> dic
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
     """JAX's cache options from the flags (the same key as the warm-up's), and the report switch."""
-    from compilecache.cache.cacheenv import jax_cache_env, trainer_env
+    from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 
     if args.local_dir:
         raise ValueError("--local-dir is for --framework pytorch")

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import jax_cache_env
+from compilecache.frameworks.jax.env import jax_cache_env
 from compilecache.local.demo import Clock, apply_and_wait, fresh_dir, repo_root, run_script, train_result
 
 WORKLOAD = "examples.workloads.transformer:targets"

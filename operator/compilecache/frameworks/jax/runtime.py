@@ -1,7 +1,7 @@
 """What a training process calls if it prefers a call to environment variables.
 
 ``compilecache.frameworks.jax.runtime.enable()`` applies exactly the settings of
-:func:`compilecache.cache.cacheenv.trainer_env` through ``jax.config``, so a process
+:func:`compilecache.frameworks.jax.env.trainer_env` through ``jax.config``, so a process
 configured either way computes the same cache keys as the warmer, and installs the trainer's
 report (:mod:`compilecache.frameworks.jax.verdict`: one line of hits and misses at exit).
 """
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 
-from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG, jax_cache_env, trainer_env
+from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
 
 # XLA_FLAGS is read once, when the backend starts; it cannot go through jax.config. The report
+from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
+
 # switches are ours.
 _NOT_A_JAX_OPTION = frozenset({"XLA_FLAGS", REPORT, TERMINATION_LOG})
 

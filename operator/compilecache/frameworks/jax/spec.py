@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from compilecache.cache.cacheenv import jax_cache_env, never_write
 from compilecache.frameworks.interface import STEPS_AUTO, Problem
+from compilecache.frameworks.jax.env import jax_cache_env, never_write
 
 if TYPE_CHECKING:
     from compilecache.controller.api import CacheSpec, Workload
@@ -71,7 +71,7 @@ def steps_flags(workload: Workload, hosts: int) -> list[str]:
 def cache_env(spec: CacheSpec) -> dict[str, str]:
     """The JAX cache environment of a cache: identical in its warm-up Jobs and in its training pods.
 
-    The one place that maps a spec to :func:`compilecache.cache.cacheenv.jax_cache_env`.
+    The one place that maps a spec to :func:`compilecache.frameworks.jax.env.jax_cache_env`.
     """
     jax = spec.warmup.jax
     return jax_cache_env(

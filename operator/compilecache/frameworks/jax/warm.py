@@ -48,10 +48,11 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from compilecache.cache.cacheenv import CACHE_DIR, REPORT, jax_cache_env
+from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.frameworks.jax.compiler import SETUP_TARGET, WriteFailed, effective_jobs
+from compilecache.frameworks.jax.env import CACHE_DIR, jax_cache_env
 from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, resume_args
 from compilecache.jobtools.entrypoint import AUTO, DEFAULT_BUDGET, entry_problem
 from compilecache.jobtools.warm import (

@@ -46,11 +46,11 @@ def _expire(store: CacheStore, policy: Policy, dry_run: bool, now: float) -> dic
 def _env(args: argparse.Namespace) -> dict[str, str]:
     """``--read-only`` changes nothing here: a PyTorch trainer never writes the published cache
     (it works in the local copy), and JAX's minimum compile time is no PyTorch setting."""
-    from compilecache.cache.cacheenv import trainer_env
+    from compilecache.cache.cacheenv import reporting
     from compilecache.frameworks.pytorch.env import torch_cache_env
 
     local_dir = args.local_dir or TORCH_LOCAL_DIR
-    return trainer_env(torch_cache_env(args.cache_dir, local_dir=local_dir), read_only=False)
+    return reporting(torch_cache_env(args.cache_dir, local_dir=local_dir))
 
 
 def _demo(args: argparse.Namespace, repo: Path, root: Path) -> int:
