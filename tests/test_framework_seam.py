@@ -225,6 +225,30 @@ def test_an_entry_point_to_no_framework_is_refused(tmp_path: Path, monkeypatch: 
         frameworks.get("toy")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("toybroken:FRAMEWORK", "cannot be loaded (ImportError: the toy needs a library this image lacks)"),
+        ("toyframework:NAME", "its FRAMEWORK is no Framework named 'toy'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["warm", "expire", "env", "demo"])
+def test_a_broken_registration_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, target: str, why: str
+) -> None:
+    """A plug-in that fails to load (its import raises, or it names no Framework) is bad input: one
+    line naming the framework and why, exit 2; not a traceback, which the CLI keeps for its own bugs."""
+    site = tmp_path / "site"
+    register(site, target)
+    (site / "toybroken.py").write_text('raise ImportError("the toy needs a library this image lacks")\n')
+    installed(site, monkeypatch)
+    refused = run(["compilecache", command, "--framework", "toy", "--cache-dir", str(tmp_path / "cache")])
+    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
+    assert refused.stderr.startswith(f"compilecache {command}: error: framework 'toy' "), refused.stderr
+    assert why in refused.stderr, refused.stderr
+
+
 @given(st.text(min_size=1, max_size=40).filter(lambda name: name not in frameworks.names()))
 def test_any_unregistered_name_is_refused_in_one_line(name: str) -> None:
     with pytest.raises(frameworks.UnknownFramework) as refused:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from compilecache.cache.errors import WarmError
+from compilecache.frameworks import UnknownFramework
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the work failed (or a bug: then with a traceback)
@@ -84,6 +85,9 @@ def guarded(prog: str, command: Callable[[], int]) -> int:
     except (UsageError, WarmError) as error:  # a sub-command that left its own to the CLI
         print(f"{prog}: error: {error}", file=sys.stderr)
         return error.exit_code
+    except UnknownFramework as error:  # an installed plug-in that gives no framework: not our bug
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def known_env_names(roots: Iterable[Path] = (Path(__file__).parent.parent,)) -> set[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
+from compilecache.cache.errors import one_line
 from compilecache.frameworks.interface import Framework
 
 # name → the module whose FRAMEWORK implements it. The names are spec.framework's values.
@@ -24,7 +25,8 @@ DEFAULT = "jax"
 
 
 class UnknownFramework(LookupError):
-    """A framework name no built-in and no installed entry point provides."""
+    """A framework name no built-in and no installed entry point provides, or a registration that
+    gives none; bad input to every command (:func:`compilecache.cli.errors.guarded`: one line, exit 2)."""
 
 
 def names() -> tuple[str, ...]:
@@ -41,7 +43,12 @@ def get(name: str) -> Framework:
         points = [point for point in entry_points(group=ENTRY_POINTS) if point.name == name]
         if not points:
             raise UnknownFramework(f"unknown framework {name!r}: this installation has {', '.join(names())}")
-        found = points[0].load()
+        try:
+            found = points[0].load()
+        except Exception as error:  # a plug-in's import raising (a missing library, its own bug): its fault, not ours
+            raise UnknownFramework(
+                f"framework {name!r} is registered, but cannot be loaded ({one_line(error)})"
+            ) from error
     if not isinstance(found, Framework) or found.name != name:
         raise UnknownFramework(f"framework {name!r} is registered, but its FRAMEWORK is no Framework named {name!r}")
     return found
