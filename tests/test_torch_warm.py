@@ -207,6 +207,24 @@ def test_a_failing_hook_warns_in_one_line_and_never_raises(
     assert result["missed"] == [{"name": "FX graph", "reason": "the cache could not be copied at start: X: y"}]
 
 
+def test_the_verdict_is_written_at_exit_whatever_the_process_loaded(tmp_path: Path) -> None:
+    """The hook loads what its exit report imports when it arms it, not at exit: by then CPython's
+    threading refuses the exit hook ``concurrent.futures`` registers at import ("can't register atexit
+    after shutdown", Lib/threading.py _register_atexit), and the verdict would be lost. A process that
+    loaded none of it (no torch here, which happens to load concurrent.futures itself) still reports."""
+    log = tmp_path / "termination-log"
+    log.touch()  # as the kubelet makes it: the report writes only into an empty one
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COMPILECACHE_")}
+    env |= {"COMPILECACHE_FRAMEWORK": "pytorch", "COMPILECACHE_REPORT": "1", "COMPILECACHE_TERMINATION_LOG": str(log)}
+    code = "from compilecache.frameworks.pytorch import hook; hook.initialize()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no report" not in done.stderr, done.stderr
+    assert json.loads(log.read_text())["schema"] == "compilecache.dev/trainer/v1", done.stderr
+
+
 # ---- slow: real torch.compile on the CPU --------------------------------------------------------
 
 

@@ -74,6 +74,8 @@ def setup(environ: Mapping[str, str]) -> None:
         # Armed before the copy: a copy that fails is then the reason the verdict gives for its misses.
         _state["armed"] = True
         # Loaded now, not at exit: importing concurrent.futures then fails (its exit hook is refused).
+        import compilecache.frameworks.pytorch.cache
+        import compilecache.training.report  # noqa: F401
 
         atexit.register(report_at_exit)
     source, local = environ.get(TORCH_SOURCE), environ.get(TORCH_CACHE_DIR)
