@@ -161,8 +161,8 @@ def test_expire_deletes_the_bomb_and_its_peak_memory_stays_near_a_cache_without_
 
 
 def test_the_pytorch_copy_never_holds_a_file_far_larger_than_its_manifest_says(tmp_path: Path) -> None:
-    """``torchstore.fetch`` reads each file with ``store.read`` (whole, 8 at a time) and only then compares
-    its sha256: a file the manifest lists at 16 bytes but that holds 64 MiB costs the *training*
+    """``frameworks.pytorch.store.fetch`` reads each file with ``store.read`` (whole, 8 at a time) and only
+    then compares its sha256: a file the manifest lists at 16 bytes but that holds 64 MiB costs the *training*
     process 64 MiB (8 such: 512 MiB), and real kernels of hundreds of MB cost that legitimately.
     Item 4 bounds entry reads by streaming; the trainer's copy was left reading whole files."""
     root = tmp_path / "cache"

@@ -93,7 +93,7 @@ def jax_manifest() -> dict[str, Any]:
 
 
 def torch_manifest(run_id: str = "20260101T000000Z-host-00000001") -> dict[str, Any]:
-    """What ``jobtools.torchwarm.warm_torch`` writes (the same fields)."""
+    """What ``frameworks.pytorch.warm.warm_torch`` writes (the same fields)."""
     return {
         "schema": TORCH_SCHEMA,
         "framework": "pytorch",

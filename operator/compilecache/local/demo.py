@@ -14,7 +14,8 @@ through the operator's webhook):
    released at Ready and runs on the read-only cache;
 4. a table: cold against warm first step, compile/load seconds, hits/requests, entries, bytes.
 
-``--framework pytorch`` runs the same loop for a PyTorch cache (``torchdemo.py``).
+``--framework pytorch`` runs the same loop for a PyTorch cache (the framework's ``demo``,
+:mod:`compilecache.frameworks`).
 
 ``--warmer-only`` keeps the earlier demo: three processes, no cluster — a cold training
 start, ``compilecache warm`` into ``--cache-dir`` (default ``./demo-cache``, recreated each
