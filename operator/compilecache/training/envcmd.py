@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local-dir",
         default=None,
-        help="--framework pytorch: the writable local copy Inductor works in (default: training pods' own folder)",
+        help="for a framework that works in a writable local copy of the cache: that folder "
+        f"(default: where training pods keep it: {_local_copies()})",
     )
     parser.add_argument("--min-compile-time-secs", type=float, default=0.0, help="default 0: cache everything")
     parser.add_argument("--min-entry-size-bytes", type=int, default=0, help="default 0")
@@ -59,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='shell (default): export lines for eval "$(compilecache env ...)"; dotenv: KEY=value lines; '
         "json; yaml: a container's env list",
     )
+
+
+def _local_copies() -> str:
+    """``pytorch /var/tmp/compilecache-torch``: each built-in framework's local copy, as the webhook mounts it."""
+    found = [(name, frameworks.get(name).local_copy_dir) for name in frameworks.BUILT_IN]
+    return ", ".join(f"{name} {folder}" for name, folder in found if folder)
 
 
 def run(args: argparse.Namespace) -> int:
