@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.cache import nofollow
-from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.errors import VerifyError, WarmError, storage_error
 from compilecache.cache.expiry import INTEGRITY, MAX_AGE, Deletion, Plan, Policy, leftovers
 from compilecache.cache.manifests import MAX_MANIFEST_BYTES, Malformed
@@ -56,7 +55,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     staging = Path(store.prepare(run_id))
     try:
         delete_leftovers(store, store.scan())
-        base = {**os.environ, REPORT: "0"}  # a warm-up is no trainer: no verdict of its own
+        base = dict(os.environ)  # without the trainer's report: the warm command turned it off
         warmed = _run(args, {**base, **cache_env(str(staging), read_only=False)}, "warm-up")
         files = sorted(item.name for item in staging.iterdir() if ENTRY.fullmatch(item.name) and _plain(item))
         records = [_record(staging / name) for name in files]

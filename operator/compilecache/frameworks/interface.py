@@ -68,7 +68,8 @@ class Framework:
     expire_flags: tuple[str, ...]
 
     # --- the warm-up and expiry pods ---
-    # ``compilecache warm --framework NAME``: the whole run; the report, or WarmError.
+    # ``compilecache warm --framework NAME``: the whole run; the report, or WarmError. The command has
+    # turned the trainer's report off in this process's environment (a warm-up is no trainer).
     warm: Callable[[argparse.Namespace], dict[str, Any]]
     # ``compilecache expire --framework NAME``: plan the lifecycle over the store, apply it unless a
     # dry run; the result document (compilecache.jobtools.expirecmd.result_document).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compilecache import frameworks
+from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.errors import STORAGE_FULL, WarmError, storage_error
 from compilecache.cache.manifests import summary_fields
 from compilecache.cli.errors import number, whole_number
@@ -171,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the warmer; print a one-line error and return non-zero on failure."""
     from compilecache.jobtools.manifest import dumps
 
+    # A warm-up is no trainer, whatever its framework: never its own verdict (a shell that ran
+    # `eval "$(compilecache env)"` carries COMPILECACHE_REPORT=1), neither in this process, which may
+    # load the framework, nor in the children the framework's warm starts with this environment.
+    os.environ[REPORT] = "0"
     try:
         try:
             report = frameworks.get(args.framework).warm(args)

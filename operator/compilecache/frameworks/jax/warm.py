@@ -48,7 +48,6 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.frameworks.jax.compiler import SETUP_TARGET, WriteFailed, effective_jobs
@@ -86,10 +85,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     from compilecache.frameworks.jax.multihost import group_from
 
     script_args = script_arguments(args)
-    # A warm-up is no trainer: never its own verdict (a shell that ran `eval "$(compilecache env)"`
-    # carries COMPILECACHE_REPORT=1), neither in this process, which may load JAX, nor in its children.
-    os.environ[REPORT] = "0"
-    base_env = dict(os.environ)
+    base_env = dict(os.environ)  # without the trainer's report: the warm command turned it off
     _exact_mode_from_env(args, base_env)
     _check_args(args, script_args)
     group = args.group = group_from(args.num_processes, args.process_id, args.coordinator, base_env)

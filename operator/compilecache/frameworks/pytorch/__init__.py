@@ -26,12 +26,10 @@ if TYPE_CHECKING:
 
 def _warm(args: argparse.Namespace) -> dict[str, Any]:
     """``--steps``/``--budget`` come from the environment as for JAX (a CompileCache workload's
-    ``env`` reaches the warm-up container); no verdict in this process or its children."""
-    from compilecache.cache.cacheenv import REPORT
+    ``env`` reaches the warm-up container)."""
     from compilecache.frameworks.pytorch.warm import warm_torch
     from compilecache.jobtools.warm import script_arguments, steps_from_env
 
-    os.environ[REPORT] = "0"
     env = dict(os.environ)
     steps_from_env(args, env)
     return warm_torch(args, script_arguments(args), env)

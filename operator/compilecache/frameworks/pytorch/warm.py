@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.cache.cacheenv import REPORT
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.frameworks.pytorch.env import torch_cache_env
 from compilecache.jobtools.entrypoint import AUTO, DEFAULT_BUDGET
@@ -73,7 +72,6 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
     from compilecache.jobtools.warm import delete_leftovers
 
     check_args(args)
-    base_env = {**base_env, REPORT: "0"}  # a warm-up is no trainer: no verdict of its own
     store = open_store(args.cache_dir)
     run_id = new_run_id()
     started = utc_now()
