@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,14 @@ def _pod_state(pod: dict[str, Any]) -> str:
     phase = status.get("phase") or "Pending"
     node = f" on {spec['nodeName']}" if spec.get("nodeName") else ""
     return f"{phase}{node}" + (f" (released: {released})" if released else "")
+
+
+def table(rows: Sequence[tuple[str, str, str]]) -> str:
+    """A demo's result table (pure): the first row a header underlined, each column as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def train_result(output: str, script: str = "examples/train.py") -> dict[str, Any]:

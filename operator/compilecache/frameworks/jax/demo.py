@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.frameworks.jax.env import jax_cache_env
-from compilecache.local.demo import Clock, apply_and_wait, fresh_dir, repo_root, run_script, train_result
+from compilecache.local.demo import Clock, apply_and_wait, fresh_dir, repo_root, run_script, table, train_result
 
 WORKLOAD = "examples.workloads.transformer:targets"
 # The JAX example as the demo runs it outside the cluster (the cold process, and the warmer-only hit).
@@ -151,10 +151,7 @@ def format_table(
         ("speedup (compile)", "", f"{speedup:.1f}x"),
         ("cache entries, bytes", "", f"{report['entries']}, {report['bytes']:,}"),
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
+    return table(rows)
 
 
 def _model_env(args: argparse.Namespace) -> dict[str, str]:

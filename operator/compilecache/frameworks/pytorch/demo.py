@@ -1,6 +1,6 @@
 """``compilecache demo --framework pytorch``: the PyTorch loop on the local cluster, with its figures.
 
-The JAX demo's loop (``demo.py``) for a ``spec.framework: pytorch`` cache:
+The demo's loop (:mod:`compilecache.local.demo`) for a ``spec.framework: pytorch`` cache:
 
 1. a cold training process (``examples/pytorch/train.py``) on an empty Inductor cache;
 2. the real ``compilecache operator`` starts; ``examples/cache-pytorch.yaml`` and
@@ -104,10 +104,7 @@ def format_table(cold: dict[str, Any], warm: dict[str, Any], cache: dict[str, An
         ("speedup (first step)", "", f"{speedup:.1f}x"),
         ("cache entries, bytes", "", f"{cache['entries']}, {cache['bytes']:,}"),
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
+    return demo.table(rows)
 
 
 def clean_env() -> dict[str, str]:
