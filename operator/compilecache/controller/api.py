@@ -391,8 +391,9 @@ def parse_spec(spec: Mapping[str, Any] | None) -> CacheSpec:
     # The model checks the cron's shape; croniter's ranges and steps only a parse can.
     schedule = None if typed.schedule is None else _convert(units.check_cron, typed.schedule, "spec.schedule")
     # Options the framework's warmer would ignore are refused, each named, not dropped without a word.
-    for path, problem in frameworks.get(typed.framework).spec_problems(spec["warmup"]):
-        raise SpecError(path, problem)
+    problems = frameworks.get(typed.framework).spec_problems(spec["warmup"])
+    if problems:
+        raise SpecError(*problems[0])
     return CacheSpec(
         framework=typed.framework,
         pvc=pvc,

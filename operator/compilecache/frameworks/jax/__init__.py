@@ -1,11 +1,12 @@
 """JAX (``spec.framework: jax``, the default): JAX's persistent compilation cache.
 
 Its :class:`~compilecache.frameworks.interface.Framework`. The operator's half is :mod:`.spec`
-(light: no JAX); the rest loads when called: the warm-up (:mod:`.warm`), entry expiry
-(:mod:`.expire`) and the demo (:mod:`.demo`). The trainer's verdict is JAX's own plugin hook
-(``jax_plugins`` entry point: :mod:`compilecache.frameworks.jax.verdict`). JAX's warm-up machinery
-(AOT compiles, script runs, multi-host groups, verify) is still in ``jobtools/``, ``cache/`` and
-``training/``, which no other framework imports from: docs/development.md says what remains.
+and :mod:`.env` (light: no JAX); the rest loads when called: the warm-up (:mod:`.warm`, with its
+AOT compiles in :mod:`.compiler`, script runs in :mod:`.scriptrun`, multi-host groups in
+:mod:`.multihost` and :mod:`.verify`), entry expiry (:mod:`.expire`) and the demo (:mod:`.demo`).
+The trainer's verdict is JAX's own plugin hook (``jax_plugins`` entry point: :mod:`.verdict`).
+What is still JAX's outside this folder is the cache format both frameworks share (entry names,
+the store's listing, the expiry plan of entries: ``cache/``).
 """
 
 from __future__ import annotations
