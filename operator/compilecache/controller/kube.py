@@ -12,8 +12,8 @@ fields (and one method per kind and verb would replace the seven lines of
 :meth:`Resource.path`), ``CustomObjectsApi`` addresses only ``/apis/<group>`` (not
 core ``/api/v1``), and ``kubernetes.dynamic`` needs discovery calls before the first
 request (more API load and another failure mode at start-up). Every call goes through
-:meth:`Client.request`, which counts failures in ``compilecache_api_errors`` and
-retries a failed connection once, never a read.
+:meth:`Client.request`, which counts calls in ``compilecache_api_requests`` (by verb and resource) and
+failures in ``compilecache_api_errors``, and retries a failed connection once, never a read.
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ class Client:
         content_type: str = "application/json",
     ) -> Any:
         """Make one API call and return the decoded JSON; raise :class:`ApiError` on a non-2xx answer."""
+        metrics.METRICS.api_request(*verb_and_resource(method, path))
         try:
             return self._request(method, path, query=query, body=body, content_type=content_type)
         except ApiError as exc:
@@ -282,6 +283,23 @@ class Client:
                 logger.warning("Could not post the event %s/%s: %s", reason, message, exc)
             return False
         return True
+
+
+def verb_and_resource(method: str, path: str) -> tuple[str, str]:
+    """The API server's names for a call (``list``/``get``, ``pods``, ``compilecaches/status``), for the metrics.
+
+    A GET of a collection is a ``list``, of one object a ``get``, as the API server's own
+    ``apiserver_request_total`` counts them; a ``watch`` the client never makes (kopf watches).
+    """
+    parts = [part for part in path.split("/") if part]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]  # after /api/v1 or /apis/<group>/<version>
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    resource = "/".join(rest[:1] + rest[2:3])  # plural[/subresource]: never an object's name
+    verb = {"post": "create", "put": "update"}.get(method.lower(), method.lower())
+    if verb == "get" and len(rest) < 2:
+        verb = "list"
+    return verb, resource or "unknown"
 
 
 def _api_error(status: int, reason: str, data: Any) -> ApiError:

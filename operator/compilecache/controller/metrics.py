@@ -5,7 +5,7 @@ what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed
 the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
 the last warm-up's duration and end, expiry deletions by rule, stuck warm-up and expiry pods
 by reason, gated pods, gate timeouts and the compiles training pods requested and hit.
-Operator-wide: the duration of passes, API errors by verb and status code, webhook admissions
+Operator-wide: the duration of passes, API requests by verb and resource, API errors by verb and status code, webhook admissions
 by outcome. No label names a pod or a Job: the series of a cache are bounded, and removed
 (:meth:`Metrics.forget`) when the cache is gone.
 
@@ -186,6 +186,13 @@ class Metrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
+        self.api_requests = Counter(
+            "compilecache_api_requests",
+            "Kubernetes API calls the operator's passes, webhook and watchdog made, by verb (get, list, create, "
+            "patch, delete) and resource[/subresource]. kopf's own watches are not counted.",
+            ["verb", "resource"],
+            registry=r,
+        )
         self.api_errors = Counter(
             "compilecache_api_errors",
             "Kubernetes API calls that failed, by verb and HTTP status (0: no answer).",
@@ -273,6 +280,10 @@ class Metrics:
             _remove(self.expiry_deleted, namespace, name, rule)
 
     # --- operator-wide
+
+    def api_request(self, verb: str, resource: str) -> None:
+        """Count one API call as the API server names it: ``verb`` and ``resource[/subresource]``."""
+        self.api_requests.labels(verb, resource).inc()
 
     def api_error(self, verb: str, code: int) -> None:
         """Count a failed API call (``code`` 0: no answer, or not made because the operator is stopping)."""
