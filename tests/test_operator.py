@@ -20,6 +20,7 @@ import podsecurity
 from compilecache.controller import expiryjob, handlers, policy
 from compilecache.controller.api import parse_spec
 from compilecache.frameworks.jax.env import jax_cache_env
+from compilecache.local import jobrunner
 from specs import GPU, PRODUCT, cache_spec, cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
@@ -117,8 +118,8 @@ def expiry_job(kube: Any, name: str = "llama", *, other_than: str = "") -> dict[
 def finish_expiry(kube: Any, job: dict[str, Any], *, succeeded: bool = True, message: str | None = None) -> None:
     """Play the Job controller and the kubelet: a pod whose container terminated with ``message``, then the Job."""
     job_name = job["metadata"]["name"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{job_name}-x1", "labels": {"job-name": job_name}}}
-    pod["spec"] = job["spec"]["template"]["spec"]
+    pod = jobrunner.pod_for(job)  # with the template's labels, as the Job controller makes it
+    pod["metadata"]["name"] = f"{job_name}-x1"
     kube.create("v1/pods", pod, NS)
     terminated = {
         "exitCode": 0 if succeeded else 2,

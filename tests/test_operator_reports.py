@@ -20,6 +20,7 @@ from kopf.testing import KopfRunner
 import test_gates
 from compilecache.api import bounds
 from compilecache.controller import metrics, reports, status
+from compilecache.controller.jobs import LABEL_WARMUP_OF as WARMUP_OF
 from compilecache.jobtools.warm import termination_summary
 from compilecache.local.client import KubeError
 from test_operator import CC, NS, SUMMARY, create_cache, expiry_job, finish, finish_expiry, wait_jobs, wait_phase
@@ -69,9 +70,9 @@ def test_reports_past_int64_or_not_finite_are_refused_named_and_the_cache_still_
 
     evil, good = (job["metadata"]["name"] for job in jobs)
     summary = '{"schema": "compilecache.dev/warm/v1", "ok": true, "entries": 2, "compileSeconds": 1e999}'
-    finished_pod(kube_env, f"{evil}-x1", {"job-name": evil}, "warm", summary)
+    finished_pod(kube_env, f"{evil}-x1", {"job-name": evil, WARMUP_OF: "llama"}, "warm", summary)
     report = {"ok": True, "entries": 3, "bytes": 3000, "targets": []}
-    finished_pod(kube_env, f"{good}-x1", {"job-name": good}, "warm", termination_summary(report))
+    finished_pod(kube_env, f"{good}-x1", {"job-name": good, WARMUP_OF: "llama"}, "warm", termination_summary(report))
     for job in jobs:
         finish(kube_env, job, succeeded=True)
     wait_phase(kube_env, "Expiring")

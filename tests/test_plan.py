@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from compilecache.controller import admission, expiryjob, gates, plan, policy, status
+from compilecache.controller import admission, expiryjob, gates, indexes, plan, policy, status
 from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError
 from compilecache.controller.snapshot import Cache, Snapshot
 from specs import GPU, PRODUCT, cache, cache_spec, cluster, node
@@ -311,6 +311,21 @@ pods_st = st.lists(st.tuples(st.integers(0, 7200), st.booleans()), max_size=3).m
 )
 
 
+def projected(snap: Snapshot) -> Snapshot:
+    """The snapshot as the operator's indexes hold its objects (``indexes.slim*``)."""
+    return dataclasses.replace(
+        snap,
+        pods=tuple(map(indexes.slim_pod, snap.pods)),
+        claim=None if snap.claim is None else indexes.slim(snap.claim),
+        nodes=tuple(map(indexes.slim_node, snap.nodes)),
+        jobs=tuple(map(indexes.slim_job, snap.jobs)),
+        warmup_pods=tuple(map(indexes.slim_pod, snap.warmup_pods)),
+        expiry_jobs=tuple(map(indexes.slim_job, snap.expiry_jobs)),
+        expiry_pods=tuple(map(indexes.slim_pod, snap.expiry_pods)),
+        services=tuple(map(indexes.slim, snap.services)),
+    )
+
+
 def check(snap: Snapshot, decided: plan.Plan) -> None:
     """The invariants of every plan."""
     uid = snap.cache.uid
@@ -417,6 +432,8 @@ def test_any_valid_spec_and_cluster_state_gives_a_valid_plan(
     for _ in range(passes):
         decided = plan.plan(snap, now)
         check(snap, decided)
+        # The operator's indexes keep only what passes read (indexes.py): the plan is the same from them.
+        assert plan.plan(projected(snap), now) == decided
         # The API refuses some creations: the pass plans again with each refusal, as reconcile does.
         refused = {c.key: "refused" for c in decided.creates if next(fate) == "refused"}
         if refused:

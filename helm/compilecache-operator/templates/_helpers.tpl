@@ -112,34 +112,39 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [compilecache.dev]
   resources: [compilecaches/finalizers]
   verbs: [update]
-# Warm-up and expiry Jobs: kopf watches them (by label); a pass lists, creates and deletes (older
-# spec hashes) them, and reads a training Job that podTemplate.templateRef names. A 409 on create needs no read: the next list shows the Job.
+# Warm-up and expiry Jobs: kopf lists and watches them into the operator's indexes, which passes read;
+# a pass creates and deletes (older spec hashes) them, lists them again after a 409 on a create (the
+# watch may not have brought what another party made), and reads a training Job that
+# podTemplate.templateRef names.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
 # Training's pod template that spec.warmup.podTemplate.templateRef names (a PodTemplate, a Job above,
-# or a JobSet): read, by name, at each pass of a cache that names one.
+# or a JobSet): PodTemplates are watched into an index (and read by name after a 409), a JobSet read
+# by name at each pass of a cache that names one.
 - apiGroups: [""]
   resources: [podtemplates]
-  verbs: [get]
+  verbs: [get, list, watch]
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
   verbs: [get]
-# The cache's claim: read, and created when spec.storage.pvc.create asks for it.
+# The cache's claim: watched into an index (read by name after a 409), and created when
+# spec.storage.pvc.create asks for it.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get, create]
-# The headless Service of a multi-host warm-up Job: created with the Job, listed (by label, only for
-# caches with a multi-host topology) and deleted once its Job has finished or is superseded. No watch.
+  verbs: [get, list, watch, create]
+# The headless Service of a multi-host warm-up Job: watched into an index, created with the Job and
+# deleted once its Job has finished or is superseded.
 - apiGroups: [""]
   resources: [services]
-  verbs: [list, create, delete]
+  verbs: [list, watch, create, delete]
 # Events about caches, posted by the operator and by kopf.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Training pods gated on a cache: listed and watched (by label) and patched to lift the gate. Not tied
-# to webhook.enabled: the operator watches gated pods either way, and kopf fails on a denied watch.
+# Pods: watched into an index (training pods by cache, warm-up and expiry pods by Job) and patched to
+# lift the gate; the gate watchdog lists unscheduled ones. Not tied to webhook.enabled: the operator
+# watches them either way, and kopf fails on a denied watch.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, patch]

@@ -25,13 +25,14 @@ import copy
 import dataclasses
 import logging
 import os
+import random
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
 
 from compilecache.api import bounds
-from compilecache.controller import admission, api, expiryjob, jobs, metrics, policy, watchdog, webhook
+from compilecache.controller import admission, api, expiryjob, indexes, jobs, metrics, policy, watchdog, webhook
 from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
 from compilecache.controller.reconcile import Outcome, reconcile, release_gates
@@ -47,7 +48,16 @@ RESYNC_SECONDS_ENV = "COMPILECACHE_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
 # Set by `compilecache operator` from kopf's -A/-n options (runner.py): JSON null (all) or names.
 WATCHDOG_NAMESPACES_ENV = "COMPILECACHE_WATCHDOG_NAMESPACES"
-PASS_WORKERS = 4  # passes of different caches at once (one cache never runs two: its daemon)
+PASS_WORKERS = 8  # passes of different caches at once (one cache never runs two: its daemon)
+# A triggered pass waits this long first, so that a burst of events for one cache (its Jobs created,
+# its status recorded) makes one pass; triggers during a pass fold into one more pass after it.
+COALESCE_SECONDS = 0.1
+# A resync comes every period ± this fraction, so that caches that started together (a fleet
+# restart, a leader change) do not keep passing together.
+RESYNC_JITTER = 0.1
+# A Node change concerns every cache (pools are resolved from all Nodes): their passes are woken this
+# many at a time, with this pause between, not all at once (1000 caches: over 5 s).
+SWEEP_BATCH, SWEEP_PAUSE_SECONDS = 50, 0.25
 # A peer's entry in the peering object expires this long after its last keep-alive; kopf renews
 # it every lifetime − (5..10) s. A replica that was SIGKILLed stops renewing, and a standby
 # replica takes over at that expiry: within 20 s (kopf's default, 60 s, is past the 30 s promised).
@@ -61,6 +71,44 @@ RETRY_FIRST_SECONDS, RETRY_LIMIT_SECONDS = 1.0, 300.0
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """The same credentials as the API client's: the pod's service account, else the kubeconfig."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+# Indexes (``indexes.py``): what passes read, from one watch per kind. async, so that kopf calls them in
+# its loop (a sync one would cost a thread hop per event, for every pod of the cluster).
+@kopf.index("batch", "v1", "jobs", registry=registry)
+async def job_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+    """Warm-up Jobs by cache, expiry Jobs by the cache they expire."""
+    return indexes.job_entries(body)
+
+
+@kopf.index("v1", "pods", registry=registry)
+async def pod_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+    """Training pods by cache, the pods of our Jobs by Job."""
+    return indexes.pod_entries(body)
+
+
+@kopf.index("v1", "nodes", registry=registry)
+async def node_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+    """Every Node (what pools are resolved from)."""
+    return indexes.node_entries(body)
+
+
+@kopf.index("v1", "persistentvolumeclaims", registry=registry)
+async def claim_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+    """Claims by name."""
+    return indexes.claim_entries(body)
+
+
+@kopf.index("v1", "services", registry=registry)
+async def service_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+    """Multi-host warm-up Services by cache."""
+    return indexes.service_entries(body)
+
+
+@kopf.index("v1", "podtemplates", registry=registry)
+async def pod_template_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+    """PodTemplates by name (a ``templateRef`` may name one)."""
+    return indexes.pod_template_entries(body)
 
 
 @kopf.on.startup(registry=registry)
@@ -96,6 +144,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.client = await asyncio.to_thread(Client.from_environment)
     memo.triggers = {}  # (namespace, name) → the asyncio.Event that wakes the cache's daemon
     memo.locks = {}  # (namespace, name) → an asyncio.Lock: one pass at a time, even across daemons
+    memo.nodes_seen = {}  # Node name → what pools read of it, to wake the caches only when that changed
+    memo.sweep = None  # the task waking every cache after a Node change, while it runs
+    memo.sweep_again = False  # another Node changed during the sweep: one more after it
     memo.resync_seconds = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.workers = concurrent.futures.ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="compilecache-pass")
     # Not a kopf daemon or timer, by design: it runs while kopf's peering pauses the operator.
@@ -149,6 +200,42 @@ async def expiry_job_changed(namespace: str | None, labels: kopf.Labels, memo: k
     _wake(memo, namespace, labels[expiryjob.LABEL_EXPIRY_OF])
 
 
+@kopf.on.event("v1", "nodes", registry=registry)
+async def node_changed(type: str | None, name: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A Node came, went, or changed what pools read of it (labels, GPUs, taints): wake every cache, spread.
+
+    kopf's watch also brings each Node's status heartbeats; those change nothing a pass reads and wake
+    nothing. The initial listing wakes nothing either: every cache's daemon passes once as it starts.
+    """
+    seen: dict[str, Any] = memo.nodes_seen
+    entry = None if type == "DELETED" else indexes.node_entries(body)
+    before = seen.pop(str(name), None) if entry is None else seen.get(str(name))
+    if entry is not None:
+        seen[str(name)] = entry
+    if type is None or entry == before:
+        return
+    _sweep(memo)
+
+
+def _sweep(memo: kopf.Memo) -> None:
+    """(In the loop.) Wake every cache's daemon, ``SWEEP_BATCH`` at a time; a sweep asked for during one follows it."""
+    if memo.sweep is not None and not memo.sweep.done():
+        memo.sweep_again = True
+        return
+
+    async def sweep() -> None:
+        while True:
+            memo.sweep_again = False
+            for index, key in enumerate(list(memo.triggers)):
+                if index and index % SWEEP_BATCH == 0:
+                    await asyncio.sleep(SWEEP_PAUSE_SECONDS)
+                _wake(memo, *key)
+            if not memo.sweep_again:
+                return
+
+    memo.sweep = asyncio.create_task(sweep())
+
+
 def _wake(memo: kopf.Memo, namespace: str, name: str) -> None:
     """(In the loop.) Ask the cache's daemon for a pass; a daemon not started yet finds it set."""
     _trigger(memo, (namespace, name)).set()
@@ -178,30 +265,49 @@ def retry_delay(failures: int) -> float:
     cancellation_timeout=5.0,
 )
 async def passes(
-    namespace: str | None, name: str | None, uid: str | None, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+    namespace: str | None,
+    name: str | None,
+    uid: str | None,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **kwargs: Any,
 ) -> None:
     """Run the cache's passes until it is gone or kopf stops the daemon (pause, exit, deletion)."""
     assert namespace is not None and name is not None  # CompileCaches are namespaced and named
+    # kopf hands every index to a handler as a keyword named after the index's function.
+    found = indexes.Indexes(
+        kwargs["job_index"],
+        kwargs["pod_index"],
+        kwargs["node_index"],
+        kwargs["claim_index"],
+        kwargs["service_index"],
+        kwargs["pod_template_index"],
+    )
+    reader = indexes.IndexedReader(found, asyncio.get_running_loop(), memo.client)
     key = (namespace, name)
     trigger = _trigger(memo, key)
     lock = cast(dict[tuple[str, str], asyncio.Lock], memo.locks).setdefault(key, asyncio.Lock())
     failures = 0
     delay = 0.0  # the first pass at once: a cache seen at start-up, after a resume, or new
+    first = True
     while True:
-        await _until(trigger, stopped, delay)
+        triggered = await _until(trigger, stopped, delay)
+        if triggered and not first and not stopped:  # let the rest of a burst of events come
+            await _until(asyncio.Event(), stopped, COALESCE_SECONDS)
+        first = False
         if stopped and not _deleted(stopped):  # paused or exiting: the next active replica passes
             _leave(stopped, namespace, name)
             return
         trigger.clear()
         async with lock:
-            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped)
+            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped, reader)
         if outcome is None or stopped:  # exiting, or this was the deleted cache's last pass
             _leave(stopped, namespace, name)
             return
         if outcome.status is None or outcome.uid != uid:  # gone, or deleted and created again
             return
         if outcome.error is None:
-            failures, delay = 0, memo.resync_seconds
+            failures, delay = 0, memo.resync_seconds * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
             continue
         if memo.client.closed:  # stopping: no retry, and no noise
             return
@@ -234,8 +340,8 @@ def _exiting(stopped: kopf.DaemonStopped) -> bool:
     return kopf.DaemonStoppingReason.OPERATOR_EXITING in (stopped.reason or kopf.DaemonStoppingReason(0))
 
 
-async def _until(trigger: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
-    """Wait until the trigger is set, kopf stops the daemon, or ``delay`` seconds passed."""
+async def _until(trigger: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> bool:
+    """Wait until the trigger is set, kopf stops the daemon, or ``delay`` seconds passed; whether it was set."""
 
     async def stopping() -> None:
         await stopped.wait()
@@ -246,10 +352,16 @@ async def _until(trigger: asyncio.Event, stopped: kopf.DaemonStopped, delay: flo
     finally:
         for wait in waits:
             wait.cancel()
+    return trigger.is_set()
 
 
 async def _pass_until_exit(
-    memo: kopf.Memo, namespace: str, name: str, uid: str | None, stopped: kopf.DaemonStopped
+    memo: kopf.Memo,
+    namespace: str,
+    name: str,
+    uid: str | None,
+    stopped: kopf.DaemonStopped,
+    reader: indexes.IndexedReader,
 ) -> Outcome | None:
     """Run one pass on the operator's workers; ``None`` if the operator exits meanwhile.
 
@@ -260,7 +372,7 @@ async def _pass_until_exit(
     """
     loop = asyncio.get_running_loop()
     try:
-        future = loop.run_in_executor(memo.workers, _pass, memo.client, memo.policy, namespace, name, uid)
+        future = loop.run_in_executor(memo.workers, _pass, memo.client, memo.policy, namespace, name, uid, reader)
     except RuntimeError:  # the workers were shut down: the operator is stopping
         return None
 
@@ -278,10 +390,12 @@ async def _pass_until_exit(
     return future.result() if future in done else None
 
 
-def _pass(client: Client, rules: policy.Policy, namespace: str, name: str, uid: str | None) -> Outcome:
+def _pass(
+    client: Client, rules: policy.Policy, namespace: str, name: str, uid: str | None, reader: indexes.IndexedReader
+) -> Outcome:
     """(On a worker.) One pass; a cache that could not even be read is a failed pass with no status known."""
     try:
-        return reconcile(client, namespace, name, policy=rules)
+        return reconcile(client, namespace, name, policy=rules, reader=reader)
     except Exception as exc:  # reconcile records everything else in the status
         return Outcome({}, exc, uid)
 

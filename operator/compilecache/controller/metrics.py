@@ -5,9 +5,9 @@ what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed
 the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
 the last warm-up's duration and end, expiry deletions by rule, stuck warm-up and expiry pods
 by reason, gated pods, gate timeouts and the compiles training pods requested and hit.
-Operator-wide: the duration of passes, API requests by verb and resource, API errors by verb and status code, webhook admissions
-by outcome. No label names a pod or a Job: the series of a cache are bounded, and removed
-(:meth:`Metrics.forget`) when the cache is gone.
+Operator-wide: the duration of passes, API requests by verb and resource, API errors by verb and
+status code, webhook admissions by outcome. No label names a pod or a Job: the series of a cache
+are bounded, and removed (:meth:`Metrics.forget`) when the cache is gone.
 
 This module is a leaf of the controller package (``prometheus_client`` and the standard library
 only), so that every module can import :data:`METRICS` without an import circle. It knows figures,

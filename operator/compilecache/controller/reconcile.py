@@ -24,7 +24,7 @@ from compilecache.controller import act, gates, metrics, metricsfeed, reports
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
 from compilecache.controller.policy import DEFAULT, Policy, bounded
-from compilecache.controller.snapshot import Cache, Obj, Snapshot, observe, observe_pods
+from compilecache.controller.snapshot import ApiReader, Cache, Obj, Reader, Snapshot, observe, observe_pods
 
 logger = logging.getLogger(__name__)
 
@@ -40,23 +40,40 @@ class Outcome:
 
 
 def reconcile(
-    client: Client, namespace: str, name: str, *, now: str | None = None, policy: Policy = DEFAULT
+    client: Client,
+    namespace: str,
+    name: str,
+    *,
+    now: str | None = None,
+    policy: Policy = DEFAULT,
+    reader: Reader | None = None,
 ) -> Outcome:
-    """One pass over the named cache under ``policy`` (timed in the metrics); raises only if it cannot be read."""
+    """One pass over the named cache under ``policy`` (timed in the metrics); raises only if it cannot be read.
+
+    ``reader`` answers the pass's reads (the operator's indexes); by default the API does (:class:`ApiReader`).
+    """
     started = time.monotonic()
     result = "error"
     try:
-        outcome = _reconcile(client, namespace, name, now=now, policy=policy)
+        outcome = _reconcile(client, namespace, name, now=now, policy=policy, reader=reader or ApiReader(client))
         result = "error" if outcome.error is not None else "success"
         return outcome
     finally:
         metrics.METRICS.reconcile.labels(result).observe(time.monotonic() - started)
 
 
-def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, policy: Policy) -> Outcome:
+def _reconcile(
+    client: Client, namespace: str, name: str, *, now: str | None, policy: Policy, reader: Reader
+) -> Outcome:
+    # The cache itself by a GET (one object, no scan), not from kopf's copy: the status is the record
+    # (a pool that finished and whose Job its TTL removed is not run again), and the copy kopf holds
+    # may not have the status this operator's last pass wrote yet.
     obj = client.get(COMPILECACHES, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
-        release_gates(client, namespace, name, None, phase=None)  # no pod waits for a cache that is gone
+        # No pod waits for a cache that is gone.
+        release_gates(
+            client, namespace, name, None, phase=None, pods=[dict(pod) for pod in reader.training_pods(namespace, name)]
+        )
         metrics.METRICS.forget(namespace, name)
         return Outcome(None)
     cache = Cache.read(obj)
@@ -64,8 +81,8 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     pods: tuple[Obj, ...] = ()
     error: BaseException | None = None
     try:
-        pods = observe_pods(client, cache)
-        decided = _observe_plan_create(client, cache, pods, when, policy)
+        pods = observe_pods(reader, cache)
+        decided = _observe_plan_create(client, reader, cache, pods, when, policy)
         act.delete(client, cache.namespace, decided.deletes)
     except Exception as exc:  # anything: the status says it, the gates still open, the caller retries
         error = exc
@@ -92,20 +109,22 @@ def _reconcile(client: Client, namespace: str, name: str, *, now: str | None, po
     return Outcome(new, error, cache.uid)
 
 
-def _observe_plan_create(client: Client, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy) -> Plan:
+def _observe_plan_create(
+    client: Client, reader: Reader, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy
+) -> Plan:
     """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left.
 
     An object found existing (409) was made by someone else since the pass read the cluster: the pass
     reads it again before it goes on (a claim made meanwhile, by anyone, is checked before a Job mounts
-    it), and does not create it again.
+    it), and does not create it again. It reads it from the API: the watch may not have brought it yet.
     """
-    snapshot: Snapshot = observe(client, cache, pods, policy)
+    snapshot: Snapshot = observe(reader, cache, pods, policy)
     decided = plan(snapshot, now)
     while decided.creates:
         outcome = act.create(client, cache.namespace, decided.creates)
         if outcome.existed:
             seen = snapshot.created | outcome.created | outcome.existed
-            snapshot = observe(client, cache, pods, policy).after(seen, snapshot.rejected)
+            snapshot = observe(ApiReader(client), cache, pods, policy).after(seen, snapshot.rejected)
         else:
             snapshot = snapshot.after(outcome.created, outcome.rejected)
             if not outcome.rejected:

@@ -1,4 +1,4 @@
-"""Observe: what one pass of a CompileCache decides on, read from the API into one value.
+"""Observe: what one pass of a CompileCache decides on, read into one value.
 
 A pass is observe → plan → act (``reconcile.py``). This module is the observe step:
 :class:`Cache` is the cache as the pass sees it (its object and its parsed spec, or
@@ -6,9 +6,10 @@ why the spec does not parse), and :class:`Snapshot` adds everything else the pur
 ``plan.plan`` needs: the operator's policy, the claim, the object a ``podTemplate.templateRef``
 names (``template.py``), the Nodes, the cache's warm-up and expiry Jobs, their pods (a running Job's
 pod may be stuck: ``podstate.py``), the headless Services of multi-host warm-ups and the training pods
-it gates. :func:`observe` makes the reads; it decides nothing (it reads the claim only
-where the spec names one, and the Services only where a multi-host warm-up is or was
-wanted: a single-host cache costs no extra call).
+it gates. :func:`observe` asks a :class:`Reader`: the operator's in-memory indexes
+(``indexes.py``), or the API (:class:`ApiReader`). It decides nothing (it asks for the claim only
+where the spec names one, and for the Services only where a multi-host warm-up is or was
+wanted).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from compilecache.controller import expiryjob, jobs, status, template
-from compilecache.controller.api import CacheSpec, Consumers, SpecError, parse_cache
+from compilecache.controller.api import CacheSpec, Consumers, SpecError, TemplateRef, parse_cache
 from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, SERVICES, Client
 from compilecache.controller.policy import DEFAULT, Policy
 
@@ -108,9 +109,65 @@ class Snapshot:
         return dataclasses.replace(self, created=self.created | created, rejected={**self.rejected, **rejected})
 
 
-def observe_pods(client: Client, cache: Cache) -> tuple[Obj, ...]:
+class Reader(Protocol):
+    """The questions a pass asks of the cluster: answered from memory (``indexes.IndexedReader``) or the API."""
+
+    def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
+    def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
+    def expiry_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
+    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]: ...
+    def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
+    def nodes(self) -> tuple[Obj, ...]: ...
+    def claim(self, namespace: str | None, name: str) -> Obj | None: ...
+    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None: ...
+
+
+@dataclass(frozen=True)
+class ApiReader:
+    """The answers read from the API server, one list or get each.
+
+    For what the watches cannot have yet (an object another party created since: a 409 on create),
+    and for a pass run without the operator's indexes (the tests' and the tools' direct calls).
+    """
+
+    client: Client
+
+    def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The pods labelled with the cache (by the user or by the webhook)."""
+        return tuple(self.client.list(PODS, namespace, labels={jobs.LABEL_CACHE: cache}))
+
+    def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's warm-up Jobs."""
+        return tuple(self.client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: cache}))
+
+    def expiry_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's expiry Jobs."""
+        return tuple(self.client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: cache}))
+
+    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]:
+        """The pods of a Job, by the label the Job controller gives them."""
+        return tuple(self.client.list(PODS, namespace, labels={"job-name": job}))
+
+    def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's multi-host Services."""
+        return tuple(self.client.list(SERVICES, namespace, labels={jobs.LABEL_CACHE: cache}))
+
+    def nodes(self) -> tuple[Obj, ...]:
+        """Every Node."""
+        return tuple(self.client.list(NODES))
+
+    def claim(self, namespace: str | None, name: str) -> Obj | None:
+        """The claim of that name, or ``None``."""
+        return self.client.get(PVCS, name, namespace)
+
+    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
+        """The object a ``templateRef`` names, or ``None``."""
+        return self.client.get(template.resource_of(ref), ref.name, namespace)
+
+
+def observe_pods(reader: Reader, cache: Cache) -> tuple[Obj, ...]:
     """The training pods that use the cache (labelled by the user or by the webhook)."""
-    return tuple(client.list(PODS, cache.namespace, labels={jobs.LABEL_CACHE: cache.name}))
+    return reader.training_pods(cache.namespace, cache.name)
 
 
 def uses_services(cache: Cache) -> bool:
@@ -119,34 +176,32 @@ def uses_services(cache: Cache) -> bool:
     return wanted or any(status.key(pool)[1] > 1 for pool in cache.status.get("pools") or [])
 
 
-def observe(client: Client, cache: Cache, pods: tuple[Obj, ...], policy: Policy = DEFAULT) -> Snapshot:
+def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy = DEFAULT) -> Snapshot:
     """Read the rest of the snapshot. A spec that does not parse needs nothing more: its plan is Failed."""
     if cache.spec is None:
         return Snapshot(cache, pods=pods, policy=policy)
     namespace, name = cache.namespace, cache.name
-    claim = client.get(PVCS, cache.spec.pvc.claim_name, namespace) if cache.spec.pvc is not None else None
-    expiry_jobs = tuple(client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: name}))
+    claim = reader.claim(namespace, cache.spec.pvc.claim_name) if cache.spec.pvc is not None else None
+    expiry_jobs = reader.expiry_jobs(namespace, name)
     expiry_pods: list[Obj] = []
     for job in expiry_jobs:  # one, rarely two (a superseded one not yet deleted)
         # A finished one: what it said; a running one: whether its pod is stuck (podstate.py).
-        expiry_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
-    warmup_jobs = tuple(client.list(JOBS, namespace, labels={jobs.LABEL_CACHE: name}))
+        expiry_pods += reader.job_pods(namespace, job["metadata"]["name"])
+    warmup_jobs = reader.warmup_jobs(namespace, name)
     warmup_pods: list[Obj] = []
     recorded = cache.status.get("pools") or []
     for job in warmup_jobs:  # running ones (stuck?), failed ones, and succeeded ones not yet reported
         if status.needs_report(job, recorded) or status.job_state(job)["state"] not in status.FINISHED:
-            warmup_pods += client.list(PODS, namespace, labels={"job-name": job["metadata"]["name"]})
+            warmup_pods += reader.job_pods(namespace, job["metadata"]["name"])
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
-    template_obj = client.get(template.resource_of(ref), ref.name, namespace) if ref is not None else None
-    services: tuple[Obj, ...] = ()
-    if uses_services(cache):
-        services = tuple(client.list(SERVICES, namespace, labels={jobs.LABEL_CACHE: name}))
+    template_obj = reader.template(namespace, ref) if ref is not None else None
+    services = reader.services(namespace, name) if uses_services(cache) else ()
     return Snapshot(
         cache,
         pods=pods,
         claim=claim,
         services=services,
-        nodes=tuple(client.list(NODES)),
+        nodes=reader.nodes(),
         jobs=warmup_jobs,
         warmup_pods=tuple(warmup_pods),
         expiry_jobs=expiry_jobs,

@@ -34,6 +34,8 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
     # Multi-host warm-ups pair an Indexed Job with a headless Service (the local cluster's DNS reads it).
     ("v1/services", kmock.ResourceInfo(kind="Service", namespaced=True, subresources={"status"})),
     ("v1/serviceaccounts", kmock.ResourceInfo(kind="ServiceAccount", namespaced=True)),
+    # What a spec.warmup.podTemplate.templateRef may name (the operator watches them: controller/indexes.py).
+    ("v1/podtemplates", kmock.ResourceInfo(kind="PodTemplate", namespaced=True)),
     ("batch/v1/jobs", kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"})),
     (
         "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",

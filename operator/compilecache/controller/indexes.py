@@ -1,0 +1,245 @@
+"""Indexes: what a pass reads, kept in memory from one watch per kind, keyed the way passes ask.
+
+A pass (``reconcile.py``) reads a cache's Jobs, their pods, its expiry Jobs, its training pods,
+its Services, its claim, a referenced PodTemplate and every Node. Listed from the API, by label
+selector, each of these costs the API server a scan of every object of the kind in the
+namespace, so N passes cost N² and a fleet restart replays them all at once. Here they come
+from kopf's indexes instead (``@kopf.index``, registered in ``handlers.py``): kopf watches each
+kind once and calls the functions below for every object it sees; each returns the object's
+entries, ``{key: projection}`` (``{}`` for an object the operator does not use), and kopf keeps
+them up to date from the watch stream. kopf starts no other handler, and so no pass, before
+every index holds its kind's initial listing (kopf's ``processing.py``: the ``operator_indexed``
+toggles), so a first pass never mistakes a Job not yet seen for a missing one.
+
+Only the fields passes read are kept (``slim``): a Job without its pod template, a pod without
+its containers, a Node without its images and conditions; ``managedFields`` never. That bounds the
+memory of a thousand caches, and of a cluster's every pod passing through the pod index.
+
+Readers. :class:`IndexedReader` answers a pass's questions (the ``snapshot.Reader`` protocol)
+from these indexes. kopf mutates them in its event loop, and passes run on worker threads;
+so a worker never iterates them itself: each question is asked of the loop
+(``loop.call_soon_threadsafe``) and answered with a copy. The one read that still reaches the
+API is a template that is a Job or JobSet (a GET by name, no scan): indexing every Job's pod
+spec and every JobSet in the cluster, to serve the rare cache that names one, would cost more
+memory than the point read costs the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from compilecache.controller import expiryjob, jobs, template
+from compilecache.controller.api import TemplateRef
+from compilecache.controller.kube import Client
+
+Obj = Mapping[str, Any]
+T = TypeVar("T")
+
+# The Job controller makes a Job's pods from its template, so they carry the template's labels (ours:
+# jobs.LABEL_WARMUP_OF, expiryjob.LABEL_EXPIRY_OF), and adds job-name and batch.kubernetes.io/job-name
+# (kubernetes.io/docs/concepts/workloads/controllers/job, "Job labels"; local/jobrunner.pod_for does the same).
+JOB_NAME = "job-name"
+# How long a worker waits for the event loop to answer a read: the loop answers at once unless it
+# is gone (the operator is stopping), and then the pass must fail, not hang the shutdown.
+READ_TIMEOUT_SECONDS = 10.0
+
+# Keys: (what, namespace, name). ``what`` says which question the entry answers.
+WARMUP_JOBS = "warmup-jobs"  # a cache's warm-up Jobs, by the cache's name
+EXPIRY_JOBS = "expiry-jobs"  # a cache's expiry Jobs, by the cache's name
+TRAINING_PODS = "training-pods"  # the pods labelled with a cache, by the cache's name
+JOB_PODS = "job-pods"  # the pods of one of our Jobs, by the Job's name
+SERVICES = "services"  # a cache's multi-host Services, by the cache's name
+CLAIM = "claim"  # a PersistentVolumeClaim, by its name
+POD_TEMPLATE = "pod-template"  # a PodTemplate, by its name
+NODES = "nodes"  # every Node, under one key
+
+Key = tuple[str, str | None, str | None]
+
+
+def _labels(body: Obj) -> Mapping[str, str]:
+    labels: Mapping[str, str] = (body.get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def _namespace(body: Obj) -> str | None:
+    namespace = (body.get("metadata") or {}).get("namespace")
+    return None if namespace is None else str(namespace)
+
+
+def slim(body: Obj, *, spec: Callable[[Obj], Obj] | None = None, status: Callable[[Obj], Obj] | None = None) -> Obj:
+    """A copy of ``body`` with what passes read: metadata without ``managedFields``, and the parts of
+    ``spec`` and ``status`` the functions pick (all of them by default)."""
+    meta = {k: copy.deepcopy(v) for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    slim: dict[str, Any] = {k: body[k] for k in ("apiVersion", "kind") if k in body} | {"metadata": meta}
+    for part, pick in (("spec", spec), ("status", status)):
+        value = body.get(part)
+        if value is not None:
+            slim[part] = copy.deepcopy(dict(pick(value) if pick is not None else value))
+    return slim
+
+
+def _job_spec(spec: Obj) -> Obj:
+    # The pod template is the operator's own manifest, read back by no decision (a plan compares
+    # the spec hash in the Job's labels); it is most of a Job's size.
+    return {k: v for k, v in spec.items() if k != "template"}
+
+
+def _pod_spec(spec: Obj) -> Obj:
+    # The gates (a release tests the list it read), and where the pod runs; the containers are the
+    # webhook's business, which reads the pod from its admission request, not from here.
+    return {k: spec[k] for k in ("schedulingGates", "nodeName") if k in spec}
+
+
+def _node_spec(spec: Obj) -> Obj:
+    return {k: spec[k] for k in ("unschedulable", "taints") if k in spec}
+
+
+def _node_status(status: Obj) -> Obj:
+    # Pools count a node's allocatable GPUs; its images, conditions and addresses are most of its size.
+    return {k: status[k] for k in ("allocatable", "capacity") if k in status}
+
+
+def slim_job(body: Obj) -> Obj:
+    """A Job as passes read it."""
+    return slim(body, spec=_job_spec)
+
+
+def slim_pod(body: Obj) -> Obj:
+    """A pod as passes read it."""
+    return slim(body, spec=_pod_spec)
+
+
+def slim_node(body: Obj) -> Obj:
+    """A Node as passes read it: its name and labels, whether it takes pods, its GPUs."""
+    node = dict(slim(body, spec=_node_spec, status=_node_status))
+    # A node's annotations are often kilobytes (the CNI's, the autoscaler's); pools read its labels.
+    node["metadata"] = {k: v for k, v in node["metadata"].items() if k != "annotations"}
+    return node
+
+
+def job_entries(body: Obj) -> dict[Key, Obj]:
+    """A warm-up Job under its cache, an expiry Job under the cache it expires; other Jobs: none."""
+    labels, namespace = _labels(body), _namespace(body)
+    entries: dict[Key, Obj] = {}
+    if labels.get(jobs.LABEL_CACHE):
+        entries[(WARMUP_JOBS, namespace, labels[jobs.LABEL_CACHE])] = slim_job(body)
+    if labels.get(expiryjob.LABEL_EXPIRY_OF):
+        entries[(EXPIRY_JOBS, namespace, labels[expiryjob.LABEL_EXPIRY_OF])] = slim_job(body)
+    return entries
+
+
+def pod_entries(body: Obj) -> dict[Key, Obj]:
+    """A training pod under its cache; a pod of our warm-up or expiry Jobs under its Job; others: none."""
+    labels, namespace = _labels(body), _namespace(body)
+    entries: dict[Key, Obj] = {}
+    ours = labels.get(jobs.LABEL_WARMUP_OF) or labels.get(expiryjob.LABEL_EXPIRY_OF)
+    if labels.get(jobs.LABEL_CACHE):
+        entries[(TRAINING_PODS, namespace, labels[jobs.LABEL_CACHE])] = slim_pod(body)
+    if ours and labels.get(JOB_NAME):
+        entries[(JOB_PODS, namespace, labels[JOB_NAME])] = slim_pod(body)
+    return entries
+
+
+def node_entries(body: Obj) -> dict[Key, Obj]:
+    """Every Node, under one key: pools are resolved from all of them."""
+    return {(NODES, None, None): slim_node(body)} if (body.get("metadata") or {}).get("name") else {}
+
+
+def claim_entries(body: Obj) -> dict[Key, Obj]:
+    """A PersistentVolumeClaim under its name (a cache's spec names its claim)."""
+    return {(CLAIM, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim(body)}
+
+
+def service_entries(body: Obj) -> dict[Key, Obj]:
+    """A multi-host warm-up's Service under its cache; other Services: none."""
+    cache = _labels(body).get(jobs.LABEL_CACHE)
+    return {(SERVICES, _namespace(body), cache): slim(body)} if cache else {}
+
+
+def pod_template_entries(body: Obj) -> dict[Key, Obj]:
+    """A PodTemplate under its name (``podTemplate.templateRef`` may name it)."""
+    return {(POD_TEMPLATE, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim(body)}
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """kopf's indexes of the kinds a pass reads (each a ``kopf.Index``: key → store of projections)."""
+
+    jobs: Mapping[Key, Any]
+    pods: Mapping[Key, Any]
+    nodes: Mapping[Key, Any]
+    claims: Mapping[Key, Any]
+    services: Mapping[Key, Any]
+    pod_templates: Mapping[Key, Any]
+
+
+class IndexedReader:
+    """Answers a pass's reads from the indexes, on a worker thread, by asking the loop that owns them."""
+
+    def __init__(self, indexes: Indexes, loop: asyncio.AbstractEventLoop, client: Client) -> None:
+        self._indexes = indexes
+        self._loop = loop
+        self._client = client  # for a template that is a Job or a JobSet (see the module's docstring)
+
+    def _ask(self, read: Callable[[], T]) -> T:
+        """Run ``read`` in the event loop and return its answer (at once when called from the loop)."""
+        try:
+            if asyncio.get_running_loop() is self._loop:
+                return read()
+        except RuntimeError:  # no loop in this thread: a worker
+            pass
+        answer: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if answer.set_running_or_notify_cancel():
+                try:
+                    answer.set_result(read())
+                except BaseException as exc:  # handed to the worker that asked
+                    answer.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(run)  # RuntimeError once the loop is closed: the pass fails
+        return answer.result(timeout=READ_TIMEOUT_SECONDS)
+
+    def _entries(self, index: Mapping[Key, Any], key: Key) -> tuple[Obj, ...]:
+        # In name order, as the API server lists them (by their key in storage): a plan sees the same order.
+        found = self._ask(lambda: tuple(index.get(key, ())))
+        return tuple(sorted(found, key=lambda obj: str((obj.get("metadata") or {}).get("name"))))
+
+    def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The pods labelled with the cache."""
+        return self._entries(self._indexes.pods, (TRAINING_PODS, namespace, cache))
+
+    def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's warm-up Jobs."""
+        return self._entries(self._indexes.jobs, (WARMUP_JOBS, namespace, cache))
+
+    def expiry_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's expiry Jobs."""
+        return self._entries(self._indexes.jobs, (EXPIRY_JOBS, namespace, cache))
+
+    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]:
+        """The pods of one of our Jobs."""
+        return self._entries(self._indexes.pods, (JOB_PODS, namespace, job))
+
+    def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's multi-host Services."""
+        return self._entries(self._indexes.services, (SERVICES, namespace, cache))
+
+    def nodes(self) -> tuple[Obj, ...]:
+        """Every Node."""
+        return self._entries(self._indexes.nodes, (NODES, None, None))
+
+    def claim(self, namespace: str | None, name: str) -> Obj | None:
+        """The claim of that name, or ``None``."""
+        return next(iter(self._entries(self._indexes.claims, (CLAIM, namespace, name))), None)
+
+    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
+        """The object a ``templateRef`` names, or ``None``: a PodTemplate from memory, a Job or JobSet by a GET."""
+        if ref.kind == "PodTemplate":
+            return next(iter(self._entries(self._indexes.pod_templates, (POD_TEMPLATE, namespace, ref.name))), None)
+        return self._client.get(template.resource_of(ref), ref.name, namespace)

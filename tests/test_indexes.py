@@ -1,0 +1,241 @@
+"""Passes read from watch-fed indexes (``controller/indexes.py``): what is kept, and that a pass lists nothing.
+
+First the pure parts: which objects each index keeps and under which key, what a projection drops,
+and that a Node's heartbeat changes nothing a pass reads. Then the reader's hop into the event loop,
+from a worker thread, and that it fails (not hangs) once the loop is gone. Then the real operator
+(kopf, the handlers) on the API emulator over HTTP, counting its own API requests
+(``compilecache_api_requests_total``): a steady-state pass lists nothing, whatever changes; and a
+Node that comes reaches the caches without waiting for their resync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kopf.testing import KopfRunner
+
+from compilecache.controller import expiryjob, handlers, indexes, jobs, metrics
+from compilecache.controller.api import parse_spec
+from compilecache.controller.pools import resolve_pools
+from compilecache.local import jobrunner
+from specs import cache, cluster, node
+from test_operator import NS, create_cache, finish, status_of, wait_jobs, wait_phase
+
+pytestmark = pytest.mark.emulator
+
+
+def warmup_job(name: str = "llama") -> dict[str, Any]:
+    """A warm-up Job as the operator makes it, with the metadata the API server adds."""
+    obj = cache(name)
+    spec = parse_spec(obj["spec"])
+    [pool, *_] = resolve_pools(spec, cluster())
+    job = jobs.warmup_job(obj, spec, pool)
+    job["metadata"] |= {"namespace": NS, "uid": "job-uid", "managedFields": [{"manager": "kube-controller-manager"}]}
+    return job
+
+
+# --- what each index keeps ------------------------------------------------------------------------------
+
+
+def test_a_warm_up_job_is_kept_under_its_cache_without_its_pod_template() -> None:
+    job = warmup_job()
+    [(key, kept)] = indexes.job_entries(job).items()
+    assert key == (indexes.WARMUP_JOBS, NS, "llama")
+    assert "template" not in kept["spec"] and "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["labels"] == job["metadata"]["labels"]
+    assert kept["spec"]["backoffLimit"] == job["spec"]["backoffLimit"]
+
+
+def test_an_expiry_job_is_kept_under_the_cache_it_expires_and_a_foreign_job_not_at_all() -> None:
+    job = {"metadata": {"name": "e", "namespace": NS, "labels": {expiryjob.LABEL_EXPIRY_OF: "llama"}}}
+    assert list(indexes.job_entries(job)) == [(indexes.EXPIRY_JOBS, NS, "llama")]
+    assert indexes.job_entries({"metadata": {"name": "training", "namespace": NS, "labels": {"app": "x"}}}) == {}
+
+
+def test_a_warm_up_pod_is_kept_under_its_job_and_a_training_pod_under_its_cache() -> None:
+    job = warmup_job()
+    pod = jobrunner.pod_for(job) | {"status": {"phase": "Running"}}  # as the Job controller makes it
+    pod["metadata"] |= {"name": "w-1", "namespace": NS}
+    [(key, kept)] = indexes.pod_entries(pod).items()
+    assert key == (indexes.JOB_PODS, NS, job["metadata"]["name"])
+    assert "containers" not in kept["spec"] and kept["status"] == {"phase": "Running"}
+
+    training = {
+        "metadata": {"name": "t", "namespace": NS, "labels": {jobs.LABEL_CACHE: "llama"}},
+        "spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "secret"}]}], "schedulingGates": []},
+    }
+    [(key, kept)] = indexes.pod_entries(training).items()
+    assert key == (indexes.TRAINING_PODS, NS, "llama")
+    assert kept["spec"] == {"schedulingGates": []}  # a pod's environment is never kept
+    # Any other pod of the cluster costs nothing: a Job's pod that is not one of ours, a bare pod.
+    other = {"metadata": {"name": "o", "namespace": NS, "labels": {"job-name": "nightly-etl"}}, "spec": {}}
+    assert indexes.pod_entries(other) == {} and indexes.pod_entries({"metadata": {"name": "b"}}) == {}
+
+
+def test_a_nodes_heartbeat_changes_nothing_a_pass_reads_but_its_labels_and_gpus_do() -> None:
+    base = node("n0", "NVIDIA-H100-80GB-HBM3", 8)
+    beat = base | {
+        "metadata": base["metadata"] | {"annotations": {"node.alpha.kubernetes.io/ttl": "0"}, "resourceVersion": "9"},
+        "status": base["status"]
+        | {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-27T01:00:00Z"}]},
+    }
+    beat["status"]["images"] = [{"names": ["registry.example/big:1"], "sizeBytes": 10**10}]
+    # The resourceVersion changes with every write; the handler compares what pools read.
+    assert _pool_view(indexes.node_entries(beat)) == _pool_view(indexes.node_entries(base))
+    relabelled = base | {"metadata": base["metadata"] | {"labels": {**base["metadata"]["labels"], "team": "a"}}}
+    assert _pool_view(indexes.node_entries(relabelled)) != _pool_view(indexes.node_entries(base))
+    fewer = base | {"status": {"allocatable": {**base["status"]["allocatable"], "nvidia.com/gpu": "4"}}}
+    assert _pool_view(indexes.node_entries(fewer)) != _pool_view(indexes.node_entries(base))
+    [kept] = indexes.node_entries(beat).values()
+    assert "images" not in kept["status"] and "conditions" not in kept["status"]
+
+
+def _pool_view(entries: dict[indexes.Key, Any]) -> Any:
+    return [
+        {**v, "metadata": {k: m for k, m in v["metadata"].items() if k != "resourceVersion"}} for v in entries.values()
+    ]
+
+
+# --- the reader: a worker asks the loop ------------------------------------------------------------------
+
+
+@pytest.fixture
+def looping() -> Iterator[tuple[asyncio.AbstractEventLoop, threading.Thread]]:
+    """An event loop running in its own thread, as kopf's does beside the pass workers."""
+    running = asyncio.new_event_loop()
+    thread = threading.Thread(target=running.run_forever, daemon=True)
+    thread.start()
+    yield running, thread
+    if not running.is_closed():
+        running.call_soon_threadsafe(running.stop)
+        thread.join(timeout=10)
+        running.close()
+
+
+def test_a_worker_reads_the_indexes_through_the_loop_and_gets_a_copy_in_name_order(looping) -> None:
+    loop, _ = looping
+    key = (indexes.WARMUP_JOBS, NS, "llama")
+    store: dict[Any, Any] = {key: [{"metadata": {"name": "b"}}, {"metadata": {"name": "a"}}]}
+    empty: dict[Any, Any] = {}
+    reader = indexes.IndexedReader(indexes.Indexes(store, empty, empty, empty, empty, empty), loop, client=None)  # type: ignore[arg-type]
+    with concurrent.futures.ThreadPoolExecutor(1) as worker:
+        found = worker.submit(reader.warmup_jobs, NS, "llama").result(timeout=10)
+        assert [job["metadata"]["name"] for job in found] == ["a", "b"]
+        assert worker.submit(reader.expiry_jobs, NS, "llama").result(timeout=10) == ()
+        assert worker.submit(reader.claim, NS, "jax-cache").result(timeout=10) is None
+
+
+def test_a_read_once_the_loop_is_closed_fails_at_once(looping) -> None:
+    loop, thread = looping
+    empty: dict[Any, Any] = {}
+    reader = indexes.IndexedReader(indexes.Indexes(empty, empty, empty, empty, empty, empty), loop, client=None)  # type: ignore[arg-type]
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the loop did not stop"
+    loop.close()
+    with pytest.raises(RuntimeError):  # the operator is stopping: the pass fails, it does not hang
+        reader.nodes()
+
+
+# --- the real operator ---------------------------------------------------------------------------------
+
+
+def requests_made() -> dict[tuple[str, str], float]:
+    """The operator's API requests so far, by (verb, resource), from its own metrics."""
+    return {
+        (sample.labels["verb"], sample.labels["resource"]): sample.value
+        for family in metrics.METRICS.registry.collect()
+        if family.name == "compilecache_api_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+def passes_made() -> float:
+    return sum(
+        sample.value
+        for family in metrics.METRICS.registry.collect()
+        if family.name == "compilecache_reconcile_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    )
+
+
+def lists(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[str, float]:
+    return {r: n - before.get((v, r), 0) for (v, r), n in after.items() if v == "list" and n > before.get((v, r), 0)}
+
+
+@pytest.fixture
+def nodes(kube_env: Any) -> list[dict[str, Any]]:
+    created = []
+    for item in cluster():
+        kube_env.create("v1/nodes", item)
+        created.append(
+            kube_env.patch("v1/nodes", item["metadata"]["name"], {"status": item["status"]}, subresource="status")
+        )
+    return created
+
+
+@pytest.fixture
+def operator(kube_env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KopfRunner]:
+    """The real operator, with a resync too long to matter: what happens, events made happen."""
+    monkeypatch.setenv(handlers.RESYNC_SECONDS_ENV, "3600")
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30)
+    with runner:
+        yield runner
+    assert runner.exception is None, runner.output
+    assert "Traceback" not in runner.output, runner.output
+
+
+@pytest.mark.slow
+def test_passes_list_nothing_while_caches_warm_and_a_job_changes(kube_env, nodes, operator) -> None:
+    before = requests_made()
+    for index in range(3):
+        create_cache(kube_env, f"c{index}", storage={"pvc": {"claimName": f"cache-{index}", "create": {"size": "1Gi"}}})
+    created = {f"c{index}": wait_jobs(kube_env, 2, f"c{index}") for index in range(3)}
+    for index in range(3):
+        kube_env.wait_for(lambda name=f"c{index}": status_of(kube_env, name).get("phase") == "Warming")
+    steady, passes = requests_made(), passes_made()
+
+    # One Job changes: its cache's pass reads the new state from memory and records it.
+    job = created["c1"]["nvidia-h100-80gb-hbm3"]
+    finish(kube_env, job, succeeded=False)
+    failed = kube_env.wait_for(
+        lambda: next(
+            (p for p in status_of(kube_env, "c1").get("pools") or [] if p.get("state") == "Failed"),
+            None,
+        )
+    )
+    assert failed["job"] == job["metadata"]["name"]
+    assert passes_made() > passes
+    after = requests_made()
+    assert lists(steady, after) == {}, "a steady-state pass listed from the API"
+    assert lists(before, after) == {}, "the passes of new caches listed from the API"
+    # What the passes did ask: the cache itself, and writes.
+    verbs = {verb for (verb, _), n in after.items() if n > before.get((verb, _), 0)}
+    assert verbs <= {"get", "create", "patch"}, verbs
+    assert after[("create", "jobs")] - before.get(("create", "jobs"), 0) == 6
+
+
+@pytest.mark.slow
+def test_a_node_that_comes_reaches_every_cache_without_waiting_for_the_resync(kube_env, nodes, operator) -> None:
+    for name in ("a", "b"):
+        create_cache(kube_env, name, storage={"pvc": {"claimName": f"cache-{name}", "create": {"size": "1Gi"}}})
+        wait_jobs(kube_env, 2, name)
+    # A heartbeat changes nothing a pass reads: no pass, and so no new Job.
+    beat = {
+        "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-27T01:00:00Z"}]}
+    }
+    kube_env.patch("v1/nodes", nodes[0]["metadata"]["name"], beat, subresource="status")
+    b200 = node("b200-0", "NVIDIA-B200", 8)
+    kube_env.create("v1/nodes", b200)
+    kube_env.patch("v1/nodes", "b200-0", {"status": b200["status"]}, subresource="status")
+    for name in ("a", "b"):  # the resync is an hour away: the Node's event woke them
+        jobs_ = wait_jobs(kube_env, 3, name)
+        assert "nvidia-b200" in jobs_
+    wait_phase(kube_env, "Warming", "a")
