@@ -570,9 +570,9 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     found = kube.request("GET", "/apis/compilecache.dev/v1alpha1")["resources"]
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
-    # With Mutating- and ValidatingWebhookConfigurations (admission), Services (multi-host DNS) and kopf's
-    # peerings (HA).
-    assert len(RESOURCES) == 13
+    # With Mutating- and ValidatingWebhookConfigurations (admission), Services (multi-host DNS), kopf's
+    # peerings (HA) and PodTemplates (what a templateRef may name, watched into an index).
+    assert len(RESOURCES) == 14
     peerings = kube.request("GET", "/apis/kopf.dev/v1")["resources"]
     assert {(r["name"], r["namespaced"]) for r in peerings} == {("clusterkopfpeerings", False), ("kopfpeerings", True)}
 
