@@ -21,7 +21,9 @@ from kopf.testing import KopfRunner
 
 from compilecache.controller import expiryjob, handlers, indexes, jobs, metrics
 from compilecache.controller.api import parse_spec
+from compilecache.controller.kube import Client
 from compilecache.controller.pools import resolve_pools
+from compilecache.controller.snapshot import ApiReader
 from compilecache.local import jobrunner
 from specs import cache, cluster, node
 from test_operator import NS, create_cache, finish, status_of, wait_jobs, wait_phase
@@ -142,6 +144,34 @@ def test_a_read_once_the_loop_is_closed_fails_at_once(looping) -> None:
         reader.nodes()
 
 
+def test_an_audit_finds_what_the_indexes_hold_that_the_api_deleted_and_the_reader_forgets_it(
+    kube_env: Any, looping
+) -> None:
+    """kopf keeps an entry whose DELETED event it missed (a relist after a 410 or a pause): an audit finds it."""
+    loop, _ = looping
+
+    def job(name: str, **meta: str) -> dict[str, Any]:
+        made = warmup_job()
+        del made["metadata"]["ownerReferences"]  # no cache in this API: its garbage collector would take them
+        return made | {"metadata": made["metadata"] | {"name": name, **meta}}
+
+    live = kube_env.create("batch/v1/jobs", job("llama-live"), NS)  # the API assigns its uid
+    deleted = job("llama-gone", uid="gone-uid")
+    key = (indexes.WARMUP_JOBS, NS, "llama")
+    held: dict[Any, Any] = {key: [indexes.slim_job(live), indexes.slim_job(deleted)]}
+    empty: dict[Any, Any] = {}
+    client = Client.from_environment()
+    reader = indexes.IndexedReader(indexes.Indexes(held, empty, empty, empty, empty, empty), loop, client)
+    audited = indexes.Audit(reader)
+    assert len(audited.warmup_jobs(NS, "llama")) == 2
+    assert audited.claim(NS, "jax-cache") is None
+    kube_env.create("batch/v1/jobs", job("llama-new"), NS)  # in the API's answer, not in memory's: not a deletion
+    assert audited.deleted(ApiReader(client)) == {"gone-uid"}
+    reader.forget({"gone-uid"})
+    assert [job["metadata"]["uid"] for job in reader.warmup_jobs(NS, "llama")] == [live["metadata"]["uid"]]
+    client.close()
+
+
 # --- the real operator ---------------------------------------------------------------------------------
 
 
@@ -239,3 +269,21 @@ def test_a_node_that_comes_reaches_every_cache_without_waiting_for_the_resync(ku
         jobs_ = wait_jobs(kube_env, 3, name)
         assert "nvidia-b200" in jobs_
     wait_phase(kube_env, "Warming", "a")
+
+
+@pytest.mark.slow
+def test_the_periodic_audit_asks_the_api_and_forgets_nothing_that_exists(
+    kube_env, nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(handlers.RESYNC_SECONDS_ENV, "0.2")
+    monkeypatch.setenv(handlers.AUDIT_SECONDS_ENV, "0.2")  # every pass or so audits
+    before = requests_made()
+    with KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30) as runner:
+        create_cache(kube_env)
+        jobs_ = wait_jobs(kube_env, 2)
+        kube_env.wait_for(lambda: lists(before, requests_made()).get("jobs", 0) >= 2, timeout=15)
+        for job in jobs_.values():
+            finish(kube_env, job, succeeded=True)
+        wait_phase(kube_env, "Expiring")  # the audited passes still see the Jobs and move on
+    assert runner.exception is None, runner.output
+    assert "deleted while a watch was down" not in runner.output

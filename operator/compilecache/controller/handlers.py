@@ -19,6 +19,7 @@ deletion of a CompileCache; owned Jobs go with it by ownerReference.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import copy
@@ -45,6 +46,7 @@ CACHES = (api.GROUP, api.VERSION, api.PLURAL)
 # when this module was first imported (tests run other operators in the same process).
 registry = kopf.OperatorRegistry()
 RESYNC_SECONDS_ENV = "COMPILECACHE_RESYNC_SECONDS"
+AUDIT_SECONDS_ENV = "COMPILECACHE_AUDIT_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
 # Set by `compilecache operator` from kopf's -A/-n options (runner.py): JSON null (all) or names.
 WATCHDOG_NAMESPACES_ENV = "COMPILECACHE_WATCHDOG_NAMESPACES"
@@ -148,6 +150,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.sweep = None  # the task waking every cache after a Node change, while it runs
     memo.sweep_again = False  # another Node changed during the sweep: one more after it
     memo.resync_seconds = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
+    memo.audit_seconds = float(os.environ.get(AUDIT_SECONDS_ENV, indexes.AUDIT_SECONDS))
+    memo.forgotten = collections.OrderedDict()  # uids the audits found deleted (indexes.IndexedReader)
     memo.workers = concurrent.futures.ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="compilecache-pass")
     # Not a kopf daemon or timer, by design: it runs while kopf's peering pauses the operator.
     memo.watchdog = None
@@ -283,7 +287,10 @@ async def passes(
         kwargs["service_index"],
         kwargs["pod_template_index"],
     )
-    reader = indexes.IndexedReader(found, asyncio.get_running_loop(), memo.client)
+    loop = asyncio.get_running_loop()
+    reader = indexes.IndexedReader(found, loop, memo.client, memo.forgotten)
+    # The first audit comes at a random point of the period: caches that start together audit apart.
+    audit_at = loop.time() + memo.audit_seconds * random.uniform(0.5, 1.5)
     key = (namespace, name)
     trigger = _trigger(memo, key)
     lock = cast(dict[tuple[str, str], asyncio.Lock], memo.locks).setdefault(key, asyncio.Lock())
@@ -299,8 +306,11 @@ async def passes(
             _leave(stopped, namespace, name)
             return
         trigger.clear()
+        audit = loop.time() >= audit_at
+        if audit:
+            audit_at = loop.time() + memo.audit_seconds * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
         async with lock:
-            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped, reader)
+            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped, reader, audit)
         if outcome is None or stopped:  # exiting, or this was the deleted cache's last pass
             _leave(stopped, namespace, name)
             return
@@ -362,6 +372,7 @@ async def _pass_until_exit(
     uid: str | None,
     stopped: kopf.DaemonStopped,
     reader: indexes.IndexedReader,
+    audit: bool = False,
 ) -> Outcome | None:
     """Run one pass on the operator's workers; ``None`` if the operator exits meanwhile.
 
@@ -372,7 +383,9 @@ async def _pass_until_exit(
     """
     loop = asyncio.get_running_loop()
     try:
-        future = loop.run_in_executor(memo.workers, _pass, memo.client, memo.policy, namespace, name, uid, reader)
+        future = loop.run_in_executor(
+            memo.workers, _pass, memo.client, memo.policy, namespace, name, uid, reader, audit
+        )
     except RuntimeError:  # the workers were shut down: the operator is stopping
         return None
 
@@ -391,11 +404,17 @@ async def _pass_until_exit(
 
 
 def _pass(
-    client: Client, rules: policy.Policy, namespace: str, name: str, uid: str | None, reader: indexes.IndexedReader
+    client: Client,
+    rules: policy.Policy,
+    namespace: str,
+    name: str,
+    uid: str | None,
+    reader: indexes.IndexedReader,
+    audit: bool,
 ) -> Outcome:
     """(On a worker.) One pass; a cache that could not even be read is a failed pass with no status known."""
     try:
-        return reconcile(client, namespace, name, policy=rules, reader=reader)
+        return reconcile(client, namespace, name, policy=rules, reader=reader, audit=audit)
     except Exception as exc:  # reconcile records everything else in the status
         return Outcome({}, exc, uid)
 

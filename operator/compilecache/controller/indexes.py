@@ -22,6 +22,15 @@ so a worker never iterates them itself: each question is asked of the loop
 API is a template that is a Job or JobSet (a GET by name, no scan): indexing every Job's pod
 spec and every JobSet in the cluster, to serve the rare cache that names one, would cost more
 memory than the point read costs the API server.
+
+Staleness. kopf keeps an index entry until it sees the object's DELETED event. When a watch
+must start again from a fresh listing (a ``410 Gone`` after a disconnect, or a pause and a
+resume), kopf lists anew but never drops the entries of objects deleted in the gap (its
+``indexing.py`` has no step like client-go's ``Replace``, which does). So every
+``AUDIT_SECONDS`` (jittered), one pass of each cache asks the API the same questions it asked the
+indexes (:class:`Audit`), memory first: an object the indexes answered with and the API, asked
+after, did not, was deleted, and the reader forgets its uid for good (uids are never reused).
+A thousand caches cost some lists every few seconds, not all of them at once.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from compilecache.controller import expiryjob, jobs, template
@@ -47,6 +57,8 @@ JOB_NAME = "job-name"
 # How long a worker waits for the event loop to answer a read: the loop answers at once unless it
 # is gone (the operator is stopping), and then the pass must fail, not hang the shutdown.
 READ_TIMEOUT_SECONDS = 10.0
+AUDIT_SECONDS = 1800.0  # how often each cache's pass checks its answers from memory against the API
+FORGOTTEN_LIMIT = 100_000  # uids of deleted objects kopf still indexes; the oldest go first past this
 
 # Keys: (what, namespace, name). ``what`` says which question the entry answers.
 WARMUP_JOBS = "warmup-jobs"  # a cache's warm-up Jobs, by the cache's name
@@ -59,6 +71,11 @@ POD_TEMPLATE = "pod-template"  # a PodTemplate, by its name
 NODES = "nodes"  # every Node, under one key
 
 Key = tuple[str, str | None, str | None]
+
+
+def uid(obj: Obj | None) -> str:
+    """An object's uid ("" for none)."""
+    return str(((obj or {}).get("metadata") or {}).get("uid") or "")
 
 
 def _labels(body: Obj) -> Mapping[str, str]:
@@ -179,12 +196,34 @@ class Indexes:
 
 
 class IndexedReader:
-    """Answers a pass's reads from the indexes, on a worker thread, by asking the loop that owns them."""
+    """Answers a pass's reads from the indexes, on a worker thread, by asking the loop that owns them.
 
-    def __init__(self, indexes: Indexes, loop: asyncio.AbstractEventLoop, client: Client) -> None:
+    ``forgotten``: the uids of objects found deleted that kopf still indexes (see the module's
+    docstring), shared by every cache's reader and only ever touched in the loop.
+    """
+
+    def __init__(
+        self,
+        indexes: Indexes,
+        loop: asyncio.AbstractEventLoop,
+        client: Client,
+        forgotten: OrderedDict[str, None] | None = None,
+    ) -> None:
         self._indexes = indexes
         self._loop = loop
         self._client = client  # for a template that is a Job or a JobSet (see the module's docstring)
+        self._forgotten: OrderedDict[str, None] = OrderedDict() if forgotten is None else forgotten
+
+    def forget(self, uids: Iterable[str]) -> None:
+        """Answer without these objects from now on: the API said they are gone."""
+        gone = list(uids)
+
+        def remember() -> None:
+            self._forgotten.update(dict.fromkeys(gone))
+            while len(self._forgotten) > FORGOTTEN_LIMIT:
+                self._forgotten.popitem(last=False)
+
+        self._ask(remember)
 
     def _ask(self, read: Callable[[], T]) -> T:
         """Run ``read`` in the event loop and return its answer (at once when called from the loop)."""
@@ -207,7 +246,7 @@ class IndexedReader:
 
     def _entries(self, index: Mapping[Key, Any], key: Key) -> tuple[Obj, ...]:
         # In name order, as the API server lists them (by their key in storage): a plan sees the same order.
-        found = self._ask(lambda: tuple(index.get(key, ())))
+        found = self._ask(lambda: tuple(obj for obj in index.get(key, ()) if uid(obj) not in self._forgotten))
         return tuple(sorted(found, key=lambda obj: str((obj.get("metadata") or {}).get("name"))))
 
     def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
@@ -243,3 +282,62 @@ class IndexedReader:
         if ref.kind == "PodTemplate":
             return next(iter(self._entries(self._indexes.pod_templates, (POD_TEMPLATE, namespace, ref.name))), None)
         return self._client.get(template.resource_of(ref), ref.name, namespace)
+
+
+@dataclass
+class Audit:
+    """A reader that answers from memory and records each question, to ask the API the same ones after.
+
+    :meth:`deleted` asks them (after: an object created meanwhile is in the API's answer, not missed)
+    and returns the uids memory answered with and the API no longer did.
+    """
+
+    memory: IndexedReader
+    asked: list[tuple[str, tuple[Any, ...], tuple[Obj, ...]]] = field(default_factory=list)
+
+    def _record(self, question: str, args: tuple[Any, ...], answer: tuple[Obj, ...]) -> tuple[Obj, ...]:
+        self.asked.append((question, args, answer))
+        return answer
+
+    def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.training_pods`, recorded."""
+        return self._record("training_pods", (namespace, cache), self.memory.training_pods(namespace, cache))
+
+    def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.warmup_jobs`, recorded."""
+        return self._record("warmup_jobs", (namespace, cache), self.memory.warmup_jobs(namespace, cache))
+
+    def expiry_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.expiry_jobs`, recorded."""
+        return self._record("expiry_jobs", (namespace, cache), self.memory.expiry_jobs(namespace, cache))
+
+    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.job_pods`, recorded."""
+        return self._record("job_pods", (namespace, job), self.memory.job_pods(namespace, job))
+
+    def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.services`, recorded."""
+        return self._record("services", (namespace, cache), self.memory.services(namespace, cache))
+
+    def nodes(self) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.nodes`, recorded."""
+        return self._record("nodes", (), self.memory.nodes())
+
+    def claim(self, namespace: str | None, name: str) -> Obj | None:
+        """As :meth:`IndexedReader.claim`, recorded."""
+        found = self.memory.claim(namespace, name)
+        self._record("claim", (namespace, name), () if found is None else (found,))
+        return found
+
+    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
+        """As :meth:`IndexedReader.template` (not recorded: a Job or JobSet is read from the API anyway)."""
+        return self.memory.template(namespace, ref)
+
+    def deleted(self, api: Any) -> set[str]:
+        """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not."""
+        gone: set[str] = set()
+        for question, args, remembered in self.asked:
+            answer = getattr(api, question)(*args)
+            present = {uid(obj) for obj in ((answer,) if isinstance(answer, Mapping) else answer or ())}
+            gone |= {uid(obj) for obj in remembered if uid(obj) and uid(obj) not in present}
+        return gone

@@ -21,6 +21,7 @@ from typing import Any
 
 from compilecache.api import bounds
 from compilecache.controller import act, gates, metrics, metricsfeed, reports
+from compilecache.controller.indexes import Audit, IndexedReader
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
 from compilecache.controller.policy import DEFAULT, Policy, bounded
@@ -47,15 +48,18 @@ def reconcile(
     now: str | None = None,
     policy: Policy = DEFAULT,
     reader: Reader | None = None,
+    audit: bool = False,
 ) -> Outcome:
     """One pass over the named cache under ``policy`` (timed in the metrics); raises only if it cannot be read.
 
     ``reader`` answers the pass's reads (the operator's indexes); by default the API does (:class:`ApiReader`).
+    ``audit``: first check the indexes' answers against the API's (``indexes.Audit``).
     """
     started = time.monotonic()
     result = "error"
     try:
-        outcome = _reconcile(client, namespace, name, now=now, policy=policy, reader=reader or ApiReader(client))
+        reader = reader or ApiReader(client)
+        outcome = _reconcile(client, namespace, name, now=now, policy=policy, reader=reader, audit=audit)
         result = "error" if outcome.error is not None else "success"
         return outcome
     finally:
@@ -63,7 +67,7 @@ def reconcile(
 
 
 def _reconcile(
-    client: Client, namespace: str, name: str, *, now: str | None, policy: Policy, reader: Reader
+    client: Client, namespace: str, name: str, *, now: str | None, policy: Policy, reader: Reader, audit: bool
 ) -> Outcome:
     # The cache itself by a GET (one object, no scan), not from kopf's copy: the status is the record
     # (a pool that finished and whose Job its TTL removed is not run again), and the copy kopf holds
@@ -77,6 +81,8 @@ def _reconcile(
         metrics.METRICS.forget(namespace, name)
         return Outcome(None)
     cache = Cache.read(obj)
+    if audit and isinstance(reader, IndexedReader):
+        _forget_deleted(client, reader, cache, policy)
     when = now or utcnow()
     pods: tuple[Obj, ...] = ()
     error: BaseException | None = None
@@ -107,6 +113,30 @@ def _reconcile(
         error = error or exc
     metricsfeed.observe_cache(metrics.METRICS, namespace, name, new, pods)
     return Outcome(new, error, cache.uid)
+
+
+def _forget_deleted(client: Client, reader: IndexedReader, cache: Cache, policy: Policy) -> None:
+    """Ask the API what this pass asks the indexes, and forget what they still hold that is gone (``indexes.py``).
+
+    A failed read leaves the indexes as they are: the next audit asks again.
+    """
+    audited = Audit(reader)
+    observe(audited, cache, observe_pods(audited, cache), policy)
+    try:
+        gone = audited.deleted(ApiReader(client))
+    except ApiError as exc:
+        logger.warning(
+            "Checking the indexes of cache %s/%s against the API failed: %s", cache.namespace, cache.name, exc
+        )
+        return
+    if gone:
+        logger.warning(
+            "%d objects of cache %s/%s were deleted while a watch was down; the pass no longer sees them.",
+            len(gone),
+            cache.namespace,
+            cache.name,
+        )
+        reader.forget(gone)
 
 
 def _observe_plan_create(
