@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +20,12 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from compilecache.controller import expiryjob, handlers, indexes, jobs, metrics
+from compilecache.controller import expectations, expiryjob, handlers, indexes, jobs, metrics
 from compilecache.controller.api import parse_spec
 from compilecache.controller.kube import Client
 from compilecache.controller.pools import resolve_pools
-from compilecache.controller.snapshot import ApiReader
+from compilecache.controller.reconcile import reconcile
+from compilecache.controller.snapshot import ApiReader, Cache, Snapshot
 from compilecache.local import jobrunner
 from specs import cache, cluster, node
 from test_operator import NS, create_cache, finish, status_of, wait_jobs, wait_phase
@@ -287,3 +289,46 @@ def test_the_periodic_audit_asks_the_api_and_forgets_nothing_that_exists(
         wait_phase(kube_env, "Expiring")  # the audited passes still see the Jobs and move on
     assert runner.exception is None, runner.output
     assert "deleted while a watch was down" not in runner.output
+
+
+# --- expectations: what a pass created, the next one counts on ---------------------------------------------
+
+
+def test_an_expectation_stands_until_the_object_is_seen_or_too_old() -> None:
+    job = {"metadata": {"name": "llama-h100-1"}}
+    expected = {"jobs/llama-h100-1": 100.0, "persistentvolumeclaims/jax-cache": 100.0}
+    none_seen = Snapshot(Cache.read(cache()))
+    assert expectations.unseen(expected, none_seen, 101.0) == expected
+    assert expectations.unseen(expected, dataclasses.replace(none_seen, jobs=(job,)), 101.0) == {
+        "persistentvolumeclaims/jax-cache": 100.0
+    }
+    assert expectations.unseen(expected, none_seen, 100.0 + expectations.EXPECT_SECONDS) == {}
+
+
+def test_a_pass_whose_indexes_lag_behind_its_creates_makes_them_once_and_lists_nothing(kube_env, looping) -> None:
+    """The indexes never show what the first pass made (a watch that lags): the next pass counts on it."""
+    loop, _ = looping
+    kube_env.create(
+        "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": cache()["spec"]}, NS
+    )
+    held: dict[Any, Any] = {(indexes.NODES, None, None): [indexes.slim_node(item) for item in cluster()]}
+    empty: dict[Any, Any] = {}
+    client = Client.from_environment()
+    lagging = indexes.IndexedReader(indexes.Indexes(empty, empty, held, empty, empty, empty), loop, client)
+    before = requests_made()
+    first = reconcile(client, NS, "llama", reader=lagging)
+    assert first.error is None and set(first.expected) == {
+        "persistentvolumeclaims/jax-cache",
+        *(f"jobs/{job['metadata']['name']}" for job in kube_env.list("batch/v1/jobs", NS)),
+    }
+    made = requests_made()
+    second = reconcile(client, NS, "llama", reader=lagging, expected=first.expected)
+    after = requests_made()
+    assert second.error is None and second.expected == first.expected
+    assert after.get(("create", "jobs")) == made.get(("create", "jobs")), "the second pass created again"
+    assert lists(before, after) == {}, "a 409 made the pass read the API"
+    assert second.status and second.status["phase"] == "Warming"
+    # Without the expectations the same pass creates again, gets 409s, and lists from the API.
+    third = reconcile(client, NS, "llama", reader=lagging)
+    assert third.error is None and lists(after, requests_made()), "expected a 409 and a list"
+    client.close()

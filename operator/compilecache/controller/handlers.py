@@ -33,7 +33,18 @@ from typing import Any, cast
 import kopf
 
 from compilecache.api import bounds
-from compilecache.controller import admission, api, expiryjob, indexes, jobs, metrics, policy, watchdog, webhook
+from compilecache.controller import (
+    admission,
+    api,
+    expectations,
+    expiryjob,
+    indexes,
+    jobs,
+    metrics,
+    policy,
+    watchdog,
+    webhook,
+)
 from compilecache.controller.kube import COMPILECACHES, PVCS, ApiError, Client
 from compilecache.controller.plan import describe_error
 from compilecache.controller.reconcile import Outcome, reconcile, release_gates
@@ -295,6 +306,7 @@ async def passes(
     trigger = _trigger(memo, key)
     lock = cast(dict[tuple[str, str], asyncio.Lock], memo.locks).setdefault(key, asyncio.Lock())
     failures = 0
+    expected: expectations.Expected = {}  # what its passes created and the indexes did not show yet
     delay = 0.0  # the first pass at once: a cache seen at start-up, after a resume, or new
     first = True
     while True:
@@ -310,12 +322,13 @@ async def passes(
         if audit:
             audit_at = loop.time() + memo.audit_seconds * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
         async with lock:
-            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped, reader, audit)
+            outcome = await _pass_until_exit(memo, namespace, name, uid, stopped, reader, audit, expected)
         if outcome is None or stopped:  # exiting, or this was the deleted cache's last pass
             _leave(stopped, namespace, name)
             return
         if outcome.status is None or outcome.uid != uid:  # gone, or deleted and created again
             return
+        expected = outcome.expected
         if outcome.error is None:
             failures, delay = 0, memo.resync_seconds * random.uniform(1 - RESYNC_JITTER, 1 + RESYNC_JITTER)
             continue
@@ -373,6 +386,7 @@ async def _pass_until_exit(
     stopped: kopf.DaemonStopped,
     reader: indexes.IndexedReader,
     audit: bool = False,
+    expected: expectations.Expected | None = None,
 ) -> Outcome | None:
     """Run one pass on the operator's workers; ``None`` if the operator exits meanwhile.
 
@@ -384,7 +398,7 @@ async def _pass_until_exit(
     loop = asyncio.get_running_loop()
     try:
         future = loop.run_in_executor(
-            memo.workers, _pass, memo.client, memo.policy, namespace, name, uid, reader, audit
+            memo.workers, _pass, memo.client, memo.policy, namespace, name, uid, reader, audit, expected or {}
         )
     except RuntimeError:  # the workers were shut down: the operator is stopping
         return None
@@ -411,10 +425,11 @@ def _pass(
     uid: str | None,
     reader: indexes.IndexedReader,
     audit: bool,
+    expected: expectations.Expected,
 ) -> Outcome:
     """(On a worker.) One pass; a cache that could not even be read is a failed pass with no status known."""
     try:
-        return reconcile(client, namespace, name, policy=rules, reader=reader, audit=audit)
+        return reconcile(client, namespace, name, policy=rules, reader=reader, audit=audit, expected=expected)
     except Exception as exc:  # reconcile records everything else in the status
         return Outcome({}, exc, uid)
 

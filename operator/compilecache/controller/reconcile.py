@@ -16,11 +16,11 @@ import datetime
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.api import bounds
-from compilecache.controller import act, gates, metrics, metricsfeed, reports
+from compilecache.controller import act, expectations, gates, metrics, metricsfeed, reports
 from compilecache.controller.indexes import Audit, IndexedReader
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
@@ -38,6 +38,8 @@ class Outcome:
     status: Mapping[str, Any] | None
     error: BaseException | None = None
     uid: str | None = None
+    # What this pass and earlier ones created that the indexes did not show yet (expectations.py).
+    expected: expectations.Expected = field(default_factory=dict)
 
 
 def reconcile(
@@ -49,17 +51,21 @@ def reconcile(
     policy: Policy = DEFAULT,
     reader: Reader | None = None,
     audit: bool = False,
+    expected: expectations.Expected | None = None,
 ) -> Outcome:
     """One pass over the named cache under ``policy`` (timed in the metrics); raises only if it cannot be read.
 
     ``reader`` answers the pass's reads (the operator's indexes); by default the API does (:class:`ApiReader`).
-    ``audit``: first check the indexes' answers against the API's (``indexes.Audit``).
+    ``audit``: first check the indexes' answers against the API's (``indexes.Audit``). ``expected``: what
+    the cache's earlier passes created (``Outcome.expected``), for a reader that may not show it yet.
     """
     started = time.monotonic()
     result = "error"
     try:
         reader = reader or ApiReader(client)
-        outcome = _reconcile(client, namespace, name, now=now, policy=policy, reader=reader, audit=audit)
+        outcome = _reconcile(
+            client, namespace, name, now=now, policy=policy, reader=reader, audit=audit, expected=expected or {}
+        )
         result = "error" if outcome.error is not None else "success"
         return outcome
     finally:
@@ -67,7 +73,15 @@ def reconcile(
 
 
 def _reconcile(
-    client: Client, namespace: str, name: str, *, now: str | None, policy: Policy, reader: Reader, audit: bool
+    client: Client,
+    namespace: str,
+    name: str,
+    *,
+    now: str | None,
+    policy: Policy,
+    reader: Reader,
+    audit: bool,
+    expected: expectations.Expected,
 ) -> Outcome:
     # The cache itself by a GET (one object, no scan), not from kopf's copy: the status is the record
     # (a pool that finished and whose Job its TTL removed is not run again), and the copy kopf holds
@@ -88,7 +102,7 @@ def _reconcile(
     error: BaseException | None = None
     try:
         pods = observe_pods(reader, cache)
-        decided = _observe_plan_create(client, reader, cache, pods, when, policy)
+        decided, expected = _observe_plan_create(client, reader, cache, pods, when, policy, expected)
         act.delete(client, cache.namespace, decided.deletes)
     except Exception as exc:  # anything: the status says it, the gates still open, the caller retries
         error = exc
@@ -112,7 +126,7 @@ def _reconcile(
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
     metricsfeed.observe_cache(metrics.METRICS, namespace, name, new, pods)
-    return Outcome(new, error, cache.uid)
+    return Outcome(new, error, cache.uid, expected)
 
 
 def _forget_deleted(client: Client, reader: IndexedReader, cache: Cache, policy: Policy) -> None:
@@ -140,18 +154,29 @@ def _forget_deleted(client: Client, reader: IndexedReader, cache: Cache, policy:
 
 
 def _observe_plan_create(
-    client: Client, reader: Reader, cache: Cache, pods: tuple[Obj, ...], now: str, policy: Policy
-) -> Plan:
+    client: Client,
+    reader: Reader,
+    cache: Cache,
+    pods: tuple[Obj, ...],
+    now: str,
+    policy: Policy,
+    expected: expectations.Expected,
+) -> tuple[Plan, expectations.Expected]:
     """Observe, plan, and create what the plan asks; plan again after each refusal, until none is left.
 
+    Returns the plan and the expectations to hand on: what was created and is not seen yet.
     An object found existing (409) was made by someone else since the pass read the cluster: the pass
     reads it again before it goes on (a claim made meanwhile, by anyone, is checked before a Job mounts
     it), and does not create it again. It reads it from the API: the watch may not have brought it yet.
     """
     snapshot: Snapshot = observe(reader, cache, pods, policy)
+    clock = time.monotonic()
+    standing = expectations.unseen(expected, snapshot, clock)
+    snapshot = snapshot.after(frozenset(standing), {})
     decided = plan(snapshot, now)
     while decided.creates:
         outcome = act.create(client, cache.namespace, decided.creates)
+        standing |= dict.fromkeys(outcome.created, clock)
         if outcome.existed:
             seen = snapshot.created | outcome.created | outcome.existed
             snapshot = observe(ApiReader(client), cache, pods, policy).after(seen, snapshot.rejected)
@@ -160,7 +185,7 @@ def _observe_plan_create(
             if not outcome.rejected:
                 break
         decided = plan(snapshot, now)  # each round creates, refuses or finds one more object: it ends
-    return decided
+    return decided, standing
 
 
 def release_gates(
