@@ -2,12 +2,16 @@
 
 Level-triggered on purpose: watch events of the cache and of its Jobs wake the cache's
 daemon (``passes``), which runs one pass at a time (a burst of triggers folds into one more
-pass), one every ``COMPILECACHE_RESYNC_SECONDS`` without triggers (for Nodes coming and
-going, and gate timeouts), and after a failed pass one more after a growing, bounded delay
-(``retry_delay``). kopf's own daemons, not hand-written timers: kopf stops them when peering
-pauses the operator (another replica is active) and starts them again on resume, so nothing
-periodic runs in a standby replica, except the gate watchdog (``watchdog.py``), the safety
-valve every replica runs on purpose.
+pass, and a triggered pass waits ``COALESCE_SECONDS`` for the rest of its burst), one every
+``COMPILECACHE_RESYNC_SECONDS`` (± ``RESYNC_JITTER``) without triggers (for gate timeouts),
+and after a failed pass one more after a growing, bounded delay (``retry_delay``). A Node
+that comes, goes or changes what pools read wakes every cache, ``SWEEP_BATCH`` at a time
+(``node_changed``); its heartbeats wake none. Passes read what they need from kopf's
+indexes (``job_index`` ... ``pod_template_index``, ``indexes.py``), fed by one watch per kind,
+so that a pass costs the same whatever the fleet's size. kopf's own daemons, not hand-written
+timers: kopf stops them when peering pauses the operator (another replica is active) and
+starts them again on resume, so nothing periodic runs in a standby replica, except the gate
+watchdog (``watchdog.py``), the safety valve every replica runs on purpose.
 CompileCaches are checked at apply time by the validating webhook (``validate_cache``: the
 spec's own checks and the operator's policy, read at start-up). Training pods come in through
 the mutating webhook (``mutate_pods``), which every replica serves, and, while gated, through
