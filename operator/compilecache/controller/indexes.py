@@ -132,10 +132,13 @@ def slim_pod(body: Obj) -> Obj:
 
 
 def slim_node(body: Obj) -> Obj:
-    """A Node as passes read it: its name and labels, whether it takes pods, its GPUs."""
+    """A Node as passes read it: its name and labels, whether it takes pods, its GPUs.
+
+    Nothing that its heartbeats change (``resourceVersion``, conditions, annotations, images): two
+    Nodes that pools would see the same are equal, so ``handlers.node_changed`` wakes no cache for them.
+    """
     node = dict(slim(body, spec=_node_spec, status=_node_status))
-    # A node's annotations are often kilobytes (the CNI's, the autoscaler's); pools read its labels.
-    node["metadata"] = {k: v for k, v in node["metadata"].items() if k != "annotations"}
+    node["metadata"] = {k: v for k, v in node["metadata"].items() if k in ("name", "uid", "labels")}
     return node
 
 
