@@ -147,3 +147,17 @@ def test_invalid_spec_event_uses_the_condition_reason_and_repeats_on_new_errors(
     worse = bad | {"message": "b"}
     assert [(e.type, e.reason) for e in status.transitions({}, bad)] == [("Warning", "InvalidSpec")]
     assert [e.reason for e in status.transitions(bad, worse)] == ["InvalidSpec"]
+
+
+def test_pools_that_change_alike_share_one_event_and_a_long_list_is_cut() -> None:
+    new_pool = {"state": status.POOL_PENDING, "job": "j", "message": "the warm-up Job was created"}
+    pools = [new_pool | {"name": f"p{index}", "job": f"j{index}"} for index in range(12)]
+    pools.append({"name": "q", "job": "jq", "state": status.POOL_NO_NODES, "message": "no node matches"})
+    events = status.transitions({}, {"phase": "Warming", "pools": pools})
+    reasons = [(e.reason, e.message) for e in events]
+    assert reasons[0] == (
+        "PoolPending",
+        "pools p0, p1, p2, p3, p4, p5, p6, p7, p8, p9 and 2 more: Pending (the warm-up Job was created)",
+    )
+    assert reasons[1] == ("PoolNoNodes", "pool q: NoNodes (no node matches)")
+    assert [e.reason for e in events].count("PoolPending") == 1

@@ -622,16 +622,28 @@ def condition(
     return result
 
 
+MAX_NAMED_POOLS = 10  # pools named in one Event; the rest are counted
+
+
 def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     """The Events that moving from status ``old`` to ``new`` deserves: phase and pool state changes."""
     events: list[Event] = []
     old_pools = {key(pool): pool for pool in old.get("pools") or []}
+    # Pools that changed to the same state for the same reason share one Event ("pools a, b: Pending
+    # (...)"): a new cache of 3 pools posts one, not 3; a thousand caches, a thousand (each is a write).
+    changed: dict[tuple[str, str, str], list[str]] = {}
     for pool in new.get("pools") or []:
         before = old_pools.get(key(pool), {})
         if (before.get("state"), before.get("job")) != (pool.get("state"), pool.get("job")):
             type_ = "Warning" if pool.get("state") in NOT_WARMED else "Normal"
-            message = f"pool {label(pool)}: {pool.get('state')} ({pool.get('message', '')})"
-            events.append(Event(type_, f"Pool{pool.get('state')}", message))
+            changed.setdefault((type_, str(pool.get("state")), str(pool.get("message", ""))), []).append(label(pool))
+    for (type_, state, why), labels in changed.items():
+        named = ", ".join(labels[:MAX_NAMED_POOLS]) + (
+            f" and {len(labels) - MAX_NAMED_POOLS} more" if len(labels) > MAX_NAMED_POOLS else ""
+        )
+        events.append(Event(type_, f"Pool{state}", f"pool{'s' if len(labels) > 1 else ''} {named}: {state} ({why})"))
+    for pool in new.get("pools") or []:
+        before = old_pools.get(key(pool), {})
         if pool.get("reason") in podstate.REASONS and _family(before) != _family(pool):
             message = f"pool {label(pool)}: {pool.get('message', '')}"
             events.append(Event("Warning", str(pool["reason"]), message))
