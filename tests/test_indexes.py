@@ -28,7 +28,7 @@ from compilecache.controller.reconcile import reconcile
 from compilecache.controller.snapshot import ApiReader, Cache, Snapshot
 from compilecache.local import jobrunner
 from specs import cache, cluster, node
-from test_operator import NS, create_cache, finish, status_of, wait_jobs, wait_phase
+from test_operator import NS, create_cache, finish, running_operator, status_of, wait_jobs, wait_phase
 
 pytestmark = pytest.mark.emulator
 
@@ -212,12 +212,8 @@ def nodes(kube_env: Any) -> list[dict[str, Any]]:
 @pytest.fixture
 def operator(kube_env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KopfRunner]:
     """The real operator, with a resync too long to matter: what happens, events made happen."""
-    monkeypatch.setenv(handlers.RESYNC_SECONDS_ENV, "3600")
-    runner = KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30)
-    with runner:
+    with running_operator(monkeypatch, 3600) as runner:
         yield runner
-    assert runner.exception is None, runner.output
-    assert "Traceback" not in runner.output, runner.output
 
 
 @pytest.mark.slow

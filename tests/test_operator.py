@@ -7,6 +7,7 @@ garbage collector.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
@@ -32,15 +33,22 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-40GB"
 
 
-@pytest.fixture
-def operator(kube_env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KopfRunner]:
-    """The real operator (kopf, our handlers) in this process, watching every namespace."""
-    monkeypatch.setenv(handlers.RESYNC_SECONDS_ENV, "0.5")
+@contextlib.contextmanager
+def running_operator(monkeypatch: pytest.MonkeyPatch, resync_seconds: float) -> Iterator[KopfRunner]:
+    """The real operator (kopf, our handlers) in this process, watching every namespace; checked at its end."""
+    monkeypatch.setenv(handlers.RESYNC_SECONDS_ENV, str(resync_seconds))
     runner = KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30)
     with runner:
         yield runner
     assert runner.exception is None, runner.output
     assert "Traceback" not in runner.output, runner.output
+
+
+@pytest.fixture
+def operator(kube_env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KopfRunner]:
+    """The real operator, passing each cache every 0.5 s besides its events."""
+    with running_operator(monkeypatch, 0.5) as runner:
+        yield runner
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import dataclasses
 import logging
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
@@ -90,42 +90,18 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-# Indexes (``indexes.py``): what passes read, from one watch per kind. async, so that kopf calls them in
-# its loop (a sync one would cost a thread hop per event, for every pod of the cluster).
-@kopf.index("batch", "v1", "jobs", registry=registry)
-async def job_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
-    """Warm-up Jobs by cache, expiry Jobs by the cache they expire."""
-    return indexes.job_entries(body)
+def _indexing(entries: Callable[[kopf.Body], dict[indexes.Key, Any]]) -> Callable[..., Any]:
+    # async, so that kopf calls it in its loop: a sync one would cost a thread hop per event, for every
+    # pod of the cluster.
+    async def index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
+        return entries(body)
+
+    return index
 
 
-@kopf.index("v1", "pods", registry=registry)
-async def pod_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
-    """Training pods by cache, the pods of our Jobs by Job."""
-    return indexes.pod_entries(body)
-
-
-@kopf.index("v1", "nodes", registry=registry)
-async def node_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
-    """Every Node (what pools are resolved from)."""
-    return indexes.node_entries(body)
-
-
-@kopf.index("v1", "persistentvolumeclaims", registry=registry)
-async def claim_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
-    """Claims by name."""
-    return indexes.claim_entries(body)
-
-
-@kopf.index("v1", "services", registry=registry)
-async def service_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
-    """Multi-host warm-up Services by cache."""
-    return indexes.service_entries(body)
-
-
-@kopf.index("v1", "podtemplates", registry=registry)
-async def pod_template_index(body: kopf.Body, **_: Any) -> dict[indexes.Key, Any]:
-    """PodTemplates by name (a ``templateRef`` may name one)."""
-    return indexes.pod_template_entries(body)
+# Indexes (``indexes.py``): what passes read, from one watch per kind; a handler gets each by its id.
+for _kind in indexes.KINDS:
+    kopf.index(*_kind.resource, id=_kind.index, registry=registry)(_indexing(_kind.entries))
 
 
 @kopf.on.startup(registry=registry)
@@ -293,15 +269,7 @@ async def passes(
 ) -> None:
     """Run the cache's passes until it is gone or kopf stops the daemon (pause, exit, deletion)."""
     assert namespace is not None and name is not None  # CompileCaches are namespaced and named
-    # kopf hands every index to a handler as a keyword named after the index's function.
-    found = indexes.Indexes(
-        kwargs["job_index"],
-        kwargs["pod_index"],
-        kwargs["node_index"],
-        kwargs["claim_index"],
-        kwargs["service_index"],
-        kwargs["pod_template_index"],
-    )
+    found = indexes.Indexes.of(kwargs)  # kopf hands every index to a handler as a keyword, by its id
     loop = asyncio.get_running_loop()
     reader = indexes.IndexedReader(found, loop, memo.client, memo.forgotten)
     # The first audit comes at a random point of the period: caches that start together audit apart.

@@ -187,6 +187,25 @@ def pod_template_entries(body: Obj) -> dict[Key, Obj]:
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A kind passes read, and the kopf index that holds it (``index``: its id, the keyword handlers get it by)."""
+
+    index: str
+    resource: tuple[str, ...]  # as kopf's decorators take it: (group, version, plural) or (version, plural)
+    entries: Callable[[Obj], dict[Key, Obj]]
+
+
+KINDS = (  # in the order of the fields of Indexes
+    Kind("job_index", ("batch", "v1", "jobs"), job_entries),
+    Kind("pod_index", ("v1", "pods"), pod_entries),
+    Kind("node_index", ("v1", "nodes"), node_entries),
+    Kind("claim_index", ("v1", "persistentvolumeclaims"), claim_entries),
+    Kind("service_index", ("v1", "services"), service_entries),
+    Kind("pod_template_index", ("v1", "podtemplates"), pod_template_entries),
+)
+
+
+@dataclass(frozen=True)
 class Indexes:
     """kopf's indexes of the kinds a pass reads (each a ``kopf.Index``: key → store of projections)."""
 
@@ -196,6 +215,11 @@ class Indexes:
     claims: Mapping[Key, Any]
     services: Mapping[Key, Any]
     pod_templates: Mapping[Key, Any]
+
+    @classmethod
+    def of(cls, handed: Mapping[str, Any]) -> Indexes:
+        """The indexes among a kopf handler's keywords."""
+        return cls(*(handed[kind.index] for kind in KINDS))
 
 
 class IndexedReader:
