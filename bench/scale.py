@@ -1,4 +1,4 @@
-"""A thousand caches (issue #30): N CompileCaches × 3 GPU pools created at once, until all 3N warm-up Jobs exist.
+"""A thousand caches: N CompileCaches × 3 GPU pools created at once, until all 3N warm-up Jobs exist.
 
 For each N (``--caches 100 300 1000``) the bench runs the real operator
 (``compilecache operator --standalone -n NS``, a subprocess with its metrics on a free port) on a

@@ -24,7 +24,10 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from compilecache.controller.metrics import Metrics
+from compilecache.local.client import KubeClient
+from compilecache.local.server import running_emulator
 from jaxhelpers import clean_env
+from specs import cache_spec, node
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,3 +125,50 @@ def test_the_scale_benchmark_runs_tiny_on_the_local_cluster_and_its_figures_pars
         assert int(made["create jobs"]) >= 3 * caches, breakdown  # the operator made every Job itself
         assert sum(map(int, made.values())) == int(figures["requests"]), (breakdown, figures)
     assert float(lines[-1].split("grew ")[1].split("x")[0]) > 0, lines[-1]
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "scale.py"), *args],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_on_a_cluster_given_by_kubeconfig_the_bench_deletes_what_it_made_and_nothing_else(tmp_path: Path) -> None:
+    """The real-cluster mode, on an emulator standing in for one: its Nodes, a namespace, a user's own cache."""
+    cc = "compilecache.dev/v1alpha1/compilecaches"
+    with running_emulator(tmp_path) as runner:
+        kube = KubeClient(runner)
+        kube.create("v1/namespaces", {"metadata": {"name": "team"}})
+        for product in range(3):
+            kube.create("v1/nodes", node(f"n{product}", f"GPU-{product}", 8))
+        theirs = {"metadata": {"name": "theirs"}, "spec": cache_spec()}
+        kube.create(cc, theirs, "team")
+        args = ["--kubeconfig", str(runner.kubeconfig), "--namespace", "team", "--caches", "2"]
+        done = run_bench(*args)
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+        [row] = [line.split() for line in done.stdout.splitlines() if line.split()[:1] == ["2"]]
+        figures = dict(zip(scale.COLUMNS, row, strict=True))
+        assert int(figures["jobs"]) == 6 and figures["emul. CPU s"] == "-", (
+            figures
+        )  # 3 products; no emulator of its own
+        assert [c["metadata"]["name"] for c in kube.list(cc, "team")] == ["theirs"]  # the bench's caches are gone
+        left = [j["metadata"]["name"] for j in kube.list("batch/v1/jobs", "team")]
+        assert left and all(name.startswith("theirs-") for name in left), left  # the operator served theirs too
+        assert kube.get("v1/persistentvolumeclaims", scale.CLAIM, "team") is None
+
+        kube.create(
+            cc, {"metadata": {"name": "left", "labels": {scale.BENCH_LABEL: "scale"}}, "spec": cache_spec()}, "team"
+        )
+        refused = run_bench(*args)
+        assert refused.returncode != 0
+        assert (
+            "1 CompileCaches of an earlier run are left in team: kubectl delete compilecaches -n team" in refused.stderr
+        )
+        assert kube.get(cc, "left", "team") is not None  # refused before touching anything
