@@ -27,7 +27,7 @@ from compilecache.controller.pools import resolve_pools
 from compilecache.controller.reconcile import reconcile
 from compilecache.controller.snapshot import ApiReader, Cache, Snapshot
 from compilecache.local import jobrunner
-from specs import cache, cluster, node
+from specs import cache, cache_spec, cluster, node
 from test_operator import NS, create_cache, finish, running_operator, status_of, wait_jobs, wait_phase
 
 pytestmark = pytest.mark.emulator
@@ -263,6 +263,26 @@ def test_a_node_that_comes_reaches_every_cache_without_waiting_for_the_resync(ku
         jobs_ = wait_jobs(kube_env, 3, name)
         assert "nvidia-b200" in jobs_
     wait_phase(kube_env, "Warming", "a")
+
+
+@pytest.mark.slow
+def test_a_pod_template_a_cache_names_reaches_its_warm_ups_from_the_index(kube_env, nodes, operator) -> None:
+    """A PodTemplate holds its pod spec in ``template``, not ``spec``: the index must keep it."""
+    pod = {
+        "containers": [
+            {"name": "train", "image": cache_spec()["warmup"]["image"], "env": [{"name": "DATA", "value": "/d"}]}
+        ]
+    }
+    kube_env.create("v1/podtemplates", {"metadata": {"name": "training"}, "template": {"spec": pod}}, NS)
+    warmup = cache_spec()["warmup"] | {"podTemplate": {"templateRef": {"kind": "PodTemplate", "name": "training"}}}
+    create_cache(kube_env, warmup=warmup)
+    settled = kube_env.wait_for(
+        lambda: status_of(kube_env).get("phase") in ("Warming", "Failed") and status_of(kube_env)
+    )
+    assert settled["phase"] == "Warming", settled.get("message")
+    for job in wait_jobs(kube_env, 2).values():
+        env = job["spec"]["template"]["spec"]["containers"][0].get("env") or []
+        assert {"name": "DATA", "value": "/d"} in env, env
 
 
 @pytest.mark.slow

@@ -142,6 +142,15 @@ def slim_node(body: Obj) -> Obj:
     return node
 
 
+def slim_pod_template(body: Obj) -> Obj:
+    """A PodTemplate as passes read it: its pod spec is under ``template`` (a PodTemplate has no ``spec``),
+    which ``template.pod_spec_of`` reads."""
+    kept = dict(slim(body))
+    if body.get("template") is not None:
+        kept["template"] = copy.deepcopy(dict(body["template"]))
+    return kept
+
+
 def job_entries(body: Obj) -> dict[Key, Obj]:
     """A warm-up Job under its cache, an expiry Job under the cache it expires; other Jobs: none."""
     labels, namespace = _labels(body), _namespace(body)
@@ -183,7 +192,7 @@ def service_entries(body: Obj) -> dict[Key, Obj]:
 
 def pod_template_entries(body: Obj) -> dict[Key, Obj]:
     """A PodTemplate under its name (``podTemplate.templateRef`` may name it)."""
-    return {(POD_TEMPLATE, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim(body)}
+    return {(POD_TEMPLATE, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim_pod_template(body)}
 
 
 @dataclass(frozen=True)
