@@ -28,7 +28,18 @@ from compilecache.controller.reconcile import reconcile
 from compilecache.controller.snapshot import ApiReader, Cache, Snapshot
 from compilecache.local import jobrunner
 from specs import cache, cache_spec, cluster, node
-from test_operator import NS, create_cache, finish, running_operator, status_of, wait_jobs, wait_phase
+from test_operator import (
+    NS,
+    SUMMARY,
+    create_cache,
+    finish,
+    finish_expiry,
+    running_operator,
+    status_of,
+    wait_jobs,
+    wait_phase,
+)
+from test_operator_metrics import warm_pod
 
 pytestmark = pytest.mark.emulator
 
@@ -344,3 +355,59 @@ def test_a_pass_whose_indexes_lag_behind_its_creates_makes_them_once_and_lists_n
     third = reconcile(client, NS, "llama", reader=lagging)
     assert third.error is None and lists(after, requests_made()), "expected a 409 and a list"
     client.close()
+
+
+def held(objects: list[dict[str, Any]], entries: Any) -> dict[Any, list[Any]]:
+    """An index as kopf keeps it for ``objects``: each one's entries (``indexes.*_entries``) under their keys."""
+    found: dict[Any, list[Any]] = {}
+    for obj in objects:
+        for key, kept in entries(obj).items():
+            found.setdefault(key, []).append(kept)
+    return found
+
+
+def test_a_finished_jobs_pods_are_read_from_the_api_while_the_pod_index_still_shows_them_running(
+    kube_env, looping
+) -> None:
+    """Pods and Jobs come by separate watches: the expiry Job's end may come before its pod's.
+
+    The Job controller marks a Job finished only after its pods' final status, so a list then (the
+    passes before the indexes) always read the pod's termination message, the expiry's summary.
+    """
+    loop, _ = looping
+    kube_env.create(
+        "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": cache()["spec"]}, NS
+    )
+    client = Client.from_environment()
+    nodes_held = held(cluster(), indexes.node_entries)
+
+    def caught_up(pods: list[dict[str, Any]]) -> indexes.IndexedReader:
+        found = indexes.Indexes(
+            held(kube_env.list("batch/v1/jobs", NS), indexes.job_entries),
+            held(pods, indexes.pod_entries),
+            nodes_held,
+            held(kube_env.list("v1/persistentvolumeclaims", NS), indexes.claim_entries),
+            {},
+            {},
+        )
+        return indexes.IndexedReader(found, loop, client)
+
+    assert reconcile(client, NS, "llama", reader=caught_up([])).error is None  # the claim and 2 warm-up Jobs
+    for job in kube_env.list("batch/v1/jobs", NS):
+        warm_pod(kube_env, job, entries=2)
+        finish(kube_env, job, succeeded=True)
+    warmed = reconcile(client, NS, "llama", reader=caught_up(kube_env.list("v1/pods", NS)))
+    assert warmed.error is None and warmed.status and warmed.status["phase"] == "Expiring", warmed.status
+    [expiry] = kube_env.list("batch/v1/jobs", NS, f"{expiryjob.LABEL_EXPIRY_OF}=llama")
+    finish_expiry(kube_env, expiry)
+    # The pod index has not had the expiry pod's last event yet: it shows the pod as it ran.
+    ran = {"phase": "Running", "containerStatuses": [{"name": "expire", "state": {"running": {}}}]}
+    pods = [
+        pod | {"status": ran} if pod["metadata"]["labels"].get(expiryjob.LABEL_EXPIRY_OF) else pod
+        for pod in kube_env.list("v1/pods", NS)
+    ]
+    done = reconcile(client, NS, "llama", reader=caught_up(pods))
+    client.close()
+    assert done.error is None and done.status and done.status["phase"] == "Ready", done.status
+    assert "no summary" not in done.status["message"], done.status["message"]
+    assert done.status["cache"]["lastDeleted"] == SUMMARY["deleted"]
