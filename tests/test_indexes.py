@@ -21,7 +21,7 @@ import pytest
 from kopf.testing import KopfRunner
 
 from compilecache.controller import expectations, expiryjob, handlers, indexes, jobs, metrics
-from compilecache.controller.api import parse_spec
+from compilecache.controller.api import TemplateRef, parse_spec
 from compilecache.controller.kube import Client
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.reconcile import reconcile
@@ -178,6 +178,26 @@ def test_an_audit_finds_what_the_indexes_hold_that_the_api_deleted_and_the_reade
     assert audited.deleted(ApiReader(client)) == {"gone-uid"}
     reader.forget({"gone-uid"})
     assert [job["metadata"]["uid"] for job in reader.warmup_jobs(NS, "llama")] == [live["metadata"]["uid"]]
+    client.close()
+
+
+def test_an_audit_finds_a_pod_template_the_api_deleted_and_made_again(kube_env, looping) -> None:
+    """A PodTemplate comes from memory too: one deleted and made again in a watch's gap leaves kopf both."""
+    loop, _ = looping
+    pod = {"containers": [{"name": "train", "image": "registry.example/trainer:1.2"}]}
+    made = kube_env.create("v1/podtemplates", {"metadata": {"name": "training"}, "template": {"spec": pod}}, NS)
+    gone = made | {"metadata": made["metadata"] | {"uid": "gone-uid"}}
+    key = (indexes.POD_TEMPLATE, NS, "training")
+    held_templates: dict[Any, Any] = {key: [indexes.slim_pod_template(gone), indexes.slim_pod_template(made)]}
+    empty: dict[Any, Any] = {}
+    client = Client.from_environment()
+    reader = indexes.IndexedReader(indexes.Indexes(empty, empty, empty, empty, empty, held_templates), loop, client)
+    audited = indexes.Audit(reader)
+    ref = TemplateRef("PodTemplate", "training")
+    assert audited.template(NS, ref)["metadata"]["uid"] == "gone-uid"  # the older entry, first in kopf's store
+    assert audited.deleted(ApiReader(client)) == {"gone-uid"}
+    reader.forget({"gone-uid"})
+    assert reader.template(NS, ref)["metadata"]["uid"] == made["metadata"]["uid"]
     client.close()
 
 

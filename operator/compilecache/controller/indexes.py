@@ -383,8 +383,11 @@ class Audit:
         return found
 
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """As :meth:`IndexedReader.template` (not recorded: a Job or JobSet is read from the API anyway)."""
-        return self.memory.template(namespace, ref)
+        """As :meth:`IndexedReader.template`, recorded for a PodTemplate (a Job or JobSet is read from the API)."""
+        found = self.memory.template(namespace, ref)
+        if ref.kind == "PodTemplate":
+            self._record("template", (namespace, ref), () if found is None else (found,))
+        return found
 
     def deleted(self, api: Any) -> set[str]:
         """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not."""
