@@ -183,9 +183,13 @@ NOT_RECORDED: dict[tuple[str, str, str], str] = {
         "no call: OwnerReferencesPermissionEnforcement checks it when a Job or claim sets blockOwnerDeletion"
     ),
     # Passes read claims and PodTemplates from the watch-fed indexes; after a 409 on a create (an object
-    # the watch has not brought yet) a pass reads them again by name, which a session makes only by timing.
-    ("get", "", "persistentvolumeclaims"): "a pass's read after a 409 on a create (controller/reconcile.py)",
-    ("get", "", "podtemplates"): "a pass's read after a 409 on a create (controller/reconcile.py)",
+    # the watch has not brought yet) and at a periodic audit a pass reads them again by name, which a
+    # session makes only by timing; the validating webhook reads a cache's existing claim.
+    ("get", "", "persistentvolumeclaims"): (
+        "a pass's read after a 409 on a create or at its audit (controller/reconcile.py); the validating "
+        "webhook's (handlers._claim)"
+    ),
+    ("get", "", "podtemplates"): "a pass's read after a 409 on a create or at its audit (controller/reconcile.py)",
 }
 
 # Requests the chart needs no rule for: discovery (/api, /apis, /apis/GROUP/VERSION) is granted to

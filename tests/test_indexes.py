@@ -21,14 +21,25 @@ import pytest
 from kopf.testing import KopfRunner
 
 from compilecache.controller import expectations, expiryjob, handlers, indexes, jobs, metrics
-from compilecache.controller.api import parse_spec
+from compilecache.controller.api import TemplateRef, parse_spec
 from compilecache.controller.kube import Client
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.reconcile import reconcile
 from compilecache.controller.snapshot import ApiReader, Cache, Snapshot
 from compilecache.local import jobrunner
-from specs import cache, cluster, node
-from test_operator import NS, create_cache, finish, running_operator, status_of, wait_jobs, wait_phase
+from specs import cache, cache_spec, cluster, node
+from test_operator import (
+    NS,
+    SUMMARY,
+    create_cache,
+    finish,
+    finish_expiry,
+    running_operator,
+    status_of,
+    wait_jobs,
+    wait_phase,
+)
+from test_operator_metrics import warm_pod
 
 pytestmark = pytest.mark.emulator
 
@@ -170,6 +181,26 @@ def test_an_audit_finds_what_the_indexes_hold_that_the_api_deleted_and_the_reade
     client.close()
 
 
+def test_an_audit_finds_a_pod_template_the_api_deleted_and_made_again(kube_env, looping) -> None:
+    """A PodTemplate comes from memory too: one deleted and made again in a watch's gap leaves kopf both."""
+    loop, _ = looping
+    pod = {"containers": [{"name": "train", "image": "registry.example/trainer:1.2"}]}
+    made = kube_env.create("v1/podtemplates", {"metadata": {"name": "training"}, "template": {"spec": pod}}, NS)
+    gone = made | {"metadata": made["metadata"] | {"uid": "gone-uid"}}
+    key = (indexes.POD_TEMPLATE, NS, "training")
+    held_templates: dict[Any, Any] = {key: [indexes.slim_pod_template(gone), indexes.slim_pod_template(made)]}
+    empty: dict[Any, Any] = {}
+    client = Client.from_environment()
+    reader = indexes.IndexedReader(indexes.Indexes(empty, empty, empty, empty, empty, held_templates), loop, client)
+    audited = indexes.Audit(reader)
+    ref = TemplateRef("PodTemplate", "training")
+    assert audited.template(NS, ref)["metadata"]["uid"] == "gone-uid"  # the older entry, first in kopf's store
+    assert audited.deleted(ApiReader(client)) == {"gone-uid"}
+    reader.forget({"gone-uid"})
+    assert reader.template(NS, ref)["metadata"]["uid"] == made["metadata"]["uid"]
+    client.close()
+
+
 # --- the real operator ---------------------------------------------------------------------------------
 
 
@@ -266,6 +297,26 @@ def test_a_node_that_comes_reaches_every_cache_without_waiting_for_the_resync(ku
 
 
 @pytest.mark.slow
+def test_a_pod_template_a_cache_names_reaches_its_warm_ups_from_the_index(kube_env, nodes, operator) -> None:
+    """A PodTemplate holds its pod spec in ``template``, not ``spec``: the index must keep it."""
+    pod = {
+        "containers": [
+            {"name": "train", "image": cache_spec()["warmup"]["image"], "env": [{"name": "DATA", "value": "/d"}]}
+        ]
+    }
+    kube_env.create("v1/podtemplates", {"metadata": {"name": "training"}, "template": {"spec": pod}}, NS)
+    warmup = cache_spec()["warmup"] | {"podTemplate": {"templateRef": {"kind": "PodTemplate", "name": "training"}}}
+    create_cache(kube_env, warmup=warmup)
+    settled = kube_env.wait_for(
+        lambda: status_of(kube_env).get("phase") in ("Warming", "Failed") and status_of(kube_env)
+    )
+    assert settled["phase"] == "Warming", settled.get("message")
+    for job in wait_jobs(kube_env, 2).values():
+        env = job["spec"]["template"]["spec"]["containers"][0].get("env") or []
+        assert {"name": "DATA", "value": "/d"} in env, env
+
+
+@pytest.mark.slow
 def test_the_periodic_audit_asks_the_api_and_forgets_nothing_that_exists(
     kube_env, nodes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -324,3 +375,59 @@ def test_a_pass_whose_indexes_lag_behind_its_creates_makes_them_once_and_lists_n
     third = reconcile(client, NS, "llama", reader=lagging)
     assert third.error is None and lists(after, requests_made()), "expected a 409 and a list"
     client.close()
+
+
+def held(objects: list[dict[str, Any]], entries: Any) -> dict[Any, list[Any]]:
+    """An index as kopf keeps it for ``objects``: each one's entries (``indexes.*_entries``) under their keys."""
+    found: dict[Any, list[Any]] = {}
+    for obj in objects:
+        for key, kept in entries(obj).items():
+            found.setdefault(key, []).append(kept)
+    return found
+
+
+def test_a_finished_jobs_pods_are_read_from_the_api_while_the_pod_index_still_shows_them_running(
+    kube_env, looping
+) -> None:
+    """Pods and Jobs come by separate watches: the expiry Job's end may come before its pod's.
+
+    The Job controller marks a Job finished only after its pods' final status, so a list then (the
+    passes before the indexes) always read the pod's termination message, the expiry's summary.
+    """
+    loop, _ = looping
+    kube_env.create(
+        "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": cache()["spec"]}, NS
+    )
+    client = Client.from_environment()
+    nodes_held = held(cluster(), indexes.node_entries)
+
+    def caught_up(pods: list[dict[str, Any]]) -> indexes.IndexedReader:
+        found = indexes.Indexes(
+            held(kube_env.list("batch/v1/jobs", NS), indexes.job_entries),
+            held(pods, indexes.pod_entries),
+            nodes_held,
+            held(kube_env.list("v1/persistentvolumeclaims", NS), indexes.claim_entries),
+            {},
+            {},
+        )
+        return indexes.IndexedReader(found, loop, client)
+
+    assert reconcile(client, NS, "llama", reader=caught_up([])).error is None  # the claim and 2 warm-up Jobs
+    for job in kube_env.list("batch/v1/jobs", NS):
+        warm_pod(kube_env, job, entries=2)
+        finish(kube_env, job, succeeded=True)
+    warmed = reconcile(client, NS, "llama", reader=caught_up(kube_env.list("v1/pods", NS)))
+    assert warmed.error is None and warmed.status and warmed.status["phase"] == "Expiring", warmed.status
+    [expiry] = kube_env.list("batch/v1/jobs", NS, f"{expiryjob.LABEL_EXPIRY_OF}=llama")
+    finish_expiry(kube_env, expiry)
+    # The pod index has not had the expiry pod's last event yet: it shows the pod as it ran.
+    ran = {"phase": "Running", "containerStatuses": [{"name": "expire", "state": {"running": {}}}]}
+    pods = [
+        pod | {"status": ran} if pod["metadata"]["labels"].get(expiryjob.LABEL_EXPIRY_OF) else pod
+        for pod in kube_env.list("v1/pods", NS)
+    ]
+    done = reconcile(client, NS, "llama", reader=caught_up(pods))
+    client.close()
+    assert done.error is None and done.status and done.status["phase"] == "Ready", done.status
+    assert "no summary" not in done.status["message"], done.status["message"]
+    assert done.status["cache"]["lastDeleted"] == SUMMARY["deleted"]

@@ -3,7 +3,8 @@
 Level-triggered on purpose: watch events of the cache and of its Jobs wake the cache's
 daemon (``passes``), which runs one pass at a time (a burst of triggers folds into one more
 pass, and a triggered pass waits ``COALESCE_SECONDS`` for the rest of its burst), one every
-``COMPILECACHE_RESYNC_SECONDS`` (± ``RESYNC_JITTER``) without triggers (for gate timeouts),
+``COMPILECACHE_RESYNC_SECONDS`` (± ``RESYNC_JITTER``) without triggers (for what wakes no pass: gate
+timeouts, stuck pods, claims and PodTemplates that appear or change, training pods' reports),
 and after a failed pass one more after a growing, bounded delay (``retry_delay``). A Node
 that comes, goes or changes what pools read wakes every cache, ``SWEEP_BATCH`` at a time
 (``node_changed``); its heartbeats wake none. Passes read what they need from kopf's

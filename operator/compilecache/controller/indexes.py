@@ -18,10 +18,11 @@ memory of a thousand caches, and of a cluster's every pod passing through the po
 Readers. :class:`IndexedReader` answers a pass's questions (the ``snapshot.Reader`` protocol)
 from these indexes. kopf mutates them in its event loop, and passes run on worker threads;
 so a worker never iterates them itself: each question is asked of the loop
-(``loop.call_soon_threadsafe``) and answered with a copy. The one read that still reaches the
-API is a template that is a Job or JobSet (a GET by name, no scan): indexing every Job's pod
-spec and every JobSet in the cluster, to serve the rare cache that names one, would cost more
-memory than the point read costs the API server.
+(``loop.call_soon_threadsafe``) and answered with a copy. Two reads still reach the API. A
+template that is a Job or JobSet (a GET by name, no scan): indexing every Job's pod spec and every
+JobSet in the cluster, to serve the rare cache that names one, would cost more memory than the
+point read costs the API server. And the pods of a finished Job while memory still shows one of
+them running: Jobs and pods come by separate watches, and the Job's end may come first.
 
 Staleness. kopf keeps an index entry until it sees the object's DELETED event. When a watch
 must start again from a fresh listing (a ``410 Gone`` after a disconnect, or a pause and a
@@ -46,6 +47,7 @@ from typing import Any, TypeVar
 from compilecache.controller import expiryjob, jobs, template
 from compilecache.controller.api import TemplateRef
 from compilecache.controller.kube import Client
+from compilecache.controller.snapshot import ApiReader
 
 Obj = Mapping[str, Any]
 T = TypeVar("T")
@@ -81,6 +83,15 @@ def uid(obj: Obj | None) -> str:
 def _labels(body: Obj) -> Mapping[str, str]:
     labels: Mapping[str, str] = (body.get("metadata") or {}).get("labels") or {}
     return labels
+
+
+def _ended(pod: Obj) -> bool:
+    """Whether a pod's status says it ended: its phase, or every container terminated."""
+    pod_status = pod.get("status") or {}
+    containers = pod_status.get("containerStatuses") or []
+    return pod_status.get("phase") in ("Succeeded", "Failed") or (
+        bool(containers) and all((state.get("state") or {}).get("terminated") for state in containers)
+    )
 
 
 def _namespace(body: Obj) -> str | None:
@@ -142,6 +153,15 @@ def slim_node(body: Obj) -> Obj:
     return node
 
 
+def slim_pod_template(body: Obj) -> Obj:
+    """A PodTemplate as passes read it: its pod spec is under ``template`` (a PodTemplate has no ``spec``),
+    which ``template.pod_spec_of`` reads."""
+    kept = dict(slim(body))
+    if body.get("template") is not None:
+        kept["template"] = copy.deepcopy(dict(body["template"]))
+    return kept
+
+
 def job_entries(body: Obj) -> dict[Key, Obj]:
     """A warm-up Job under its cache, an expiry Job under the cache it expires; other Jobs: none."""
     labels, namespace = _labels(body), _namespace(body)
@@ -183,7 +203,7 @@ def service_entries(body: Obj) -> dict[Key, Obj]:
 
 def pod_template_entries(body: Obj) -> dict[Key, Obj]:
     """A PodTemplate under its name (``podTemplate.templateRef`` may name it)."""
-    return {(POD_TEMPLATE, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim(body)}
+    return {(POD_TEMPLATE, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim_pod_template(body)}
 
 
 @dataclass(frozen=True)
@@ -288,9 +308,15 @@ class IndexedReader:
         """The cache's expiry Jobs."""
         return self._entries(self._indexes.jobs, (EXPIRY_JOBS, namespace, cache))
 
-    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]:
-        """The pods of one of our Jobs."""
-        return self._entries(self._indexes.pods, (JOB_PODS, namespace, job))
+    def job_pods(self, namespace: str | None, job: str, finished: bool = False) -> tuple[Obj, ...]:
+        """The pods of one of our Jobs; those of a ``finished`` one from the API while memory shows one still on."""
+        pods = self._entries(self._indexes.pods, (JOB_PODS, namespace, job))
+        if finished and not all(map(_ended, pods)):
+            # The Job controller ends a Job only once its pods' phases say they ended (a list then read their
+            # termination messages: a warm-up's report, the expiry's summary), but pods and Jobs come by
+            # separate watches, in no order between them: memory may have the Job's end before its pods'.
+            return ApiReader(self._client).job_pods(namespace, job)
+        return pods
 
     def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """The cache's multi-host Services."""
@@ -338,9 +364,9 @@ class Audit:
         """As :meth:`IndexedReader.expiry_jobs`, recorded."""
         return self._record("expiry_jobs", (namespace, cache), self.memory.expiry_jobs(namespace, cache))
 
-    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]:
+    def job_pods(self, namespace: str | None, job: str, finished: bool = False) -> tuple[Obj, ...]:
         """As :meth:`IndexedReader.job_pods`, recorded."""
-        return self._record("job_pods", (namespace, job), self.memory.job_pods(namespace, job))
+        return self._record("job_pods", (namespace, job), self.memory.job_pods(namespace, job, finished))
 
     def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """As :meth:`IndexedReader.services`, recorded."""
@@ -357,8 +383,11 @@ class Audit:
         return found
 
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """As :meth:`IndexedReader.template` (not recorded: a Job or JobSet is read from the API anyway)."""
-        return self.memory.template(namespace, ref)
+        """As :meth:`IndexedReader.template`, recorded for a PodTemplate (a Job or JobSet is read from the API)."""
+        found = self.memory.template(namespace, ref)
+        if ref.kind == "PodTemplate":
+            self._record("template", (namespace, ref), () if found is None else (found,))
+        return found
 
     def deleted(self, api: Any) -> set[str]:
         """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not."""

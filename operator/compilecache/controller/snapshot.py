@@ -115,7 +115,7 @@ class Reader(Protocol):
     def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
     def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
     def expiry_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
-    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]: ...
+    def job_pods(self, namespace: str | None, job: str, finished: bool = False) -> tuple[Obj, ...]: ...
     def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
     def nodes(self) -> tuple[Obj, ...]: ...
     def claim(self, namespace: str | None, name: str) -> Obj | None: ...
@@ -144,8 +144,8 @@ class ApiReader:
         """The cache's expiry Jobs."""
         return tuple(self.client.list(JOBS, namespace, labels={expiryjob.LABEL_EXPIRY_OF: cache}))
 
-    def job_pods(self, namespace: str | None, job: str) -> tuple[Obj, ...]:
-        """The pods of a Job, by the label the Job controller gives them."""
+    def job_pods(self, namespace: str | None, job: str, finished: bool = False) -> tuple[Obj, ...]:
+        """The pods of a Job, by the label the Job controller gives them (``finished``: the Job has ended)."""
         return tuple(self.client.list(PODS, namespace, labels={"job-name": job}))
 
     def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
@@ -186,13 +186,13 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
     expiry_pods: list[Obj] = []
     for job in expiry_jobs:  # one, rarely two (a superseded one not yet deleted)
         # A finished one: what it said; a running one: whether its pod is stuck (podstate.py).
-        expiry_pods += reader.job_pods(namespace, job["metadata"]["name"])
+        expiry_pods += reader.job_pods(namespace, job["metadata"]["name"], finished=_finished(job))
     warmup_jobs = reader.warmup_jobs(namespace, name)
     warmup_pods: list[Obj] = []
     recorded = cache.status.get("pools") or []
     for job in warmup_jobs:  # running ones (stuck?), failed ones, and succeeded ones not yet reported
-        if status.needs_report(job, recorded) or status.job_state(job)["state"] not in status.FINISHED:
-            warmup_pods += reader.job_pods(namespace, job["metadata"]["name"])
+        if status.needs_report(job, recorded) or not _finished(job):
+            warmup_pods += reader.job_pods(namespace, job["metadata"]["name"], finished=_finished(job))
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
     template_obj = reader.template(namespace, ref) if ref is not None else None
     services = reader.services(namespace, name) if uses_services(cache) else ()
@@ -209,3 +209,7 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         policy=policy,
         template=template_obj,
     )
+
+
+def _finished(job: Obj) -> bool:
+    return status.job_state(job)["state"] in status.FINISHED
