@@ -431,3 +431,24 @@ def test_a_finished_jobs_pods_are_read_from_the_api_while_the_pod_index_still_sh
     assert done.error is None and done.status and done.status["phase"] == "Ready", done.status
     assert "no summary" not in done.status["message"], done.status["message"]
     assert done.status["cache"]["lastDeleted"] == SUMMARY["deleted"]
+
+
+def test_a_pods_or_claims_own_labels_and_annotations_stay_out_of_memory_and_an_absent_map_stays_absent() -> None:
+    """Anyone who may create pods may label thousands with a cache and 256 KiB of annotations each."""
+    meta = {
+        "name": "t",
+        "namespace": NS,
+        "labels": {jobs.LABEL_CACHE: "llama", "team": "x" * 63},
+        "annotations": {"notes": "x" * 200_000, "compilecache.dev/released": "GateTimeout at 2026-11-27T01:00:00Z"},
+    }
+    [kept] = indexes.pod_entries({"metadata": meta, "spec": {}}).values()
+    assert kept["metadata"]["labels"] == {jobs.LABEL_CACHE: "llama"}
+    assert kept["metadata"]["annotations"] == {
+        "compilecache.dev/released": meta["annotations"]["compilecache.dev/released"]
+    }
+    bare = {k: v for k, v in meta.items() if k != "annotations"}
+    [kept] = indexes.pod_entries({"metadata": bare, "spec": {}}).values()
+    assert "annotations" not in kept["metadata"]  # gates.release_patch adds the map itself then
+    claim = {"metadata": {"name": "c", "namespace": NS, "labels": {"compilecache.dev/cache-claim": "true", "a": "b"}}}
+    [kept] = indexes.claim_entries(claim).values()
+    assert kept["metadata"]["labels"] == {"compilecache.dev/cache-claim": "true"}

@@ -316,7 +316,7 @@ def projected(snap: Snapshot) -> Snapshot:
     return dataclasses.replace(
         snap,
         pods=tuple(map(indexes.slim_pod, snap.pods)),
-        claim=None if snap.claim is None else indexes.slim(snap.claim),
+        claim=None if snap.claim is None else indexes.slim_claim(snap.claim),
         nodes=tuple(map(indexes.slim_node, snap.nodes)),
         jobs=tuple(map(indexes.slim_job, snap.jobs)),
         warmup_pods=tuple(map(indexes.slim_pod, snap.warmup_pods)),

@@ -137,9 +137,34 @@ def slim_job(body: Obj) -> Obj:
     return slim(body, spec=_job_spec)
 
 
+# The labels and annotations passes read of objects others make (pods, claims): the operator's own
+# and the Job controller's. The rest stays out of memory: a pod's author may write 256 KiB of
+# annotations, and every pod labelled with a cache, existing or not, is held.
+KEPT_PREFIXES = ("compilecache.dev/", "batch.kubernetes.io/")
+KEPT_NAMES = frozenset({JOB_NAME, "controller-uid"})
+
+
+def _ours(meta: Obj) -> dict[str, Any]:
+    kept = dict(meta)
+    for where in ("labels", "annotations"):
+        values = meta.get(where)
+        if isinstance(values, Mapping):  # an absent map stays absent: a release patch tells it from an empty one
+            kept[where] = {k: v for k, v in values.items() if k in KEPT_NAMES or k.startswith(KEPT_PREFIXES)}
+    return kept
+
+
 def slim_pod(body: Obj) -> Obj:
-    """A pod as passes read it."""
-    return slim(body, spec=_pod_spec)
+    """A pod as passes read it: its gates and node, its status, and of its metadata what is ours."""
+    pod = dict(slim(body, spec=_pod_spec))
+    pod["metadata"] = _ours(pod["metadata"])
+    return pod
+
+
+def slim_claim(body: Obj) -> Obj:
+    """A claim as passes read it: its status, and of its metadata what is ours (an opt-in, an owner)."""
+    claim = dict(slim(body))
+    claim["metadata"] = _ours(claim["metadata"])
+    return claim
 
 
 def slim_node(body: Obj) -> Obj:
@@ -192,7 +217,7 @@ def node_entries(body: Obj) -> dict[Key, Obj]:
 
 def claim_entries(body: Obj) -> dict[Key, Obj]:
     """A PersistentVolumeClaim under its name (a cache's spec names its claim)."""
-    return {(CLAIM, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim(body)}
+    return {(CLAIM, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim_claim(body)}
 
 
 def service_entries(body: Obj) -> dict[Key, Obj]:
