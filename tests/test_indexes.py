@@ -452,3 +452,26 @@ def test_a_pods_or_claims_own_labels_and_annotations_stay_out_of_memory_and_an_a
     claim = {"metadata": {"name": "c", "namespace": NS, "labels": {"compilecache.dev/cache-claim": "true", "a": "b"}}}
     [kept] = indexes.claim_entries(claim).values()
     assert kept["metadata"]["labels"] == {"compilecache.dev/cache-claim": "true"}
+
+
+def test_an_audit_does_not_forget_a_pod_that_moved_to_another_cache(kube_env: Any, looping) -> None:
+    """Memory still shows a pod under cache a; the API has it relabelled for cache b: moved, not deleted."""
+    loop, _ = looping
+    moved = kube_env.create(
+        "v1/pods",
+        {
+            "metadata": {"name": "t", "labels": {jobs.LABEL_CACHE: "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        },
+        NS,
+    )
+    was = indexes.slim_pod(moved | {"metadata": moved["metadata"] | {"labels": {jobs.LABEL_CACHE: "a"}}})
+    gone = {"metadata": {"name": "u", "namespace": NS, "uid": "gone-uid", "labels": {jobs.LABEL_CACHE: "a"}}}
+    held: dict[Any, Any] = {(indexes.TRAINING_PODS, NS, "a"): [was, gone]}
+    empty: dict[Any, Any] = {}
+    client = Client.from_environment()
+    reader = indexes.IndexedReader(indexes.Indexes(empty, held, empty, empty, empty, empty), loop, client)
+    audited = indexes.Audit(reader)
+    assert len(audited.training_pods(NS, "a")) == 2
+    assert audited.deleted(ApiReader(client)) == {"gone-uid"}
+    client.close()

@@ -44,9 +44,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compilecache.controller import expiryjob, jobs, template
+from compilecache.controller import expiryjob, jobs, kube, template
 from compilecache.controller.api import TemplateRef
-from compilecache.controller.kube import Client
+from compilecache.controller.kube import Client, Resource
 from compilecache.controller.snapshot import ApiReader
 
 Obj = Mapping[str, Any]
@@ -414,11 +414,33 @@ class Audit:
             self._record("template", (namespace, ref), () if found is None else (found,))
         return found
 
-    def deleted(self, api: Any) -> set[str]:
-        """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not."""
+    def deleted(self, api: ApiReader) -> set[str]:
+        """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not,
+        and that are gone: a suspect is read by name, since it may have moved (a pod relabelled for another
+        cache is not deleted, and must not be forgotten for that cache)."""
         gone: set[str] = set()
         for question, args, remembered in self.asked:
             answer = getattr(api, question)(*args)
             present = {uid(obj) for obj in ((answer,) if isinstance(answer, Mapping) else answer or ())}
-            gone |= {uid(obj) for obj in remembered if uid(obj) and uid(obj) not in present}
+            for obj in remembered:
+                if uid(obj) and uid(obj) not in present and uid(api.client.get(*_address(question, obj))) != uid(obj):
+                    gone.add(uid(obj))
         return gone
+
+
+# The resource each question's answers are of.
+_ANSWERED_WITH = {
+    "training_pods": kube.PODS,
+    "job_pods": kube.PODS,
+    "warmup_jobs": kube.JOBS,
+    "expiry_jobs": kube.JOBS,
+    "services": kube.SERVICES,
+    "nodes": kube.NODES,
+    "claim": kube.PVCS,
+    "template": template.PODTEMPLATES,
+}
+
+
+def _address(question: str, obj: Obj) -> tuple[Resource, str, str | None]:
+    meta = obj.get("metadata") or {}
+    return _ANSWERED_WITH[question], str(meta.get("name")), meta.get("namespace")
