@@ -475,3 +475,15 @@ def test_an_audit_does_not_forget_a_pod_that_moved_to_another_cache(kube_env: An
     assert len(audited.training_pods(NS, "a")) == 2
     assert audited.deleted(ApiReader(client)) == {"gone-uid"}
     client.close()
+
+
+@pytest.mark.parametrize("workers", ["0", "65", "many"])
+def test_a_pass_worker_count_out_of_bounds_stops_the_operator_naming_it(
+    kube_env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, workers: str
+) -> None:
+    monkeypatch.setenv(handlers.PASS_WORKERS_ENV, workers)
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=handlers.registry, timeout=30, reraise=False)
+    with runner:
+        pass  # the startup handler refuses it: kopf stops on its own
+    assert runner.exit_code != 0 and runner.exception is not None
+    assert f"{handlers.PASS_WORKERS_ENV}={workers!r}" in caplog.text

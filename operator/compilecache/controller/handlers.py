@@ -45,6 +45,7 @@ from compilecache.controller import (
     expiryjob,
     indexes,
     jobs,
+    kube,
     metrics,
     policy,
     watchdog,
@@ -66,7 +67,9 @@ AUDIT_SECONDS_ENV = "COMPILECACHE_AUDIT_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
 # Set by `compilecache operator` from kopf's -A/-n options (runner.py): JSON null (all) or names.
 WATCHDOG_NAMESPACES_ENV = "COMPILECACHE_WATCHDOG_NAMESPACES"
-PASS_WORKERS = 8  # passes of different caches at once (one cache never runs two: its daemon)
+# Passes of different caches at once (one cache never runs two: its daemon). A pass waits on the API
+# server most of its time, and the API server takes writes in parallel (etcd commits them in groups).
+PASS_WORKERS_ENV, DEFAULT_PASS_WORKERS = "COMPILECACHE_PASS_WORKERS", 8
 # A triggered pass waits this long first, so that a burst of events for one cache (its Jobs created,
 # its status recorded) makes one pass; triggers during a pass fold into one more pass after it.
 COALESCE_SECONDS = 0.1
@@ -122,6 +125,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         served = watchdog.parse_namespaces(os.environ.get(WATCHDOG_NAMESPACES_ENV))
     except (webhook.ConfigError, ValueError) as exc:
         raise kopf.PermanentError(str(exc)) from None
+    try:
+        workers = int(os.environ.get(PASS_WORKERS_ENV, DEFAULT_PASS_WORKERS))
+        if not 1 <= workers <= kube.MAX_CONNECTIONS:
+            raise ValueError(f"not from 1 to {kube.MAX_CONNECTIONS}")
+    except ValueError as exc:
+        raise kopf.PermanentError(f"{PASS_WORKERS_ENV}={os.environ.get(PASS_WORKERS_ENV)!r}: {exc}") from None
     settings.admission.managed = None
     try:
         memo.policy = policy.from_env(os.environ)
@@ -144,7 +153,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.resync_seconds = float(os.environ.get(RESYNC_SECONDS_ENV, DEFAULT_RESYNC_SECONDS))
     memo.audit_seconds = float(os.environ.get(AUDIT_SECONDS_ENV, indexes.AUDIT_SECONDS))
     memo.forgotten = collections.OrderedDict()  # uids the audits found deleted (indexes.IndexedReader)
-    memo.workers = concurrent.futures.ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="compilecache-pass")
+    memo.workers = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="compilecache-pass")
     # Not a kopf daemon or timer, by design: it runs while kopf's peering pauses the operator.
     memo.watchdog = None
     if served is not None:

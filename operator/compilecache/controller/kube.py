@@ -42,6 +42,9 @@ JSON_PATCH = "application/json-patch+json"
 # for at most the one call in flight. (urllib3's default would retry 3 times: 4 × the timeout.)
 REQUEST_TIMEOUT = (3.0, 10.0)
 CONNECT_RETRIES = 1
+# Connections kept to the API server: one per pass worker, the webhook's and the watchdog's, with room.
+# (The client's default, 5 per CPU of the machine, is 10 on a 2-core one: passes would queue for one.)
+MAX_CONNECTIONS = 64
 REPORTING_COMPONENT = "compilecache-operator"
 STOPPING = "OperatorStopping"
 UNREACHABLE = "Unreachable"
@@ -118,6 +121,7 @@ class Client:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, MAX_CONNECTIONS)
         configuration.retries = urllib3.Retry(
             total=CONNECT_RETRIES, connect=CONNECT_RETRIES, read=0, status=0, redirect=0, raise_on_status=False
         )
