@@ -112,6 +112,12 @@ def test_a_nodes_heartbeat_changes_nothing_a_pass_reads_but_its_labels_and_gpus_
     assert "images" not in kept["status"] and "conditions" not in kept["status"]
 
 
+def reader_of(loop: asyncio.AbstractEventLoop, client: Client | None = None, **held: Any) -> indexes.IndexedReader:
+    """A reader over hand-made indexes (``jobs=``, ``pods=``, ``nodes=``... as the fields of ``indexes.Indexes``)."""
+    found = indexes.Indexes(**{f.name: held.get(f.name, {}) for f in dataclasses.fields(indexes.Indexes)})
+    return indexes.IndexedReader(found, loop, client)  # type: ignore[arg-type]  # None: no template read by GET
+
+
 # --- the reader: a worker asks the loop ------------------------------------------------------------------
 
 
@@ -132,8 +138,7 @@ def test_a_worker_reads_the_indexes_through_the_loop_and_gets_a_copy_in_name_ord
     loop, _ = looping
     key = (indexes.WARMUP_JOBS, NS, "llama")
     store: dict[Any, Any] = {key: [{"metadata": {"name": "b"}}, {"metadata": {"name": "a"}}]}
-    empty: dict[Any, Any] = {}
-    reader = indexes.IndexedReader(indexes.Indexes(store, empty, empty, empty, empty, empty), loop, client=None)  # type: ignore[arg-type]
+    reader = reader_of(loop, jobs=store)
     with concurrent.futures.ThreadPoolExecutor(1) as worker:
         found = worker.submit(reader.warmup_jobs, NS, "llama").result(timeout=10)
         assert [job["metadata"]["name"] for job in found] == ["a", "b"]
@@ -143,8 +148,7 @@ def test_a_worker_reads_the_indexes_through_the_loop_and_gets_a_copy_in_name_ord
 
 def test_a_read_once_the_loop_is_closed_fails_at_once(looping) -> None:
     loop, thread = looping
-    empty: dict[Any, Any] = {}
-    reader = indexes.IndexedReader(indexes.Indexes(empty, empty, empty, empty, empty, empty), loop, client=None)  # type: ignore[arg-type]
+    reader = reader_of(loop)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=10)
     assert not thread.is_alive(), "the loop did not stop"
@@ -168,9 +172,8 @@ def test_an_audit_finds_what_the_indexes_hold_that_the_api_deleted_and_the_reade
     deleted = job("llama-gone", uid="gone-uid")
     key = (indexes.WARMUP_JOBS, NS, "llama")
     held: dict[Any, Any] = {key: [indexes.slim_job(live), indexes.slim_job(deleted)]}
-    empty: dict[Any, Any] = {}
     client = Client.from_environment()
-    reader = indexes.IndexedReader(indexes.Indexes(held, empty, empty, empty, empty, empty), loop, client)
+    reader = reader_of(loop, client, jobs=held)
     audited = indexes.Audit(reader)
     assert len(audited.warmup_jobs(NS, "llama")) == 2
     assert audited.claim(NS, "jax-cache") is None
@@ -189,9 +192,8 @@ def test_an_audit_finds_a_pod_template_the_api_deleted_and_made_again(kube_env, 
     gone = made | {"metadata": made["metadata"] | {"uid": "gone-uid"}}
     key = (indexes.POD_TEMPLATE, NS, "training")
     held_templates: dict[Any, Any] = {key: [indexes.slim_pod_template(gone), indexes.slim_pod_template(made)]}
-    empty: dict[Any, Any] = {}
     client = Client.from_environment()
-    reader = indexes.IndexedReader(indexes.Indexes(empty, empty, empty, empty, empty, held_templates), loop, client)
+    reader = reader_of(loop, client, pod_templates=held_templates)
     audited = indexes.Audit(reader)
     ref = TemplateRef("PodTemplate", "training")
     assert audited.template(NS, ref)["metadata"]["uid"] == "gone-uid"  # the older entry, first in kopf's store
@@ -355,9 +357,8 @@ def test_a_pass_whose_indexes_lag_behind_its_creates_makes_them_once_and_lists_n
         "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": cache()["spec"]}, NS
     )
     held: dict[Any, Any] = {(indexes.NODES, None, None): [indexes.slim_node(item) for item in cluster()]}
-    empty: dict[Any, Any] = {}
     client = Client.from_environment()
-    lagging = indexes.IndexedReader(indexes.Indexes(empty, empty, held, empty, empty, empty), loop, client)
+    lagging = reader_of(loop, client, nodes=held)
     before = requests_made()
     first = reconcile(client, NS, "llama", reader=lagging)
     assert first.error is None and set(first.expected) == {
@@ -468,9 +469,8 @@ def test_an_audit_does_not_forget_a_pod_that_moved_to_another_cache(kube_env: An
     was = indexes.slim_pod(moved | {"metadata": moved["metadata"] | {"labels": {jobs.LABEL_CACHE: "a"}}})
     gone = {"metadata": {"name": "u", "namespace": NS, "uid": "gone-uid", "labels": {jobs.LABEL_CACHE: "a"}}}
     held: dict[Any, Any] = {(indexes.TRAINING_PODS, NS, "a"): [was, gone]}
-    empty: dict[Any, Any] = {}
     client = Client.from_environment()
-    reader = indexes.IndexedReader(indexes.Indexes(empty, held, empty, empty, empty, empty), loop, client)
+    reader = reader_of(loop, client, pods=held)
     audited = indexes.Audit(reader)
     assert len(audited.training_pods(NS, "a")) == 2
     assert audited.deleted(ApiReader(client)) == {"gone-uid"}
