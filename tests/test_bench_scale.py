@@ -119,7 +119,8 @@ def test_the_scale_benchmark_runs_tiny_on_the_local_cluster_and_its_figures_pars
         for column in ("jobs s", "floor s", "ratio", "ms/cache", "CPU s", "RSS MiB"):
             assert float(figures[column]) > 0, (column, figures)
         assert float(figures["warming s"]) >= 0, figures
-        assert int(figures["requests"]) >= int(figures["lists"]) > 0, figures
+        # Passes list nothing (they read from the indexes); the gate watchdog's round lists pods every 10 s.
+        assert int(figures["requests"]) > 0 and 0 <= int(figures["lists"]) <= 1, figures
         [breakdown] = [line for line in lines if line.startswith(f"requests at {caches}: ")]
         made = dict(item.rsplit(" ", 1) for item in breakdown.split(": ", 1)[1].split(", "))
         assert int(made["create jobs"]) >= 3 * caches, breakdown  # the operator made every Job itself
