@@ -182,8 +182,8 @@ def apply(
             METRICS.count_gate_timeouts(namespace or "", name, [podstate.pod_uid(patched)])
             client.post_event(patched, "Warning", GATE_TIMEOUT, _timeout_message(name, consumers))
     if timed_out and cache is not None:
-        pods_text = ", ".join(timed_out[:10]) + (f" and {len(timed_out) - 10} more" if len(timed_out) > 10 else "")
-        client.post_event(cache, "Warning", GATE_TIMEOUT, f"released {len(timed_out)} pods before Ready ({pods_text})")
+        message = f"released {len(timed_out)} pods before Ready ({status.some_of(timed_out)})"
+        client.post_event(cache, "Warning", GATE_TIMEOUT, message)
     return counts(list(by_name.values()))
 
 

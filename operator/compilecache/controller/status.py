@@ -622,12 +622,17 @@ def condition(
     return result
 
 
-MAX_NAMED_POOLS = 10  # pools named in one Event; the rest are counted
+NAMED = 10  # names a message lists; the rest are counted
+
+
+def some_of(names: Sequence[str], limit: int = NAMED) -> str:
+    """``a, b, c`` for a few names, ``a, ..., j and 3 more`` past ``limit``: a message stays short."""
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     """The Events that moving from status ``old`` to ``new`` deserves: phase and pool state changes."""
-    events: list[Event] = []
+    troubles: list[Event] = []  # a pool's stuck pod or refused report: its own Event, after the states
     old_pools = {key(pool): pool for pool in old.get("pools") or []}
     # Pools that changed to the same state for the same reason share one Event ("pools a, b: Pending
     # (...)"): a new cache of 3 pools posts one, not 3; a thousand caches, a thousand (each is a write).
@@ -637,18 +642,15 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
         if (before.get("state"), before.get("job")) != (pool.get("state"), pool.get("job")):
             type_ = "Warning" if pool.get("state") in NOT_WARMED else "Normal"
             changed.setdefault((type_, str(pool.get("state")), str(pool.get("message", ""))), []).append(label(pool))
-    for (type_, state, why), labels in changed.items():
-        named = ", ".join(labels[:MAX_NAMED_POOLS]) + (
-            f" and {len(labels) - MAX_NAMED_POOLS} more" if len(labels) > MAX_NAMED_POOLS else ""
-        )
-        events.append(Event(type_, f"Pool{state}", f"pool{'s' if len(labels) > 1 else ''} {named}: {state} ({why})"))
-    for pool in new.get("pools") or []:
-        before = old_pools.get(key(pool), {})
         if pool.get("reason") in podstate.REASONS and _family(before) != _family(pool):
             message = f"pool {label(pool)}: {pool.get('message', '')}"
-            events.append(Event("Warning", str(pool["reason"]), message))
+            troubles.append(Event("Warning", str(pool["reason"]), message))
         if pool.get("reason") == REPORT_REFUSED and before.get("reason") != REPORT_REFUSED:
-            events.append(Event("Warning", REPORT_REFUSED, f"pool {label(pool)}: {pool.get('message', '')}"))
+            troubles.append(Event("Warning", REPORT_REFUSED, f"pool {label(pool)}: {pool.get('message', '')}"))
+    events = [
+        Event(type_, f"Pool{state}", f"pool{'s' if len(labels) > 1 else ''} {some_of(labels)}: {state} ({why})")
+        for (type_, state, why), labels in changed.items()
+    ] + troubles
     expired = [_condition_of(status_, "Expired") for status_ in (old, new)]
     if expired[1].get("reason") == REPORT_REFUSED and expired[0].get("reason") != REPORT_REFUSED:
         events.append(Event("Warning", REPORT_REFUSED, f"expiry: {expired[1].get('message', '')}"))
