@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compilecache.controller import expiryjob, jobs, kube, template
+from compilecache.controller import expiryjob, jobs, kube, reports, template
 from compilecache.controller.api import TemplateRef
 from compilecache.controller.kube import Client, Resource
 from compilecache.controller.snapshot import ApiReader
@@ -89,7 +89,7 @@ def _ended(pod: Obj) -> bool:
     """Whether a pod's status says it ended: its phase, or every container terminated."""
     pod_status = pod.get("status") or {}
     containers = pod_status.get("containerStatuses") or []
-    return pod_status.get("phase") in ("Succeeded", "Failed") or (
+    return pod_status.get("phase") in reports.FINISHED_PHASES or (
         bool(containers) and all((state.get("state") or {}).get("terminated") for state in containers)
     )
 

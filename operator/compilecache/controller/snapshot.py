@@ -191,8 +191,9 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
     warmup_pods: list[Obj] = []
     recorded = cache.status.get("pools") or []
     for job in warmup_jobs:  # running ones (stuck?), failed ones, and succeeded ones not yet reported
-        if status.needs_report(job, recorded) or not _finished(job):
-            warmup_pods += reader.job_pods(namespace, job["metadata"]["name"], finished=_finished(job))
+        finished = _finished(job)
+        if status.needs_report(job, recorded) or not finished:
+            warmup_pods += reader.job_pods(namespace, job["metadata"]["name"], finished=finished)
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
     template_obj = reader.template(namespace, ref) if ref is not None else None
     services = reader.services(namespace, name) if uses_services(cache) else ()
