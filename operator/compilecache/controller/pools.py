@@ -26,6 +26,9 @@ class Pool:
     gpus_per_node: int
     gpus_per_pod: int
     workloads: tuple[Workload, ...]
+    # The GPUs per pod the spec declares (``None``: all of a node's, read from the nodes). A pool
+    # with no node can ask an autoscaler for one only with this: the cache key holds the count.
+    declared_gpus: int | None = None
 
 
 def resolve_pools(spec: CacheSpec, nodes: Sequence[Mapping[str, Any]]) -> list[Pool]:
@@ -74,6 +77,7 @@ def resolve_pools(spec: CacheSpec, nodes: Sequence[Mapping[str, Any]]) -> list[P
                 gpus_per_node=gpus_per_node,
                 gpus_per_pod=gpus_per_node if gpus_per_pod is None else gpus_per_pod,
                 workloads=workloads,
+                declared_gpus=gpus_per_pod,
             )
         )
     return pools
