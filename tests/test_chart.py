@@ -951,6 +951,7 @@ def _full_scenario(kube: KubeClient, namespace: str) -> None:
     kube.patch(CC, "llama", {"spec": {"warmup": warmup}}, namespace)  # a new spec hash: the old Jobs go
     kube.wait_for(lambda: (names := {j["metadata"]["name"] for j in _jobs(kube, namespace)}) and not names & old)
     _multihost_scenario(kube, namespace)
+    _capacity_scenario(kube, namespace)
     _template_scenario(kube, namespace)
     kube.delete(CC, "llama", namespace)
     kube.wait_for(lambda: _jobs(kube, namespace) == [])
@@ -974,6 +975,34 @@ def _multihost_scenario(kube: KubeClient, namespace: str) -> None:
     kube.patch(JOBS, job["metadata"]["name"], {"status": done}, namespace, "status")
     kube.wait_for(lambda: kube.list("v1/services", namespace, services) == [])  # the operator deleted it
     kube.delete(CC, "multi", namespace)
+
+
+def _capacity_scenario(kube: KubeClient, namespace: str) -> None:
+    """A pool with no node yet (its GPUs declared): its Job is made, its pod waits for a node, and the pass
+    reads what the autoscaler said on that pod (a list of the pod's Events)."""
+    spec = cache_spec()
+    spec["warmup"]["pools"] = [{"name": "l4", "nodeSelector": {PRODUCT: "NVIDIA-L4"}, "gpusPerPod": 1}]
+    spec["warmup"].pop("discover")
+    spec["storage"] = {"pvc": {"claimName": "scaled-cache", "create": {"size": "1Gi"}}}
+    kube.create(CC, {"metadata": {"name": "scaled"}, "spec": spec}, namespace)
+    [job] = kube.wait_for(lambda: kube.list(JOBS, namespace, "compilecache.dev/cache=scaled"))
+    labels = job["spec"]["template"]["metadata"]["labels"] | {"job-name": job["metadata"]["name"]}
+    pod = kube.create("v1/pods", {"metadata": {"name": "scaled-warm", "labels": labels}, "spec": {}}, namespace)
+    involved = {"kind": "Pod", "name": "scaled-warm", "namespace": namespace, "uid": pod["metadata"]["uid"]}
+    said = "pod triggered scale-up: [{l4-pool 0->1 (max: 2)}]"
+    scale_up = {"reason": "TriggeredScaleUp", "message": said, "source": {"component": "cluster-autoscaler"}}
+    kube.create("v1/events", {"metadata": {"name": "scaled-warm.1"}, "involvedObject": involved, **scale_up}, namespace)
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes"}
+    kube.patch(
+        "v1/pods", "scaled-warm", {"status": {"phase": "Pending", "conditions": [unschedulable]}}, namespace, "status"
+    )
+    kube.wait_for(
+        lambda: any(
+            said in p.get("message", "")
+            for p in (kube.get(CC, "scaled", namespace) or {}).get("status", {}).get("pools") or []
+        )
+    )
+    kube.delete(CC, "scaled", namespace)
 
 
 def _template_scenario(kube: KubeClient, namespace: str) -> None:
@@ -1052,6 +1081,7 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
         ("list", "", "nodes"),
         ("watch", "", "nodes"),
         ("create", "", "events"),
+        ("list", "", "events"),
         ("list", "", "pods"),
         ("watch", "", "pods"),
         ("patch", "", "pods"),

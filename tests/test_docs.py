@@ -41,6 +41,7 @@ NOT_REASONS = frozenset(
         "JobSet",
         "PodTemplate",
         "Exists",
+        "Ignore",  # a podFailurePolicy rule's action
         "FailureTarget",
         "FallbackToLogsOnError",
         "False",

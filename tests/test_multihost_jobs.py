@@ -228,6 +228,8 @@ def test_single_host_jobs_are_byte_for_byte_what_they_were(topologies: Any):
                 manifest = jobs.warmup_job(obj, spec, pool, slot, Topology(1))
                 # Issue 19 added the role label to warm-up pods (never a consumer); everything else is as pinned.
                 assert manifest["spec"]["template"]["metadata"]["labels"].pop(jobs.LABEL_ROLE) == "warmup"
+                # Issue 31 added the podFailurePolicy (a disrupted pod is retried, not counted): names unchanged.
+                assert manifest["spec"].pop("podFailurePolicy") == jobs.POD_FAILURE_POLICY
                 digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
                 seen[(obj["metadata"]["name"], slot, pool.name)] = (manifest["metadata"]["name"], digest)
     assert seen == PINNED
@@ -373,7 +375,7 @@ def _entry(decided: plan.Plan, pool: str, hosts: int) -> dict[str, Any]:
     return next(p for p in decided.status["pools"] if (p["name"], p["hosts"]) == (pool, hosts))
 
 
-def test_one_entry_per_pool_and_topology_and_too_few_nodes_is_said():
+def test_one_entry_per_pool_and_topology_and_a_pool_with_too_few_nodes_asks_for_the_rest():
     decided = plan.plan(snapshot(multihost(hosts=(1, 3))), NOW)
     assert [(p["name"], p["hosts"]) for p in decided.status["pools"]] == [
         ("h100", 1),
@@ -381,39 +383,31 @@ def test_one_entry_per_pool_and_topology_and_too_few_nodes_is_said():
         ("a100", 1),
         ("a100", 3),
     ]
-    too_few = _entry(decided, "a100", 3)
-    assert (too_few["state"], too_few["reason"]) == (status.POOL_TOO_FEW_NODES, "TooFewNodes")
-    assert too_few["message"] == "pool a100 has 2 nodes; a 3-host warm-up needs 3"
-    assert "job" not in too_few
+    # a100 has 2 nodes for a 3-host warm-up: its Job asks for all 3 hosts at once (an autoscaler adds the
+    # third, else capacityTimeout ends it); before issue 31 it was TooFewNodes and nothing ran.
+    short = _entry(decided, "a100", 3)
+    assert (short["state"], short["reason"], short["nodes"]) == (status.POOL_PENDING, "JobCreated", 2)
     created = [(c.resource, c.name) for c in decided.creates]
-    h3 = _entry(decided, "h100", 3)["job"]
-    # The Service comes before its Job (process 0's name must resolve when the pods start); no a100 ×3 Job.
-    assert created.index((SERVICES, h3)) == created.index((JOBS, h3)) - 1
-    assert len([r for r, _ in created if r == SERVICES]) == 1
-    assert len([r for r, _ in created if r == JOBS]) == 3
+    for hosts3 in (_entry(decided, "h100", 3)["job"], short["job"]):
+        # The Service comes before its Job (process 0's name must resolve when the pods start).
+        assert created.index((SERVICES, hosts3)) == created.index((JOBS, hosts3)) - 1
+    assert len([r for r, _ in created if r == SERVICES]) == 2
+    assert len([r for r, _ in created if r == JOBS]) == 4
+    job = next(c.manifest for c in decided.creates if c.name == short["job"] and c.resource == JOBS)
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (3, 3)
     assert decided.status["poolsReady"] == "0/4"
-    assert ("Warning", "PoolTooFewNodes") in [(e.type, e.reason) for e in decided.events]
+    assert "PoolTooFewNodes" not in [e.reason for e in decided.events]
 
 
-def test_too_few_nodes_degrades_the_cache_or_fails_it_when_nothing_can_warm():
-    obj = multihost(hosts=(1, 3))
-    first = plan.plan(snapshot(obj), NOW)
-    done = tuple(finished(c.manifest) for c in first.creates if c.resource == JOBS)
-    second = plan.plan(snapshot(with_status(obj, first.status), jobs=done), NOW)
-    assert second.status["phase"] == status.EXPIRING  # Degraded warm-up: expiry runs
-    assert "a100 (3 hosts)" in second.status["message"]
-    # Only a topology no pool can hold: Failed, each entry saying why; nothing is created.
-    only = multihost(hosts=(4,))
-    failed = plan.plan(snapshot(only), NOW)
-    assert failed.status["phase"] == status.FAILED
-    assert [c.resource for c in failed.creates] == [plan.PVCS]
-    assert {p["state"] for p in failed.status["pools"]} == {status.POOL_TOO_FEW_NODES}
-    assert "h100 (4 hosts)" in failed.status["message"]
-    # More nodes: the next pass starts the Job.
-    nodes = (*cluster(), node("h100-3", H100, 8))
-    grown = plan.plan(snapshot(with_status(only, failed.status), nodes=nodes), NOW)
-    assert _entry(grown, "h100", 4)["state"] == status.POOL_PENDING
-    assert {c.resource for c in grown.creates} >= {SERVICES, JOBS}
+def test_the_first_process_waits_for_the_last_host_as_long_as_capacity_may_take():
+    obj = multihost(hosts=(3,))
+    obj["spec"]["warmup"]["capacityTimeout"] = "2h"
+    decided = plan.plan(snapshot(obj), NOW)
+    job = next(c.manifest for c in decided.creates if c.resource == JOBS)
+    pod = job["spec"]["template"]["spec"]
+    first = [*(pod.get("initContainers") or []), *pod["containers"]][0]
+    env = {item["name"]: item.get("value") for item in first["env"]}
+    assert env["COMPILECACHE_GROUP_CONNECT_TIMEOUT"] == "7200"
 
 
 def test_no_nodes_stays_no_nodes_whatever_the_topology():
@@ -424,22 +418,26 @@ def test_no_nodes_stays_no_nodes_whatever_the_topology():
 
 
 def test_the_service_lives_while_its_job_runs():
-    obj = multihost(hosts=(3,))  # h100 only: a100 has 2 nodes
+    obj = multihost(hosts=(3,))
     first = plan.plan(snapshot(obj), NOW)
-    service = next(c.manifest for c in first.creates if c.resource == SERVICES)
-    job = next(c.manifest for c in first.creates if c.resource == JOBS and "-h3-" in c.name)
+    job = next(c.manifest for c in first.creates if c.resource == JOBS and "-h100-h3-" in c.name)
+    service = next(c.manifest for c in first.creates if c.resource == SERVICES and c.name == job["metadata"]["name"])
     others = tuple(finished(c.manifest, None) for c in first.creates if c.resource == JOBS and c.manifest is not job)
+    other_services = tuple(c.manifest for c in first.creates if c.resource == SERVICES and c.manifest is not service)
     recorded = with_status(obj, first.status)
     # Running: kept, and not created again.
-    running = plan.plan(snapshot(recorded, jobs=(finished(job, None, active=3), *others), services=(service,)), NOW)
+    running = plan.plan(
+        snapshot(recorded, jobs=(finished(job, None, active=3), *others), services=(service, *other_services)), NOW
+    )
     assert not [d for d in running.deletes if d.resource == SERVICES]
     assert not [c for c in running.creates if c.resource in (SERVICES, JOBS)]
     # Running without its Service (someone deleted it): made again.
-    lost = plan.plan(snapshot(recorded, jobs=(finished(job, None, active=3), *others)), NOW)
+    lost = plan.plan(snapshot(recorded, jobs=(finished(job, None, active=3), *others), services=other_services), NOW)
     assert [c.name for c in lost.creates if c.resource == SERVICES] == [service["metadata"]["name"]]
     # Finished (either way): deleted; the Job stays for its TTL.
     for condition in ("Complete", "Failed"):
-        ended = plan.plan(snapshot(recorded, jobs=(finished(job, condition), *others), services=(service,)), NOW)
+        jobs_ = (finished(job, condition), *others)
+        ended = plan.plan(snapshot(recorded, jobs=jobs_, services=(service, *other_services)), NOW)
         assert [(d.resource, d.name) for d in ended.deletes] == [(SERVICES, service["metadata"]["name"])]
 
 

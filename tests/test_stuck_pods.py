@@ -102,18 +102,114 @@ def test_an_image_that_cannot_be_pulled_shows_in_the_pool_the_columns_the_condit
     assert (progressing["status"], progressing["reason"]) == ("True", podstate.NO_STUCK_PODS)
 
 
-def test_a_pod_that_fits_no_node_shows_the_schedulers_reason_and_fails_the_pool_past_the_deadline() -> None:
+def test_a_pod_that_fits_no_node_waits_for_capacity_and_fails_the_pool_at_capacity_timeout() -> None:
     first, jobs_ = first_pass()
     pods = [pod_of(job, **unschedulable()) for job in jobs_]
     stuck = next_pass(first, jobs_, pods, "2026-11-21T10:05:00Z")
-    assert {(p["reason"], p["message"]) for p in stuck.status["pools"]} == {("Unschedulable", SCHEDULER)}
-    assert stuck.status["phase"] == status.WARMING and column("Reason", stuck.status) == "Unschedulable"
-    late = next_pass(stuck, jobs_, pods, "2026-11-21T10:09:01Z")  # more than 10 min after 09:59
+    assert {(p["reason"], p["message"]) for p in stuck.status["pools"]} == {
+        ("WaitingForCapacity", f"waiting for a node: {SCHEDULER}")
+    }
+    assert stuck.status["phase"] == status.WARMING and column("Reason", stuck.status) == "WaitingForCapacity"
+    # Past the old 10-minute deadline, within capacityTimeout (15m by default): still waiting.
+    waiting = next_pass(stuck, jobs_, pods, "2026-11-21T10:13:00Z")
+    assert {p["state"] for p in waiting.status["pools"]} == {status.POOL_PENDING}
+    late = next_pass(waiting, jobs_, pods, "2026-11-21T10:14:01Z")  # more than 15 min after 09:59
     assert {p["state"] for p in late.status["pools"]} == {status.POOL_FAILED}
-    assert all(p["message"].endswith("(for more than 10 min)") for p in late.status["pools"])
+    assert all(p["message"].endswith("(for more than 15 min (capacityTimeout))") for p in late.status["pools"])
     assert late.status["phase"] == status.FAILED and late.creates == () and late.deletes == ()
-    assert column("Reason", late.status) == "Unschedulable"
+    assert column("Reason", late.status) == "WaitingForCapacity"
     assert ("Warning", "PoolFailed") in [(e.type, e.reason) for e in late.events]
+
+
+def test_capacity_timeout_is_the_caches_own() -> None:
+    obj = cache()
+    obj["spec"]["warmup"]["capacityTimeout"] = "1h"
+    first = plan.plan(Snapshot(Cache.read(obj), nodes=tuple(cluster())), NOW)
+    jobs_ = [running(c) for c in first.creates if c.resource == JOBS]
+    pods = tuple(pod_of(job, **unschedulable()) for job in jobs_)
+    parts = {"claim": CLAIM, "nodes": tuple(cluster()), "jobs": tuple(jobs_), "warmup_pods": pods}
+    recorded = obj | {"status": copy.deepcopy(dict(first.status))}
+    at = plan.plan(Snapshot(Cache.read(recorded), **parts), "2026-11-21T10:58:00Z")
+    assert {p["state"] for p in at.status["pools"]} == {status.POOL_PENDING}
+    past = plan.plan(Snapshot(Cache.read(recorded), **parts), "2026-11-21T11:00:01Z")
+    assert {p["state"] for p in past.status["pools"]} == {status.POOL_FAILED}
+    assert all("(for more than 60 min (capacityTimeout))" in p["message"] for p in past.status["pools"])
+
+
+def event(
+    pod: dict[str, Any], reason: str, message: str, when: str, source: str = "cluster-autoscaler"
+) -> dict[str, Any]:
+    """An Event on the pod as Cluster Autoscaler or Karpenter posts it (core v1, as `kubectl get events` lists)."""
+    involved = {"kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+    return {
+        "metadata": {"name": f"{pod['metadata']['name']}.{reason.lower()}", "creationTimestamp": when},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": "Normal",
+        "source": {"component": source},
+        "lastTimestamp": when,
+        "count": 1,
+    }
+
+
+SCALE_UP = "pod triggered scale-up: [{h100-pool 0->1 (max: 4)}]"
+NO_SCALE_UP = (
+    "pod didn't trigger scale-up: 2 node(s) didn't match Pod's node affinity/selector, 1 max node group size reached"
+)
+
+
+@pytest.mark.parametrize(
+    ("said", "reason", "words"),
+    [
+        ([("TriggeredScaleUp", SCALE_UP, "cluster-autoscaler")], "WaitingForCapacity", f"TriggeredScaleUp: {SCALE_UP}"),
+        ([("NotTriggerScaleUp", NO_SCALE_UP, "cluster-autoscaler")], "NotTriggerScaleUp", NO_SCALE_UP),
+        # The newest word counts: a refusal, then a scale-up once the group's max was raised.
+        (
+            [("NotTriggerScaleUp", NO_SCALE_UP, "cluster-autoscaler"), ("TriggeredScaleUp", SCALE_UP, "x")],
+            "WaitingForCapacity",
+            SCALE_UP,
+        ),
+        (
+            [("Nominated", "Pod should schedule on: nodeclaim/gpu-x7k2p", "karpenter")],
+            "WaitingForCapacity",
+            "nodeclaim",
+        ),
+        (
+            [("FailedScheduling", 'Failed to schedule pod, incompatible with nodepool "gpu"', "karpenter")],
+            "NotTriggerScaleUp",
+            "incompatible with nodepool",
+        ),
+        # The scheduler's own FailedScheduling is no autoscaler's word.
+        ([("FailedScheduling", "0/3 nodes are available", "default-scheduler")], "WaitingForCapacity", SCHEDULER),
+    ],
+)
+def test_the_pool_says_what_the_autoscaler_said(said: list[tuple[str, str, str]], reason: str, words: str) -> None:
+    first, jobs_ = first_pass()
+    pods = [
+        pod_of(job, **unschedulable()) | {"metadata": {**pod_of(job)["metadata"], "uid": f"u-{i}"}}
+        for i, job in enumerate(jobs_)
+    ]
+    times = ["2026-11-21T09:59:10Z", "2026-11-21T09:59:40Z"]
+    events = {
+        f"u-{i}": tuple(event(pod, r, m, times[k], src) for k, (r, m, src) in enumerate(said))
+        for i, pod in enumerate(pods)
+    }
+    obj = cache() | {"status": copy.deepcopy(dict(first.status))}
+    parts = {
+        "claim": CLAIM,
+        "nodes": tuple(cluster()),
+        "jobs": tuple(jobs_),
+        "warmup_pods": tuple(pods),
+        "events": events,
+    }
+    decided = plan.plan(Snapshot(Cache.read(obj), **parts), "2026-11-21T10:01:00Z")
+    for pool in decided.status["pools"]:
+        assert (pool["state"], pool["reason"]) == (status.POOL_PENDING, reason), pool
+        assert words in pool["message"] and SCHEDULER in pool["message"], pool["message"]
+    assert column("Reason", decided.status) == reason
+    progressing = next(c for c in decided.status["conditions"] if c["type"] == "Progressing")
+    assert progressing["reason"] == reason
 
 
 def test_an_oom_kill_names_itself_while_the_job_retries_and_when_it_failed() -> None:
@@ -144,7 +240,7 @@ def test_one_stuck_process_of_a_multi_host_job_is_the_pools_reason() -> None:
     waiting = pod_of(jobs_[0], "2026-11-21T09:59:00Z", **unschedulable())
     waiting["metadata"]["name"] += "-1"
     stuck = next_pass(first, jobs_, [placed, waiting])
-    assert pool_of(stuck, jobs_[0])["reason"] == "Unschedulable"
+    assert pool_of(stuck, jobs_[0])["reason"] == "WaitingForCapacity"
     assert podstate.problem([placed]) is None
 
 
@@ -175,5 +271,5 @@ def test_the_stuck_pods_gauge_counts_by_reason() -> None:
         if family.name == "compilecache_stuck_pods"
         for sample in family.samples
     }
-    assert values["Unschedulable"] == 2 and values["ImagePullBackOff"] == 0
+    assert values["WaitingForCapacity"] == 2 and values["ImagePullBackOff"] == 0
     assert set(values) == set(podstate.REASONS)

@@ -138,10 +138,11 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [""]
   resources: [services]
   verbs: [list, watch, create, delete]
-# Events about caches, posted by the operator and by kopf.
+# Events about caches, posted by the operator and by kopf; a pass lists the Events on a warm-up or
+# expiry pod that waits for a node (by its uid: what the cluster autoscaler or Karpenter said).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [list, create]
 # Pods: watched into an index (training pods by cache, warm-up and expiry pods by Job) and patched to
 # lift the gate; the gate watchdog lists unscheduled ones. Not tied to webhook.enabled: the operator
 # watches them either way, and kopf fails on a denied watch.

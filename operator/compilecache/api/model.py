@@ -181,7 +181,7 @@ class ConsumersStatus(Model):
         default=None,
         description=(
             "Pods whose gate the operator removed; the annotation compilecache.dev/released on "
-            "each tells why (CacheReady, CacheDegraded, GateTimeout, GateDisabled, "
+            "each tells why (CacheReady, CacheDegraded, CacheFailed, GateTimeout, GateDisabled, "
             "CacheDeleted, CacheLabelRemoved) and when."
         ),
         json_schema_extra={"format": "int64"},
@@ -326,10 +326,22 @@ class PoolStatus(Model):
     state: Literal["Pending", "Running", "Succeeded", "Failed", "NoNodes", "TooFewNodes"] | None = Field(
         default=None,
         description=(
-            "Pending, Running, Succeeded, Failed, NoNodes (no node has the pool's labels; "
-            "nothing to warm), or TooFewNodes (the pool has fewer schedulable nodes than the "
-            "topology's hosts; no Job runs, and the cache counts it as failed)."
+            "Pending, Running, Succeeded, Failed, or NoNodes (no node has the pool's labels and "
+            "its gpusPerPod is not declared, so nothing can ask for one). A pool with no node "
+            "and declared GPUs is Pending while its warm-up pod waits for a node (reason "
+            "WaitingForCapacity or NotTriggerScaleUp). TooFewNodes is no longer set (records of "
+            "earlier versions only): a multi-host Job now asks for its missing nodes."
         ),
+    )
+    disruptions: int | None = Field(
+        default=None,
+        description=(
+            "Warm-up pods of the current Job ended by a disruption (spot reclaim, drain, "
+            "preemption: the pod condition DisruptionTarget); each is retried without counting "
+            "against backoffLimit."
+        ),
+        ge=0,
+        json_schema_extra={"format": "int64"},
     )
     entries: int | None = Field(
         default=None,
@@ -576,7 +588,7 @@ class Status(Model):
                 "training pods of the cache that exist now: `gated` (held by the "
                 "`compilecache.dev/warm` scheduling gate) and `released` (gate removed by the "
                 "operator; the pod's `compilecache.dev/released` annotation says why: "
-                "`CacheReady`, `CacheDegraded`, `GateTimeout`, `GateDisabled`, `CacheDeleted`, "
+                "`CacheReady`, `CacheDegraded`, `CacheFailed`, `GateTimeout`, `GateDisabled`, `CacheDeleted`, "
                 "`CacheLabelRemoved`, and when); `hits`, `requests` and `lastMissReason` from the finished training "
                 "pods' own reports (see [observability](observability.md))"
             ),
@@ -1673,6 +1685,20 @@ class Warmup(Model):
         json_schema_extra={
             "format": "int64",
             **doc("int ≥ 1", "`7200`", "Job deadline"),
+        },
+    )
+    capacityTimeout: str = Field(
+        default="15m",
+        description=(
+            "How long a warm-up pod may wait for a node (a duration such as 15m): on an autoscaled "
+            "pool, the time the autoscaler has to add one. Past it the pool fails with the "
+            "scheduler's or the autoscaler's reason, and training is no longer held for it. The "
+            "default is Cluster Autoscaler's own bound on a node's provisioning (15m)."
+        ),
+        max_length=64,
+        pattern=DURATION,
+        json_schema_extra={
+            **doc("duration", "`15m`", "how long a warm-up pod may wait for a node (autoscaler)"),
         },
     )
     ttlSecondsAfterFinished: int = Field(

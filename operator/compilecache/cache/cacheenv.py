@@ -28,6 +28,9 @@ GROUP_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 GROUP_PROCESSES = "COMPILECACHE_NUM_PROCESSES"
 GROUP_PROCESS_ID = "COMPILECACHE_PROCESS_ID"
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in every pod of an Indexed Job
+# How long every process waits for the whole group at the coordinator (seconds): the operator sets the
+# cache's capacityTimeout, as the last host of an autoscaled pool may come that much later than the first.
+GROUP_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"
 # One `compilecache warm` in a group uses the coordinator's port and the next three (its own groups).
 GROUP_PORTS = 4
 

@@ -260,6 +260,7 @@ class Warmup:
     backoff_limit: int
     active_deadline_seconds: int
     ttl_seconds_after_finished: int
+    capacity_timeout_seconds: float
     jobs: int
     verify: bool
     jax: JaxOptions
@@ -592,6 +593,9 @@ def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None
         backoff_limit=warmup.backoffLimit,
         active_deadline_seconds=deadline,
         ttl_seconds_after_finished=warmup.ttlSecondsAfterFinished,
+        capacity_timeout_seconds=_convert(
+            units.parse_duration, warmup.capacityTimeout, "spec.warmup.capacityTimeout"
+        ),
         jobs=warmup.jobs,
         verify=warmup.verify,
         jax=jax,

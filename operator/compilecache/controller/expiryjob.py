@@ -17,7 +17,7 @@ from typing import Any
 from compilecache import frameworks
 from compilecache.cache import units
 from compilecache.cache.errors import cut
-from compilecache.controller import jobs, status
+from compilecache.controller import jobs, podstate, status
 from compilecache.controller.api import CacheSpec
 
 LABEL_EXPIRY_OF = "compilecache.dev/expiry-of"  # on expiry Jobs and pods (not LABEL_CACHE: no gate, no pool)
@@ -133,6 +133,7 @@ def expiry_job(
         "spec": {
             "backoffLimit": BACKOFF_LIMIT,
             "activeDeadlineSeconds": spec.warmup.active_deadline_seconds,
+            "podFailurePolicy": jobs.POD_FAILURE_POLICY,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
@@ -155,9 +156,16 @@ def parse_summary(message: str | None) -> dict[str, Any] | None:
     return summary
 
 
-def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], now: str | None = None) -> Outcome:
+def outcome(
+    job: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    now: str | None = None,
+    events: podstate.Events | None = None,
+    capacity_seconds: float = podstate.STUCK_DEADLINE_SECONDS,
+) -> Outcome:
     """The expiry's phase from its Job's state and its pod's termination message; while it runs,
-    what its pod is stuck on (``podstate``): Failed with that reason once past the deadline at ``now``."""
+    what its pod is stuck on (``podstate``, with the autoscaler's ``events`` on a pod that waits for a
+    node): Failed with that reason once past its deadline at ``now``."""
     if job is None:
         return Outcome(status.EXPIRING, "ExpiryJobCreated", "expiring: the expiry Job was created")
     state = status.job_state(job)
@@ -180,7 +188,7 @@ def outcome(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], no
             or "the expiry Job failed"
         )
         return Outcome(status.FAILED, "ExpiryFailed", f"expiry failed: {detail}", summary, state.get("finishedAt"))
-    stuck = status.stuck(pods, now)
+    stuck = status.stuck(pods, now, events, capacity_seconds)
     if stuck.get("state") == status.POOL_FAILED:
         return Outcome(status.FAILED, stuck["reason"], f"expiry failed: {stuck['message']}")
     if stuck:

@@ -38,6 +38,7 @@ ANNOTATION_RELEASED = "compilecache.dev/released"  # why and when the gate was r
 # Why a gate is removed.
 CACHE_READY = "CacheReady"
 CACHE_DEGRADED = "CacheDegraded"  # settled with some pools failed: what warmed is served
+CACHE_FAILED = "CacheFailed"  # settled with every pool failed (e.g. no node came): nothing to wait for
 GATE_TIMEOUT = "GateTimeout"
 GATE_DISABLED = "GateDisabled"
 CACHE_DELETED = "CacheDeleted"
@@ -70,12 +71,18 @@ def counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 
 def reason_to_release(
-    pod: Mapping[str, Any], consumers: Consumers | None, *, phase: str | None, now: datetime.datetime
+    pod: Mapping[str, Any],
+    consumers: Consumers | None,
+    *,
+    phase: str | None,
+    now: datetime.datetime,
+    settled: bool = False,
 ) -> str | None:
     """Why the gated ``pod`` should be released now, or ``None`` to keep it waiting.
 
     ``consumers`` is ``None`` when the cache no longer exists, or the pod names none (its label was
-    removed: the watchdog and ``handlers.pod_held`` pass none); ``phase`` is the cache's phase.
+    removed: the watchdog and ``handlers.pod_held`` pass none); ``phase`` is the cache's phase;
+    ``settled``: a Failed phase is the warm-up's end on every pool (``status.settled``), not a pass's error.
     """
     if not is_gated(pod):
         return None
@@ -87,6 +94,8 @@ def reason_to_release(
         return CACHE_READY
     if phase == status.DEGRADED:
         return CACHE_DEGRADED
+    if phase == status.FAILED and settled:
+        return CACHE_FAILED
     if not consumers.gate:
         return GATE_DISABLED
     created = _parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
@@ -113,12 +122,17 @@ def release_patch(pod: Mapping[str, Any], reason: str, now: datetime.datetime) -
 
 
 def plan(
-    pods: Sequence[Mapping[str, Any]], consumers: Consumers | None, *, phase: str | None, now: datetime.datetime
+    pods: Sequence[Mapping[str, Any]],
+    consumers: Consumers | None,
+    *,
+    phase: str | None,
+    now: datetime.datetime,
+    settled: bool = False,
 ) -> list[Release]:
     """The releases due now among ``pods`` (the pods of one cache)."""
     releases = []
     for pod in pods:
-        reason = reason_to_release(pod, consumers, phase=phase, now=now)
+        reason = reason_to_release(pod, consumers, phase=phase, now=now, settled=settled)
         if reason is not None:
             releases.append(Release(pod["metadata"]["name"], reason, release_patch(pod, reason, now)))
     return releases
@@ -143,7 +157,8 @@ def sync(
     """
     if pods is None:
         pods = client.list(PODS, namespace, labels={LABEL_CACHE: name})
-    releases = plan(pods, consumers, phase=phase, now=now)
+    settled = cache is not None and status.settled(cache.get("status") or {})
+    releases = plan(pods, consumers, phase=phase, now=now, settled=settled)
     return apply(client, namespace, name, cache, consumers, releases, pods)
 
 

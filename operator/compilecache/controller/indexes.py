@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compilecache.controller import expiryjob, jobs, kube, reports, template
+from compilecache.controller import expiryjob, jobs, kube, reports, snapshot, template
 from compilecache.controller.api import TemplateRef
 from compilecache.controller.kube import Client, Resource
 from compilecache.controller.snapshot import ApiReader
@@ -361,6 +361,10 @@ class IndexedReader:
             return next(iter(self._entries(self._indexes.pod_templates, (POD_TEMPLATE, namespace, ref.name))), None)
         return self._client.get(template.resource_of(ref), ref.name, namespace)
 
+    def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
+        """The Events about a pod that waits for a node, from the API (``snapshot.pod_events``: not watched)."""
+        return snapshot.pod_events(self._client, namespace, pod)
+
 
 @dataclass
 class Audit:
@@ -413,6 +417,10 @@ class Audit:
         if ref.kind == "PodTemplate":
             self._record("template", (namespace, ref), () if found is None else (found,))
         return found
+
+    def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.pod_events` (read from the API: nothing to audit)."""
+        return self.memory.pod_events(namespace, pod)
 
     def deleted(self, api: ApiReader) -> set[str]:
         """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compilecache import frameworks
-from compilecache.cache.cacheenv import GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
+from compilecache.cache.cacheenv import GROUP_CONNECT_TIMEOUT, GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
 from compilecache.controller import api
 from compilecache.controller.api import SINGLE_HOST, CacheSpec, PodTemplate, Topology, Workload
 from compilecache.controller.pools import Pool
@@ -227,7 +227,7 @@ def warmup_job(
     resources = container_resources(spec, pool.gpu_resource, pool.gpus_per_pod)
 
     def container(container_name: str, command: list[str], index: int) -> dict[str, Any]:
-        extra = coordinator_env(job, topology, index) if topology.multi_host else {}
+        extra = coordinator_env(job, topology, index, warmup.capacity_timeout_seconds) if topology.multi_host else {}
         spec_: dict[str, Any] = {
             "name": container_name,
             "image": warmup.image,
@@ -285,6 +285,7 @@ def warmup_job(
         "backoffLimit": warmup.backoff_limit,
         "activeDeadlineSeconds": warmup.active_deadline_seconds,
         "ttlSecondsAfterFinished": warmup.ttl_seconds_after_finished,
+        "podFailurePolicy": POD_FAILURE_POLICY,
         "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
     }
     if topology.multi_host:
@@ -391,17 +392,30 @@ def template_mounts(template: PodTemplate) -> list[dict[str, Any]]:
     return mounts
 
 
-def coordinator_env(job: str, topology: Topology, index: int) -> dict[str, str]:
+def coordinator_env(job: str, topology: Topology, index: int, connect_seconds: float) -> dict[str, str]:
     """The env that makes container ``index`` (init containers first) of a multi-host pod one process of N.
 
     Every pod reaches process 0 at ``<job>-0.<service>`` (its hostname in the Service's
-    subdomain); Kubernetes injects each pod's own index as ``JOB_COMPLETION_INDEX``.
+    subdomain); Kubernetes injects each pod's own index as ``JOB_COMPLETION_INDEX``. The first
+    container waits ``connect_seconds`` (the cache's capacityTimeout) for the others: the Job asks for
+    every host at once, and on an autoscaled pool the last node may come that much after the first.
     """
     port = COORDINATOR_PORT + GROUP_PORTS * index
     return {
         GROUP_COORDINATOR: f"{job}-0.{service_name(job)}:{port}",
         GROUP_PROCESSES: str(topology.hosts),
+        **({GROUP_CONNECT_TIMEOUT: str(max(1, round(connect_seconds)))} if index == 0 else {}),
     }
+
+
+# A pod failed by a disruption (a spot node reclaimed, a drain, preemption) is retried without counting
+# against backoffLimit: the kubelet, the eviction API, the taint manager, PodGC and the scheduler's
+# preemption each add the condition DisruptionTarget before the pod ends ("Pod disruption conditions",
+# Kubernetes 1.26+; the Job controller's podFailurePolicy documents exactly this rule). A retried warm-up
+# starts clean: what the cut pod compiled was never published (the warmer publishes at its end).
+POD_FAILURE_POLICY: dict[str, Any] = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}
 
 
 def warmup_service(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -193,16 +193,22 @@ class Client:
         *,
         labels: Mapping[str, str | None] | None = None,
         fields: Mapping[str, str] | None = None,
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """List objects, optionally only those carrying all of ``labels`` (a value ``None``: any value) and
-        whose ``fields`` (a field selector: ``spec.nodeName``, the fields the API serves for the kind) equal these."""
+        whose ``fields`` (a field selector: ``spec.nodeName``, the fields the API serves for the kind) equal these.
+
+        ``limit``: at most this many (the first page: the API server pages a list at ``limit``, and the rest
+        is not read; the answer is cut here too, for a server that does not page)."""
         terms = [k if v is None else f"{k}={v}" for k, v in (labels or {}).items()]
         query = [("labelSelector", ",".join(terms))] if terms else []
         if fields:
             query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in fields.items())))
+        if limit is not None:
+            query.append(("limit", str(limit)))
         answer = self.request("GET", resource.path(namespace), query=query)
         items: list[dict[str, Any]] = answer.get("items") or []
-        return items
+        return items if limit is None else items[:limit]
 
     def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Create an object; :class:`ApiError` 409 when it exists already."""

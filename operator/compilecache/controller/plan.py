@@ -109,7 +109,8 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         }
         creates, deletes = [], []
     consumers = policy.bounded(cache.consumers, snapshot.policy)
-    releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=_parse_time(now))
+    now_time = _parse_time(now)
+    releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=now_time, settled=status.settled(new))
     new = status.with_reason(new)
     events = status.transitions(old, new)
     if new.get(LAST_SKIPPED) and new.get(LAST_SKIPPED) != old.get(LAST_SKIPPED):  # once per skipped slot
@@ -445,7 +446,17 @@ def _warmups(
                 entry = _refused(pool, job_name, topology, SERVICE_REJECTED, "Service", snapshot.rejected[service_key])
             else:
                 pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
-                entry = status.pool_status(pool, job_name, job, before, pods, topology, now)
+                entry = status.pool_status(
+                    pool,
+                    job_name,
+                    job,
+                    before,
+                    pods,
+                    topology,
+                    now,
+                    events=snapshot.events,
+                    capacity_seconds=spec.warmup.capacity_timeout_seconds,
+                )
             if entry.get("job") == job_name:
                 wanted.add(job_name)
                 # A finished record whose Job was cleaned up by its TTL is not re-run.
@@ -499,7 +510,8 @@ def _expiry(
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)
     if job is not None:
         pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name]
-        return expiryjob.outcome(job, pods, now), [], deletes
+        capacity = spec.warmup.capacity_timeout_seconds
+        return expiryjob.outcome(job, pods, now, snapshot.events, capacity), [], deletes
     refused = snapshot.rejected.get(JOBS.key(job_name))
     if refused is not None:
         message = f"expiry Job {job_name} was refused by the API: {refused}"

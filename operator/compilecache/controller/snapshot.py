@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from compilecache.controller import expiryjob, jobs, status, template
+from compilecache.controller import expiryjob, jobs, podstate, status, template
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, TemplateRef, parse_cache
-from compilecache.controller.kube import JOBS, NODES, PODS, PVCS, SERVICES, Client
+from compilecache.controller.kube import EVENTS, JOBS, NODES, PODS, PVCS, SERVICES, Client
 from compilecache.controller.policy import DEFAULT, Policy
 
 Obj = Mapping[str, Any]
@@ -103,6 +103,8 @@ class Snapshot:
     policy: Policy = DEFAULT  # the operator's policy (read at start-up): what this cache may make it run
     # The object spec.warmup.podTemplate.templateRef names, if it exists (template.resolve reads it).
     template: Obj | None = None
+    # The Events on the pods that wait for a node (one per Job), by pod uid: what an autoscaler said.
+    events: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
 
     def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
         """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
@@ -120,6 +122,7 @@ class Reader(Protocol):
     def nodes(self) -> tuple[Obj, ...]: ...
     def claim(self, namespace: str | None, name: str) -> Obj | None: ...
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None: ...
+    def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,24 @@ class ApiReader:
         """The object a ``templateRef`` names, or ``None``."""
         return self.client.get(template.resource_of(ref), ref.name, namespace)
 
+    def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
+        """The Events about a pod (``podstate.EVENTS_READ_MAX`` at most), by the uid they name."""
+        return pod_events(self.client, namespace, pod)
+
+
+def pod_events(client: Client, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
+    """The Events about ``pod``, read from the API: a pass reads them for a pod that waits for a node only.
+
+    Not watched: a cluster's Events are its busiest kind, and only the few pods waiting for capacity need
+    theirs. ``involvedObject.uid`` is one of the Event fields the API server selects on (pkg/registry/core/
+    event: ``involvedObject.*``, ``reason``, ``source``, ``type``, ``reportingComponent``).
+    """
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    if not uid:
+        return ()
+    found = client.list(EVENTS, namespace, fields={"involvedObject.uid": uid}, limit=podstate.EVENTS_READ_MAX)
+    return tuple(found)
+
 
 def observe_pods(reader: Reader, cache: Cache) -> tuple[Obj, ...]:
     """The training pods that use the cache (labelled by the user or by the webhook)."""
@@ -194,6 +215,12 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         finished = _finished(job)
         if status.needs_report(job, recorded) or not finished:
             warmup_pods += reader.job_pods(namespace, job["metadata"]["name"], finished=finished)
+    events: dict[str, tuple[Obj, ...]] = {}
+    for job in (*expiry_jobs, *warmup_jobs):  # what an autoscaler said about a Job's pod that waits for a node
+        owned = [pod for pod in (*expiry_pods, *warmup_pods) if _job_of(pod) == job["metadata"]["name"]]
+        waiting = podstate.waiting_pod(owned)
+        if waiting is not None:
+            events[podstate.pod_uid(waiting)] = reader.pod_events(namespace, waiting)
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
     template_obj = reader.template(namespace, ref) if ref is not None else None
     services = reader.services(namespace, name) if uses_services(cache) else ()
@@ -209,8 +236,13 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         expiry_pods=tuple(expiry_pods),
         policy=policy,
         template=template_obj,
+        events=events,
     )
 
 
 def _finished(job: Obj) -> bool:
     return status.job_state(job)["state"] in status.FINISHED
+
+
+def _job_of(pod: Obj) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get("job-name")

@@ -33,9 +33,10 @@ POOL_PENDING = "Pending"
 POOL_RUNNING = "Running"
 POOL_SUCCEEDED = "Succeeded"
 POOL_FAILED = "Failed"
+# No node, and no way to ask for one: the GPUs per pod are not declared (they are in the cache key).
 POOL_NO_NODES = "NoNodes"
-# Some nodes, but fewer than a multi-host topology's hosts: nothing runs, and the cache phase
-# counts it as a failed warm-up (a hang until nodes come would hold training on the others).
+# Read from records of earlier versions only: a multi-host pool with fewer nodes than hosts now gets
+# its Job, whose pods ask for the missing nodes (an autoscaler adds them, or capacityTimeout ends it).
 POOL_TOO_FEW_NODES = "TooFewNodes"
 FINISHED = (POOL_SUCCEEDED, POOL_FAILED)
 # States in which a pool × topology will not warm this spec (the phase counts them as failed).
@@ -56,6 +57,9 @@ REPORT_FIELDS = (
     "steps",
 )
 STATUS_TARGETS_MAX = 32  # per-target detail kept in status.pools[].targets (the CRD's maxItems)
+# The reason of a pool whose warm-up pod was ended by a disruption (spot reclaim, drain, preemption), while
+# its Job makes the retry; ``status.pools[].disruptions`` counts them.
+PREEMPTED = "Preempted"
 # The reason of a pool, or of the Expired condition, whose pod's report was refused (``BadReport``).
 REPORT_REFUSED = "ReportRefused"
 
@@ -156,11 +160,19 @@ def pool_status(
     pods: Sequence[Mapping[str, Any]] = (),
     topology: Topology = SINGLE_HOST,
     now: str | None = None,
+    *,
+    events: podstate.Events | None = None,
+    capacity_seconds: float = podstate.STUCK_DEADLINE_SECONDS,
 ) -> dict[str, Any]:
     """The ``status.pools[]`` entry of one pool × topology; ``pods`` are its Job's pods.
 
-    A running Job's pods tell what it is stuck on (``podstate.problem``): the pool says the pod's
-    reason and message instead of "running", and fails once that lasted past the deadline at ``now``.
+    A running Job's pods tell what it is stuck on (``podstate.problem``, with the autoscaler's
+    ``events`` on a pod that waits for a node): the pool says the pod's reason and message instead of
+    "running", and fails once that lasted past its deadline at ``now`` (``capacity_seconds`` for a node).
+
+    A pool with no node gets its Job all the same when its GPUs per pod are declared: that pod is what
+    makes an autoscaler add a node (Cluster Autoscaler and Karpenter act on a pending pod whose requests
+    and selectors a node group fits). Without them it is ``NoNodes``: the count is part of the cache key.
     """
     entry: dict[str, Any] = {
         "name": pool.name,
@@ -169,17 +181,16 @@ def pool_status(
         "gpusPerNode": pool.gpus_per_node,
         "gpusPerPod": pool.gpus_per_pod,
     }
-    if pool.nodes == 0:
+    if pool.nodes == 0 and pool.declared_gpus is None:
         selector = ",".join(f"{key}={value}" for key, value in sorted(pool.node_selector.items()))
-        message = f"no schedulable node matches {selector or 'the pool'}"
+        message = (
+            f"no schedulable node matches {selector or 'the pool'}; to warm it before one exists "
+            "(an autoscaled pool), declare gpusPerPod"
+        )
         return entry | {"state": POOL_NO_NODES, "reason": "NoMatchingNodes", "message": message}
     unschedulable = unschedulable_reason(pool)
     if unschedulable:
         return entry | {"state": POOL_FAILED, "reason": "TooManyGPUs", "message": unschedulable}
-    if pool.nodes < topology.hosts:
-        nodes = f"{pool.nodes} node" + ("" if pool.nodes == 1 else "s")
-        message = f"pool {pool.name} has {nodes}; a {topology.hosts}-host warm-up needs {topology.hosts}"
-        return entry | {"state": POOL_TOO_FEW_NODES, "reason": "TooFewNodes", "message": message}
     entry["job"] = job_name
     same_job = previous is not None and previous.get("job") == job_name
     # The report read in an earlier pass stands (the pods are read once, then may be gone), and so
@@ -197,7 +208,8 @@ def pool_status(
             if oom is not None:  # killed for memory: that is the cause, whatever the Job controller says
                 state |= {"reason": oom.reason, "message": f"{oom.message} ({state['message']})"}
         elif state["state"] != POOL_SUCCEEDED:
-            state |= stuck(pods, now)
+            state |= stuck(pods, now, events, capacity_seconds)
+        state |= preempted(pods, previous if same_job else None, state)
         if state["state"] == POOL_SUCCEEDED:
             try:
                 reported = warm_report(pods) or reported
@@ -211,18 +223,53 @@ def pool_status(
     return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
 
 
-def stuck(pods: Sequence[Mapping[str, Any]], now: str | None) -> dict[str, Any]:
+def preempted(
+    pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any] | None, state: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The pool fields a disruption of the Job's pods changes: ``disruptions`` (counted as seen: the pods
+    of a reclaimed node may be collected before a pass sees them), and while the Job waits for its
+    retry, the reason ``Preempted`` with what ended the pod. The Job's podFailurePolicy
+    (``jobs.POD_FAILURE_POLICY``) retries such a pod without counting it against backoffLimit."""
+    found = podstate.disruptions(pods)
+    count = max(len(found), _int((previous or {}).get("disruptions")))
+    if not count:
+        return {}
+    fields: dict[str, Any] = {"disruptions": count}
+    if not found or state.get("state") not in (POOL_PENDING, POOL_RUNNING) or _newest_runs(pods):
+        return fields
+    last = found[-1]
+    times = "once" if count == 1 else f"{count} times"
+    said = f"preempted {times}, retrying (not counted against backoffLimit); last: {last.reason}, {last.message}"
+    if state.get("reason") in podstate.REASONS:  # the retry is stuck (e.g. waits for a new node): that stays the reason
+        return fields | {"message": f"{said}; now: {state.get('message', '')}"[:1024]}
+    return fields | {"state": POOL_PENDING, "reason": PREEMPTED, "message": said[:1024]}
+
+
+def _newest_runs(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the Job's newest pod runs: its retry after a disruption has started."""
+    newest = max(pods, key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+    return newest is not None and (newest.get("status") or {}).get("phase") == "Running"
+
+
+def stuck(
+    pods: Sequence[Mapping[str, Any]],
+    now: str | None,
+    events: podstate.Events | None = None,
+    capacity_seconds: float = podstate.STUCK_DEADLINE_SECONDS,
+) -> dict[str, Any]:
     """The pool fields a running Job's stuck pod changes (``{}``: none stuck): its reason and message, and
-    the state: Pending while its pod cannot start, Failed once that lasted past ``podstate``'s deadline."""
-    found = podstate.problem(pods)
+    the state: Pending while its pod cannot start, Failed once that lasted past its deadline
+    (``podstate.deadline_seconds``: ``capacity_seconds`` for a pod that waits for a node)."""
+    found = podstate.problem(pods, events)
     if found is None:
         return {}
     fields: dict[str, Any] = {"reason": found.reason, "message": found.message}
     if found.reason != podstate.OOM_KILLED:  # an earlier attempt's OOM kill: the Job's retry may run
         fields["state"] = POOL_PENDING
-    if now is not None and podstate.past_deadline(found, now):
-        minutes = podstate.STUCK_DEADLINE_SECONDS // 60
-        fields |= {"state": POOL_FAILED, "message": f"{found.message} (for more than {minutes} min)"}
+    if now is not None and podstate.past_deadline(found, now, capacity_seconds):
+        waited = f"{podstate.deadline_seconds(found, capacity_seconds) / 60:g} min"
+        bound = " (capacityTimeout)" if found.reason in podstate.CAPACITY else ""
+        fields |= {"state": POOL_FAILED, "message": f"{found.message} (for more than {waited}{bound})"}
     return fields
 
 
@@ -492,8 +539,8 @@ def _float(value: Any) -> float:
 
 
 def unschedulable_reason(pool: Pool) -> str | None:
-    """Why no warm-up pod of the pool can ever be scheduled, or ``None``."""
-    if pool.gpus_per_pod > pool.gpus_per_node:
+    """Why no warm-up pod of the pool can ever be scheduled on its nodes, or ``None`` (no node: none to judge)."""
+    if pool.nodes > 0 and pool.gpus_per_pod > pool.gpus_per_node:
         return (
             f"gpusPerPod={pool.gpus_per_pod} but the pool's nodes have {pool.gpus_per_node} "
             f"allocatable {pool.gpu_resource}"
@@ -524,6 +571,17 @@ def phase_of(pools: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     if len(failed) < len(active):
         return DEGRADED, f"warm-up failed on {len(failed)} of {len(active)} pools: {', '.join(failed)}"
     return FAILED, f"warm-up failed on every pool: {', '.join(failed)}"
+
+
+def settled(status: Mapping[str, Any]) -> bool:
+    """Whether a Failed status is the warm-up's end: it has pools and every one that could run has failed.
+
+    Training is not held for such a cache (``gates.CACHE_FAILED``): nothing will warm until the spec or
+    the cluster changes (a pool whose node never came failed at its capacityTimeout). A Failed status
+    without pools (bad input, the policy, a pass's error) holds training until its ``gateTimeout``, as before.
+    """
+    pools = [pool for pool in status.get("pools") or [] if pool.get("state") != POOL_NO_NODES]
+    return status.get("phase") == FAILED and bool(pools) and all(pool.get("state") in NOT_WARMED for pool in pools)
 
 
 def is_stuck(pool: Mapping[str, Any]) -> bool:
@@ -645,6 +703,11 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
         if pool.get("reason") in podstate.REASONS and _family(before) != _family(pool):
             message = f"pool {label(pool)}: {pool.get('message', '')}"
             troubles.append(Event("Warning", str(pool["reason"]), message))
+        if _int(pool.get("disruptions")) > _int(before.get("disruptions")) and before.get("job") == pool.get("job"):
+            message = f"pool {label(pool)}: {pool.get('message', '')}" if pool.get("reason") == PREEMPTED else (
+                f"pool {label(pool)}: the warm-up pod was disrupted ({pool['disruptions']} so far); the Job retries it"
+            )
+            troubles.append(Event("Warning", PREEMPTED, message))
         if pool.get("reason") == REPORT_REFUSED and before.get("reason") != REPORT_REFUSED:
             troubles.append(Event("Warning", REPORT_REFUSED, f"pool {label(pool)}: {pool.get('message', '')}"))
     events = [

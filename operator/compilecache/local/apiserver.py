@@ -26,7 +26,7 @@ that fails once upstream kmock fills it, so that this module can shrink:
    created with owners that are all gone is collected at once, as the real collector does);
 9. a ``kind: Status`` success body when a DELETE removes the object at once;
 10. ``labelSelector`` and ``fieldSelector`` (``metadata.name``, ``metadata.namespace``; a pod's
-    ``spec.nodeName`` and ``status.phase``) on list and watch; watch turns MODIFIED into
+    ``spec.nodeName`` and ``status.phase``; an Event's ``involvedObject.*``, ``reason``, ``type``) on list and watch; watch turns MODIFIED into
     ADDED/DELETED when an object starts/stops matching;
 11. list responses with ``kind: <Kind>List``, ``apiVersion`` and the current ``resourceVersion``;
 12. watch from ``?resourceVersion=N`` replays only newer events (stock replays the whole state),
@@ -167,8 +167,20 @@ def _field_requirement(field: str, negate: bool, value: str) -> Callable[[Body],
 
 
 # The field selectors a real server serves beyond metadata.name/namespace (pkg/registry/core/pod: the
-# pods' selectable fields include spec.nodeName and status.phase; the field-selectors docs list them).
-_FIELDS = {"pods": ("spec.nodeName", "status.phase")}
+# pods' selectable fields include spec.nodeName and status.phase; pkg/registry/core/event: an Event's
+# involvedObject.*, reason, type, source and reportingComponent; the field-selectors docs list them).
+_FIELDS = {
+    "pods": ("spec.nodeName", "status.phase"),
+    "events": (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "reason",
+        "type",
+        "reportingComponent",
+    ),
+}
 
 
 def parse_field_selector(selector: str, plural: str = "") -> list[Callable[[Body], bool]]:

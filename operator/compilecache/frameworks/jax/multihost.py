@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from compilecache.cache.cacheenv import (
+    GROUP_CONNECT_TIMEOUT,
     GROUP_COORDINATOR,
     GROUP_PORTS,
     GROUP_PROCESS_ID,
@@ -47,7 +48,7 @@ from compilecache.cache.errors import WarmError, one_line
 from compilecache.frameworks.jax.compiler import WRITE_FAILED
 
 # Bounds, in seconds (environment variables, for tests and unusual clusters).
-ENV_CONNECT_TIMEOUT = "COMPILECACHE_GROUP_CONNECT_TIMEOUT"
+ENV_CONNECT_TIMEOUT = GROUP_CONNECT_TIMEOUT
 ENV_PHASE_TIMEOUT = "COMPILECACHE_GROUP_PHASE_TIMEOUT"
 ENV_HEARTBEAT_TIMEOUT = "COMPILECACHE_GROUP_HEARTBEAT_TIMEOUT"
 
