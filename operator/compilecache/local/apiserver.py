@@ -26,8 +26,8 @@ that fails once upstream kmock fills it, so that this module can shrink:
    created with owners that are all gone is collected at once, as the real collector does);
 9. a ``kind: Status`` success body when a DELETE removes the object at once;
 10. ``labelSelector`` and ``fieldSelector`` (``metadata.name``, ``metadata.namespace``; a pod's
-    ``spec.nodeName`` and ``status.phase``; an Event's ``involvedObject.*``, ``reason``, ``type``) on list and watch; watch turns MODIFIED into
-    ADDED/DELETED when an object starts/stops matching;
+    ``spec.nodeName`` and ``status.phase``; an Event's ``involvedObject.*``, ``reason``, ``type``) on list
+    and watch; watch turns MODIFIED into ADDED/DELETED when an object starts/stops matching;
 11. list responses with ``kind: <Kind>List``, ``apiVersion`` and the current ``resourceVersion``;
 12. watch from ``?resourceVersion=N`` replays only newer events (stock replays the whole state),
     ``sendInitialEvents`` with the closing bookmark, ``timeoutSeconds``;
