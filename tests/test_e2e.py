@@ -680,17 +680,30 @@ def test_multihost_example_warms_every_process_and_each_training_process_hits(lo
     assert results[0]["losses"] == results[1]["losses"]  # one step across both processes
 
 
-def test_a_topology_larger_than_the_pool_says_so_instead_of_waiting(local: Setup) -> None:
-    """3 hosts on the 2-node h100 pool: no Job whose third pod would wait forever, a state that says why."""
+def test_a_topology_larger_than_the_pool_asks_for_the_missing_host_and_gives_up_at_capacity_timeout(
+    local: Setup,
+) -> None:
+    """3 hosts on the 2-node h100 pool, no autoscaler: the Job asks for all 3 (an autoscaler would add the
+    third node), the pool says it waits for capacity, and fails at capacityTimeout (issue 31; it was
+    TooFewNodes with no Job before)."""
+    client = local.cluster.client
     cache = small_cache("too-few-nodes")
     cache["spec"]["warmup"]["topologies"] = [{"hosts": 3}]
-    local.cluster.client.create(CC, cache, NS)
-    status = wait_phase(local, "too-few-nodes", ("Failed", "Degraded", "Ready"))
-    assert status["phase"] == "Failed", status
+    cache["spec"]["warmup"]["capacityTimeout"] = "15s"
+    client.create(CC, cache, NS)
+    [job] = client.wait_for(lambda: client.list(JOBS, NS, label_selector="compilecache.dev/cache=too-few-nodes"))
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (3, 3)
+    deadline = time.monotonic() + 60
+    while not any(
+        p.get("reason") == "WaitingForCapacity" for p in status_of(local, "too-few-nodes").get("pools") or []
+    ):
+        assert time.monotonic() < deadline, status_of(local, "too-few-nodes")
+        time.sleep(0.1)
+    [pool] = status_of(local, "too-few-nodes")["pools"]
+    assert "nodes are available" in pool["message"] and pool["state"] == "Pending", pool
+    status = wait_phase(local, "too-few-nodes", ("Failed",), timeout=120)
     [pool] = status["pools"]
-    assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 3, "TooFewNodes"), pool
-    assert "2 nodes" in pool["message"] and "3" in pool["message"], pool["message"]
-    assert local.cluster.client.list(JOBS, NS, label_selector="compilecache.dev/cache=too-few-nodes") == []
+    assert (pool["name"], pool["hosts"], pool["state"]) == ("h100", 3, "Failed"), pool
 
 
 def test_a_cache_the_policy_refuses_is_refused_at_apply_time_naming_the_field(local: Setup) -> None:

@@ -103,12 +103,14 @@ def test_an_image_that_cannot_be_pulled_shows_in_get_and_describe(local: tuple[L
 def test_a_pod_that_fits_no_node_shows_the_schedulers_reason(local: tuple[LocalCluster, Operator]) -> None:
     cluster, operator = local
     cluster.client.create(CC, cache("no-node", tolerations=False), NS)  # the GPU nodes' taint is not tolerated
-    status = wait_reason(cluster, operator, "no-node", {podstate.UNSCHEDULABLE})
+    status = wait_reason(cluster, operator, "no-node", {podstate.WAITING_FOR_CAPACITY})
     [pool] = status["pools"]
     assert pool["state"] == "Pending" and "nodes are available" in pool["message"], pool
-    assert "taint" in pool["message"], pool
-    assert column("Reason", status) == podstate.UNSCHEDULABLE
-    cluster.client.wait_for(lambda: [e for e in warnings_of(cluster, "no-node") if e["reason"] == "Unschedulable"])
+    assert "taint" in pool["message"] and pool["message"].startswith("waiting for a node: "), pool
+    assert column("Reason", status) == podstate.WAITING_FOR_CAPACITY
+    cluster.client.wait_for(
+        lambda: [e for e in warnings_of(cluster, "no-node") if e["reason"] == podstate.WAITING_FOR_CAPACITY]
+    )
 
 
 def test_a_container_over_its_memory_limit_is_oom_killed(local: tuple[LocalCluster, Operator]) -> None:

@@ -1,0 +1,190 @@
+"""Pools that scale from zero, capacity bounds, disruptions and the gates of a cache that can warm nothing
+(issue 31): pure plans over snapshots shaped as the scheduler, the kubelet and the Job controller write them."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compilecache.controller import expiryjob, gates, jobs, plan, podstate, status
+from compilecache.controller.api import Consumers, parse_cache
+from compilecache.controller.kube import JOBS
+from compilecache.controller.snapshot import Cache, Snapshot
+from specs import PRODUCT, cache, cluster
+
+NOW = "2026-11-21T10:00:00Z"
+CLAIM = {"metadata": {"name": "jax-cache", "labels": {"compilecache.dev/cache": "llama"}}, "status": {"phase": "Bound"}}
+L4 = {
+    "name": "l4",
+    "nodeSelector": {PRODUCT: "NVIDIA-L4"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+}
+
+
+def scaled(gpus: int | None = 1, **warmup: Any) -> dict[str, Any]:
+    """A cache whose only pool (l4) has no node in ``cluster()``; ``gpus``: its declared gpusPerPod."""
+    obj = cache()
+    pool = dict(L4) | ({"gpusPerPod": gpus} if gpus is not None else {})
+    obj["spec"]["warmup"].pop("discover")
+    obj["spec"]["warmup"] |= {"pools": [pool], **warmup}
+    return obj
+
+
+def decide(obj: dict[str, Any], now: str = NOW, **parts: Any) -> plan.Plan:
+    return plan.plan(Snapshot(Cache.read(obj), claim=CLAIM, nodes=tuple(cluster()), **parts), now)
+
+
+def recorded(obj: dict[str, Any], decided: plan.Plan) -> dict[str, Any]:
+    return obj | {"status": copy.deepcopy(dict(decided.status))}
+
+
+def job_of(decided: plan.Plan, **job_status: Any) -> dict[str, Any]:
+    [create] = [c for c in decided.creates if c.resource == JOBS]
+    job = copy.deepcopy(dict(create.manifest))
+    job["status"] = {"startTime": "2026-11-21T09:59:00Z", **job_status}
+    return job
+
+
+def pod(job: dict[str, Any], name: str, created: str, phase: str, *conditions: dict[str, Any]) -> dict[str, Any]:
+    labels = {"job-name": job["metadata"]["name"]}
+    meta = {"name": name, "uid": f"uid-{name}", "creationTimestamp": created, "labels": labels}
+    return {"metadata": meta, "status": {"phase": phase, "conditions": list(conditions)}}
+
+
+def unschedulable(since: str = "2026-11-21T09:59:00Z") -> dict[str, Any]:
+    message = "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector."
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": since,
+    }
+
+
+def disrupted(when: str) -> dict[str, Any]:
+    # As the kubelet writes it on graceful node shutdown (a spot reclaim): "Pod disruption conditions".
+    message = "Pod was terminated in response to imminent node shutdown."
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "TerminationByKubelet",
+        "message": message,
+        "lastTransitionTime": when,
+    }
+
+
+def test_a_pool_with_no_node_and_declared_gpus_gets_its_job_with_the_placement_an_autoscaler_reads() -> None:
+    decided = decide(scaled(gpus=4))
+    [entry] = decided.status["pools"]
+    assert (entry["state"], entry["reason"], entry["nodes"]) == (status.POOL_PENDING, "JobCreated", 0)
+    assert entry["gpusPerPod"] == 4
+    job = job_of(decided)
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {PRODUCT: "NVIDIA-L4"}
+    assert pod_spec["tolerations"] == L4["tolerations"]
+    assert pod_spec["containers"][-1]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert decided.status["phase"] == status.WARMING
+
+
+def test_a_pool_with_no_node_and_no_declared_gpus_stays_no_nodes_and_says_how_to_warm_it() -> None:
+    decided = decide(scaled(gpus=None))
+    [entry] = decided.status["pools"]
+    assert entry["state"] == status.POOL_NO_NODES and "declare gpusPerPod" in entry["message"]
+    assert [c for c in decided.creates if c.resource == JOBS] == []
+    assert decided.status["phase"] == status.PENDING
+
+
+@settings(max_examples=60, deadline=None)
+@given(timeout=st.integers(min_value=1, max_value=14 * 86400), waited=st.integers(min_value=0, max_value=15 * 86400))
+def test_a_waiting_pool_fails_exactly_when_it_waited_past_its_capacity_timeout(timeout: int, waited: int) -> None:
+    obj = scaled(capacityTimeout=f"{timeout}s")
+    first = decide(obj)
+    job = job_of(first, active=1)
+    since = datetime.datetime(2026, 11, 21, 9, 59, tzinfo=datetime.UTC)
+    now = (since + datetime.timedelta(seconds=waited)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    waiting = pod(job, "w", "2026-11-21T09:59:00Z", "Pending", unschedulable())
+    decided = decide(recorded(obj, first), now, jobs=(job,), warmup_pods=(waiting,))
+    [entry] = decided.status["pools"]
+    assert entry["reason"] == podstate.WAITING_FOR_CAPACITY
+    assert entry["state"] == (status.POOL_FAILED if waited > timeout else status.POOL_PENDING), (timeout, waited)
+
+
+def test_a_cache_that_can_warm_nothing_releases_its_gated_pods_at_the_bound() -> None:
+    obj = scaled(capacityTimeout="10m")
+    first = decide(obj)
+    job = job_of(first, active=1)
+    waiting = pod(job, "w", "2026-11-21T09:59:00Z", "Pending", unschedulable())
+    trainer = {
+        "metadata": {
+            "name": "trainer",
+            "creationTimestamp": "2026-11-21T09:58:00Z",
+            "labels": {"compilecache.dev/cache": "llama"},
+        },
+        "spec": {"schedulingGates": [{"name": "compilecache.dev/warm"}]},
+    }
+    before = decide(recorded(obj, first), "2026-11-21T10:08:00Z", jobs=(job,), warmup_pods=(waiting,), pods=(trainer,))
+    assert before.releases == ()  # still waiting for the node: held
+    after = decide(recorded(obj, before), "2026-11-21T10:09:30Z", jobs=(job,), warmup_pods=(waiting,), pods=(trainer,))
+    assert after.status["phase"] == status.FAILED
+    assert [(r.pod, r.reason) for r in after.releases] == [("trainer", gates.CACHE_FAILED)]
+
+
+def test_only_a_warm_up_that_ended_on_every_pool_releases_a_failed_caches_pods() -> None:
+    trainer = {
+        "metadata": {"name": "t", "creationTimestamp": "2026-11-21T09:59:00Z"},
+        "spec": {"schedulingGates": [{"name": "compilecache.dev/warm"}]},
+    }
+    now = datetime.datetime(2026, 11, 21, 10, 0, tzinfo=datetime.UTC)
+    ended = {"phase": "Failed", "pools": [{"name": "a", "state": "Failed"}, {"name": "b", "state": "NoNodes"}]}
+    bad_input = {"phase": "Failed"}  # no pools: an invalid spec, the policy, a pass's error
+    assert status.settled(ended) and not status.settled(bad_input)
+    assert not status.settled(
+        {"phase": "Failed", "pools": [{"name": "a", "state": "Failed"}, {"name": "b", "state": "Running"}]}
+    )
+    assert gates.reason_to_release(trainer, Consumers(), phase="Failed", now=now, settled=True) == gates.CACHE_FAILED
+    assert gates.reason_to_release(trainer, Consumers(), phase="Failed", now=now, settled=False) is None
+
+
+def test_a_disrupted_warm_up_pod_is_counted_and_said_while_its_retry_waits_and_runs() -> None:
+    obj = scaled()
+    first = decide(obj)
+    job = job_of(first, active=0)  # the Job controller ignored the disrupted pod: no failure counted
+    cut = pod(job, "a", "2026-11-21T09:59:00Z", "Failed", disrupted("2026-11-21T09:59:30Z"))
+    retry = pod(job, "b", "2026-11-21T09:59:31Z", "Pending")
+    waiting = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut, retry))
+    [entry] = waiting.status["pools"]
+    assert (entry["state"], entry["reason"], entry["disruptions"]) == (status.POOL_PENDING, status.PREEMPTED, 1)
+    assert "preempted once, retrying" in entry["message"] and "TerminationByKubelet" in entry["message"]
+    assert ("Warning", status.PREEMPTED) in [(e.type, e.reason) for e in waiting.events]
+    # The retry waits for a new node (the old one is gone): that is the reason, the disruption is said too.
+    stuck = pod(job, "b", "2026-11-21T09:59:31Z", "Pending", unschedulable("2026-11-21T09:59:32Z"))
+    again = decide(recorded(obj, waiting), jobs=(job,), warmup_pods=(cut, stuck))
+    [entry] = again.status["pools"]
+    assert entry["reason"] == podstate.WAITING_FOR_CAPACITY and entry["message"].startswith("preempted once")
+    assert status.PREEMPTED not in [e.reason for e in again.events]  # counted once
+    # It runs: the Job's own state, the count stays.
+    running_job = job_of(first, active=1)
+    runs = pod(job, "b", "2026-11-21T09:59:31Z", "Running")
+    running = decide(recorded(obj, again), jobs=(running_job,), warmup_pods=(cut, runs))
+    [entry] = running.status["pools"]
+    assert (entry["state"], entry["reason"], entry["disruptions"]) == (status.POOL_RUNNING, "JobRunning", 1)
+    # Succeeded, its pods collected (TTL or PodGC): the count stands as the record.
+    done_job = job_of(first, succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
+    done = decide(recorded(obj, running), jobs=(done_job,), warmup_pods=())
+    assert done.status["pools"][0]["disruptions"] == 1
+
+
+def test_warm_up_and_expiry_jobs_retry_a_disrupted_pod_without_counting_it() -> None:
+    decided = decide(scaled())
+    job = job_of(decided)
+    assert job["spec"]["podFailurePolicy"] == jobs.POD_FAILURE_POLICY
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # what a podFailurePolicy requires
+    [rule] = jobs.POD_FAILURE_POLICY["rules"]
+    assert rule["action"] == "Ignore" and rule["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+    expiry = expiryjob.expiry_job(cache(), parse_cache(cache()), ["a"])
+    assert expiry["spec"]["podFailurePolicy"] == jobs.POD_FAILURE_POLICY
