@@ -114,18 +114,15 @@ def failure_rule(job: Mapping[str, Any], pod: Mapping[str, Any]) -> tuple[str, s
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     where = f"{meta.get('namespace')}/{meta.get('name')}"
     for index, rule in enumerate(rules):
-        action = str(rule.get("action"))
+        action, said = str(rule.get("action")), None
         if (codes := rule.get("onExitCodes")) is not None:
-            container = _exit_code_match(status, codes)
-            if container is not None:
+            if (container := _exit_code_match(status, codes)) is not None:
                 code = container["state"]["terminated"].get("exitCode")
                 said = f"Container {container.get('name')} for pod {where} failed with exit code {code}"
-                return action, f"{said} matching {action} rule at index {index}"
-        elif (patterns := rule.get("onPodConditions")) is not None:
-            condition = _condition_match(status, patterns)
-            if condition is not None:
-                said = f"Pod {where} has condition {condition.get('type')}"
-                return action, f"{said} matching {action} rule at index {index}"
+        elif (condition := _condition_match(status, rule.get("onPodConditions") or [])) is not None:
+            said = f"Pod {where} has condition {condition.get('type')}"
+        if said is not None:
+            return action, f"{said} matching {action} rule at index {index}" if action == "FailJob" else None
     return "Count", None
 
 
