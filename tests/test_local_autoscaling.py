@@ -25,6 +25,7 @@ POOLS = (
     NodePool("a100", "NVIDIA-A100", count=0, gpus=8, max_count=1, refuse=REFUSAL),
     NodePool("spot", "NVIDIA-H100", count=1, gpus=8, max_count=1, scale_up_seconds=0.2),  # reclaimed by the tests
     NodePool("pre", "NVIDIA-B200", count=0, gpus=8, max_count=2, scale_up_seconds=0.2, reclaim_after_seconds=1),
+    NodePool("gang", "NVIDIA-GB200", count=0, gpus=4, max_count=2, scale_up_seconds=0.2),  # a multi-host pool
     NodePool("cpu", "", count=1, gpus=0),
 )
 IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
@@ -198,3 +199,16 @@ def test_a_pool_told_to_reclaim_does_it_once_and_the_retry_completes(cluster: Lo
         "pod triggered scale-up: [{pre 0->1 (max: 2)}]",
         "pod triggered scale-up: [{pre 0->1 (max: 2)}]",
     ]
+
+
+def test_the_pods_of_a_multi_host_job_bring_up_one_node_each(cluster: LocalCluster) -> None:
+    job = gpu_job("gang", "NVIDIA-GB200", completionMode="Indexed", completions=2, parallelism=2)
+    term = {"labelSelector": {"matchLabels": {"job-name": "gang"}}, "topologyKey": "kubernetes.io/hostname"}
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    job["spec"]["template"]["spec"]["affinity"] = anti
+    cluster.client.create(JOBS, job, NS)
+    assert finished(cluster, "gang")["status"]["succeeded"] == 2
+    pods = pods_of(cluster, "gang")
+    assert sorted(pod["spec"]["nodeName"] for pod in pods) == ["gang-0", "gang-1"]
+    messages = {e["message"] for pod in pods for e in events_of(cluster, pod)}
+    assert messages == {"pod triggered scale-up: [{gang 0->2 (max: 2)}]"}  # one scale-up for both hosts
