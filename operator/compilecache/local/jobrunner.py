@@ -327,7 +327,6 @@ class Controllers:
         self._next_index = {pool.name: pool.count for pool in self.pools}
         self._serving: dict[str, str] = {}  # pod uid → the upcoming node it waits for
         self._said: dict[str, tuple[str, str]] = {}  # pod uid → the autoscaler's last (reason, message) to it
-        self._events: dict[tuple[str, str, str], str] = {}  # (pod uid, reason, message) → its Event's name
         self._reclaimed: set[str] = set()  # pools whose reclaimAfterSeconds was spent
         self._step_lock = threading.Lock()  # a reclaim and a pass never interleave
         self._stop = threading.Event()
@@ -396,7 +395,6 @@ class Controllers:
         self._serving = plan.serving
         uids = {pod["metadata"].get("uid") for pod in pods}
         self._said = {uid: said for uid, said in self._said.items() if uid in uids}
-        self._events = {key: name for key, name in self._events.items() if key[0] in uids}
         for pod, reason, message in plan.said:
             uid = pod["metadata"]["uid"]
             if self._said.get(uid) != (reason, message):  # one Event per change of what it says
@@ -404,16 +402,9 @@ class Controllers:
                 self._post(pod, reason, message)
 
     def _post(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
-        """Post the autoscaler's Event, or count it again as the API's event correlator does for a repeat."""
-        key, namespace, stamp = (pod["metadata"]["uid"], reason, message), pod["metadata"]["namespace"], now_rfc3339()
-        known = self.client.get(EVENTS, self._events[key], namespace) if key in self._events else None
-        if known is not None:
-            patch = {"count": int(known.get("count") or 1) + 1, "lastTimestamp": stamp}
-            self.client.patch(EVENTS, known["metadata"]["name"], patch, namespace)
-            return
-        name = f"{pod['metadata']['name']}.{time.time_ns():x}"  # the client library's event names
-        self.client.create(EVENTS, autoscaler.event(pod, reason, message, name, stamp), namespace)
-        self._events[key] = name
+        name = f"{pod['metadata']['name']}.{time.time_ns():x}"  # as client-go's recorder names Events
+        body = autoscaler.event(pod, reason, message, name, now_rfc3339())
+        self.client.create(EVENTS, body, pod["metadata"]["namespace"])
 
     def reclaim(self, node_name: str) -> list[str]:
         """Reclaim a node as a spot termination does (``LocalCluster.reclaim``); the names of the pods it failed."""
