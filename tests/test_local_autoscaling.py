@@ -79,8 +79,7 @@ def finished(cluster: LocalCluster, name: str, timeout: float = 60) -> dict[str,
 
 
 def pods_of(cluster: LocalCluster, job: str) -> list[dict[str, Any]]:
-    found = cluster.client.list(PODS, NS, label_selector=f"job-name={job}")
-    return sorted(found, key=lambda pod: pod["metadata"]["creationTimestamp"] + pod["metadata"]["name"])
+    return cluster.client.list(PODS, NS, label_selector=f"job-name={job}")
 
 
 def events_of(cluster: LocalCluster, pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,7 +175,7 @@ def test_a_reclaimed_pod_is_retried_under_an_ignore_rule_and_fails_the_job_witho
     if policy:
         # backoffLimit 0, yet the Job completes: the reclaimed pod is not counted, and a new spot node took the retry.
         assert (done["status"]["succeeded"], done["status"]["failed"]) == (1, 0)
-        retry = pods_of(cluster, name)[-1]
+        [retry] = [p for p in pods_of(cluster, name) if p["metadata"]["uid"] != pod["metadata"]["uid"]]
         assert retry["status"]["phase"] == "Succeeded" and retry["spec"]["nodeName"] not in (node, "")
         assert [e["reason"] for e in events_of(cluster, retry)] == ["TriggeredScaleUp"]
     else:
@@ -189,7 +188,8 @@ def test_a_pool_told_to_reclaim_does_it_once_and_the_retry_completes(cluster: Lo
     cluster.client.create(JOBS, job, NS)
     done = finished(cluster, "preempted")
     assert (done["status"]["succeeded"], done["status"]["failed"]) == (1, 0)
-    first, retry = pods_of(cluster, "preempted")
+    # Each pod by its node (creation stamps have whole seconds: no order between two pods of one second).
+    first, retry = sorted(pods_of(cluster, "preempted"), key=lambda pod: pod["spec"]["nodeName"])
     assert first["spec"]["nodeName"] == "pre-0" and first["status"]["reason"] == "Terminated"
     assert retry["spec"]["nodeName"] == "pre-1" and retry["status"]["phase"] == "Succeeded"
     assert "pre-0" not in node_names(cluster) and "pre-1" in node_names(cluster)
