@@ -10,7 +10,8 @@ its Jobs, a real training process admitted through the operator's webhook. It is
 not a way to run training: every container runs on this machine's CPU, in this Python
 environment (see ``pods.py`` for what is and is not emulated). Multi-host Jobs (Indexed Jobs
 with a headless Service) run too: one pod per node where anti-affinity asks for it, their host
-names rewritten to this machine with a block of ports per Job (``dns.py``).
+names rewritten to this machine with a block of ports per Job (``dns.py``). Pools may scale from
+zero (``autoscaler.py``) and a node may be reclaimed mid-run (:meth:`LocalCluster.reclaim`).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ class LocalCluster:
         for node in nodes(self.pools):
             self.client.create("v1/nodes", node)
         self.client.create(PEERINGS, {"metadata": {"name": PEERING}})
-        self._controllers = Controllers(self.client, self.root, self.image)
+        self._controllers = Controllers(self.client, self.root, self.image, pools=self.pools)
         self._controllers.start()
         return self
 
@@ -203,6 +204,13 @@ class LocalCluster:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
+
+    def reclaim(self, node: str) -> list[str]:
+        """Take ``node`` away as a spot reclaim does: its live pods get ``DisruptionTarget``, are killed and
+        end ``Failed``, then the Node is deleted; returns their names (``Controllers.reclaim``)."""
+        if self._controllers is None:
+            raise RuntimeError("the cluster is not started")
+        return self._controllers.reclaim(node)
 
     def logs(self, namespace: str, pod: str, container: str) -> str:
         """A container's output so far (``kubectl logs``)."""

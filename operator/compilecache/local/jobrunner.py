@@ -12,6 +12,8 @@ against kube-apiserver:
   fails the Job at ``activeDeadlineSeconds`` (deleting its running pod), and writes
   ``startTime``, ``completionTime``, ``active``/``succeeded``/``failed`` and the conditions
   (``SuccessCriteriaMet`` + ``Complete``, or ``FailureTarget`` + ``Failed``, as Kubernetes 1.31+).
+  A Job's ``podFailurePolicy`` decides what a failed pod means (``failure_rule``: ``Ignore``,
+  ``FailJob``, ``FailIndex``, ``Count``), as the real controller's does.
   An **Indexed Job** (``completionMode: Indexed``) gets up to ``parallelism`` pods at once, one
   per pending index, lowest first, made as the real controller makes them (``pod_for``): name
   ``<job>-<index>-<suffix>``, ``hostname: <job>-<index>``, the ``batch.kubernetes.io/job-completion-index``
@@ -25,6 +27,11 @@ against kube-apiserver:
   tried again on every pass; there is no resource accounting;
 * the **cluster DNS** (``dns.py``): every Indexed Job with a pod ``subdomain`` gets a block of
   free local ports while it runs, and its pods' host names are rewritten to this machine;
+* the **autoscaler** (``autoscaler.py``, only where a pool declares ``max`` or ``refuse``) adds a
+  node to a pool for the ``Unschedulable`` pods it would take, ``scaleUpSeconds`` later, and tells each
+  pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does;
+* the **cloud** reclaims a node (``reclaim``, or a pool's ``reclaimAfterSeconds``) as a spot
+  termination does: its pods get ``DisruptionTarget`` and end ``Failed``, and the Node goes;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
   local process (``pods.run_container``), and records ``containerStatuses[].state.terminated``
   and the pod's phase. A pod deleted while running has its processes killed. It simulates an
@@ -33,25 +40,31 @@ against kube-apiserver:
 
 from __future__ import annotations
 
+import collections
 import copy
 import datetime
 import functools
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.local import dns
+from compilecache.local import autoscaler, dns
 from compilecache.local import pods as podrun
 from compilecache.local.apiserver import now_rfc3339
 from compilecache.local.client import KubeClient, KubeError
-from compilecache.local.nodes import rejection, unschedulable_message
+from compilecache.local.nodes import NodePool, is_placed, rejection, unschedulable_message
+from compilecache.local.nodes import node as pool_node
+from compilecache.local.nodes import nodes as pool_nodes
 
 logger = logging.getLogger(__name__)
 
 PODS, JOBS, NODES, PVCS = "v1/pods", "batch/v1/jobs", "v1/nodes", "v1/persistentvolumeclaims"
-SERVICES = "v1/services"
+SERVICES, EVENTS = "v1/services", "v1/events"
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."  # pkg/kubelet/nodeshutdown
+KILLED = 137  # SIGKILL's exit code in a container (128 + 9)
 DEFAULT_BACKOFF_LIMIT = 6  # the Job API's default
 INDEX_KEY = dns.INDEX_KEY  # batch.kubernetes.io/job-completion-index: annotation and label of an Indexed Job's pod
 INDEX_ENV = "JOB_COMPLETION_INDEX"
@@ -88,17 +101,74 @@ def format_indexes(indexes: Sequence[int]) -> str:
     return ",".join(str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in runs)
 
 
+def failure_rule(job: Mapping[str, Any], pod: Mapping[str, Any]) -> tuple[str, str | None]:
+    """What the Job's ``podFailurePolicy`` does with a failed pod (pure): its action, and for ``FailJob`` the message.
+
+    As the Job controller (``pkg/controller/job/pod_failure_policy.go``, the Job docs' "Pod failure
+    policy"): the rules in order, the first that matches applies; ``onExitCodes`` matches a terminated
+    container (``containerName``: only that one; containers, then init containers) whose exit code is not
+    0 and is ``In``/``NotIn`` ``values``; ``onPodConditions`` matches a pod condition of that ``type``
+    with that ``status`` (default ``True``). No policy, or no rule that matches: ``Count``.
+    """
+    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    where = f"{meta.get('namespace')}/{meta.get('name')}"
+    for index, rule in enumerate(rules):
+        action, said = str(rule.get("action")), None
+        if (codes := rule.get("onExitCodes")) is not None:
+            if (container := _exit_code_match(status, codes)) is not None:
+                code = container["state"]["terminated"].get("exitCode")
+                said = f"Container {container.get('name')} for pod {where} failed with exit code {code}"
+        elif (condition := _condition_match(status, rule.get("onPodConditions") or [])) is not None:
+            said = f"Pod {where} has condition {condition.get('type')}"
+        if said is not None:
+            return action, f"{said} matching {action} rule at index {index}" if action == "FailJob" else None
+    return "Count", None
+
+
+def _exit_code_match(status: Mapping[str, Any], requirement: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    values = requirement.get("values") or []
+    wanted = requirement.get("operator") == "In"
+    for container in [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated is None or requirement.get("containerName") not in (None, container.get("name")):
+            continue
+        code = terminated.get("exitCode")
+        if code != 0 and (code in values) == wanted:
+            return container
+    return None
+
+
+def _condition_match(status: Mapping[str, Any], patterns: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        for pattern in patterns:
+            wanted = (pattern.get("type"), pattern.get("status", "True"))  # status defaults to True (API defaulting)
+            if (condition.get("type"), condition.get("status")) == wanted:
+                return condition
+    return None
+
+
 def job_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime.datetime) -> dict[str, Any]:
     """What the Job controller does next (pure): ``{"status": ..., "create": [index or None], "kill": [pod names]}``.
 
     ``status`` is the Job's new status (its counts, and conditions once it is finished); ``create``
     lists the pods to create: their completion indexes for an Indexed Job, ``[None]`` for the next
-    pod of another Job, ``[]`` for none.
+    pod of another Job, ``[]`` for none. A failed pod goes through ``podFailurePolicy``
+    (:func:`failure_rule`): ``Ignore`` drops it (not in ``failed``, not against ``backoffLimit``: a new
+    pod replaces it), ``FailJob`` fails the Job (reason ``PodFailurePolicy``), ``FailIndex`` ends an
+    Indexed Job's index (it is counted and not retried; the Job fails with ``FailedIndexes`` once no index
+    is left to run), ``Count`` counts it. The API requires ``restartPolicy: Never`` and, for ``FailIndex``,
+    ``backoffLimitPerIndex``; the emulator checks neither (``FailIndex`` on a Job that is not Indexed counts).
     """
     spec = job.get("spec") or {}
     old = job.get("status") or {}
     indexed = dns.is_indexed(job)
     completions = int(spec.get("completions") or 1)
+    verdicts = [
+        failure_rule(job, pod) if (pod.get("status") or {}).get("phase") == "Failed" else ("", None) for pod in pods
+    ]
+    kept = [(pod, verdict) for pod, verdict in zip(pods, verdicts, strict=True) if verdict[0] != "Ignore"]
+    pods = [pod for pod, _ in kept]
     phases = [(pod.get("status") or {}).get("phase") for pod in pods]
     succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
     active = [
@@ -114,12 +184,27 @@ def job_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: 
             }
         )
         succeeded = len(done)
+    ended = sorted(
+        {
+            i
+            for pod, (action, _) in kept
+            if indexed and action == "FailIndex" and (i := completion_index(pod)) is not None and i < completions
+        }
+        - set(done)
+    )
     start = old.get("startTime") or _format(now)
     status: dict[str, Any] = {"startTime": start, "active": len(active), "succeeded": succeeded, "failed": failed}
     if done:
         status["completedIndexes"] = format_indexes(done)
+    if ended:
+        status["failedIndexes"] = format_indexes(ended)
     stamp = _format(now)
     deadline = spec.get("activeDeadlineSeconds")
+    # The controller checks a FailJob rule before success and the backoff limit (syncJob).
+    fail_job = next((message for action, message in verdicts if action == "FailJob"), None)
+    if fail_job is not None:
+        status["conditions"] = _failed(stamp, "PodFailurePolicy", fail_job or "")
+        return {"status": status, "create": [], "kill": active}
     if succeeded >= completions:
         status["completionTime"] = stamp
         status["conditions"] = [_condition("SuccessCriteriaMet", stamp), _condition("Complete", stamp)]
@@ -137,11 +222,18 @@ def job_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: 
         return {"status": status, "create": [], "kill": []}
     if not indexed:
         return {"status": status, "create": [] if active else [None], "kill": []}
-    busy = set(done) | {
-        i
-        for pod, phase in zip(pods, phases, strict=True)
-        if phase not in ("Succeeded", "Failed") and (i := completion_index(pod)) is not None
-    }
+    busy = (
+        set(done)
+        | set(ended)
+        | {
+            i
+            for pod, phase in zip(pods, phases, strict=True)
+            if phase not in ("Succeeded", "Failed") and (i := completion_index(pod)) is not None
+        }
+    )
+    if ended and not active and len(busy) >= completions:
+        status["conditions"] = _failed(stamp, "FailedIndexes", "Job has failed indexes")
+        return {"status": status, "create": [], "kill": []}
     room = max(int(spec.get("parallelism", 1)) - len(active), 0)
     pending = [index for index in range(completions) if index not in busy][:room]  # lowest first, as the controller
     return {"status": status, "create": pending, "kill": []}
@@ -211,20 +303,32 @@ def unschedulable(
     return unschedulable_message([rejection(pod, node, placed, by_name) for node in nodes])
 
 
-def is_placed(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod occupies its node for the scheduler: bound and not finished."""
-    phase = (pod.get("status") or {}).get("phase")
-    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
-
-
 class Controllers:
     """The controllers of the local cluster, in one thread (``start``/``stop``)."""
 
-    def __init__(self, client: KubeClient, root: Path, image: podrun.Image, interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        root: Path,
+        image: podrun.Image,
+        interval: float = 0.1,
+        pools: Sequence[NodePool] = (),
+    ) -> None:
+        """``pools``: the node pools the cluster started with (their nodes already created), for the
+        autoscaler and reclaims."""
         self.client = client
         self.root = root
         self.image = image
         self.interval = interval
+        self.pools = tuple(pools)
+        # The cloud's side: node → pool of the nodes that exist, the nodes coming, the next index per pool.
+        self._members = {n["metadata"]["name"]: pool.name for pool in self.pools for n in pool_nodes([pool])}
+        self._upcoming: list[autoscaler.Upcoming] = []
+        self._next_index = {pool.name: pool.count for pool in self.pools}
+        self._serving: dict[str, str] = {}  # pod uid → the upcoming node it waits for
+        self._said: dict[str, tuple[str, str]] = {}  # pod uid → the autoscaler's last (reason, message) to it
+        self._reclaimed: set[str] = set()  # pools whose reclaimAfterSeconds was spent
+        self._step_lock = threading.Lock()  # a reclaim and a pass never interleave
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="local-controllers", daemon=True)
         self._running: dict[tuple[str, str], podrun.PodRun] = {}
@@ -257,9 +361,109 @@ class Controllers:
 
     def step(self) -> None:
         """One pass of every controller."""
-        self._bind_claims()
-        self._sync_jobs()
-        self._sync_pods()
+        with self._step_lock:
+            self._bind_claims()
+            self._sync_jobs()
+            self._sync_pods()
+            if any(pool.autoscaled or pool.reclaim_after_seconds is not None for pool in self.pools):
+                self._autoscale()
+
+    # --- the autoscaler and the cloud -------------------------------------------------------------
+
+    def _autoscale(self) -> None:
+        now = time.monotonic()
+        for upcoming in [u for u in self._upcoming if u.due <= now]:
+            pool = next(p for p in self.pools if p.name == upcoming.pool)
+            self.client.create(NODES, pool_node(pool, upcoming.index))
+            self._members[upcoming.name] = pool.name
+            self._upcoming.remove(upcoming)
+        pods = self.client.list(PODS)
+        wall = datetime.datetime.now(tz=datetime.UTC)
+        for name in autoscaler.due_reclaims(self.pools, self._members, pods, wall, self._reclaimed):
+            self._reclaimed.add(self._members[name])
+            self._reclaim(name)
+            pods = self.client.list(PODS)
+        if not any(pool.autoscaled for pool in self.pools):
+            return
+        sizes = collections.Counter([*self._members.values(), *(u.pool for u in self._upcoming)])
+        plan = autoscaler.plan(
+            self.pools, sizes, self._next_index, self.client.list(NODES), self._upcoming, pods, self._serving, now
+        )
+        self._upcoming += plan.grow
+        for upcoming in plan.grow:
+            self._next_index[upcoming.pool] = upcoming.index + 1
+        self._serving = plan.serving
+        uids = {pod["metadata"].get("uid") for pod in pods}
+        self._said = {uid: said for uid, said in self._said.items() if uid in uids}
+        for pod, reason, message in plan.said:
+            uid = pod["metadata"]["uid"]
+            if self._said.get(uid) != (reason, message):  # one Event per change of what it says
+                self._said[uid] = (reason, message)
+                self._post(pod, reason, message)
+
+    def _post(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        name = f"{pod['metadata']['name']}.{time.time_ns():x}"  # as client-go's recorder names Events
+        body = autoscaler.event(pod, reason, message, name, now_rfc3339())
+        self.client.create(EVENTS, body, pod["metadata"]["namespace"])
+
+    def reclaim(self, node_name: str) -> list[str]:
+        """Reclaim a node as a spot termination does (``LocalCluster.reclaim``); the names of the pods it failed."""
+        with self._step_lock:
+            return self._reclaim(node_name)
+
+    def _reclaim(self, node_name: str) -> list[str]:
+        # As the kubelet's graceful node shutdown (the "Pod disruption conditions" and "Node shutdowns"
+        # docs; pkg/kubelet/nodeshutdown): each live pod gets DisruptionTarget=True, reason
+        # TerminationByKubelet, its containers are killed, and it ends Failed with reason Terminated;
+        # then the node goes (the cloud deletes the instance; Karpenter deletes a reclaimed spot node).
+        victims = [
+            pod
+            for pod in self.client.list(PODS)
+            if (pod.get("spec") or {}).get("nodeName") == node_name and is_placed(pod)
+        ]
+        stamp = now_rfc3339()
+        target = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "TerminationByKubelet",
+            "message": SHUTDOWN_MESSAGE,
+            "lastTransitionTime": stamp,
+        }
+        for pod in victims:
+            kept = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != target["type"]]
+            pod["status"] = {**(pod.get("status") or {}), "conditions": [*kept, target]}
+            self._patch_status(pod, {"conditions": pod["status"]["conditions"]})
+        for pod in victims:
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            with self._lock:
+                run = self._running.pop(key, None)
+            if run is not None:
+                run.kill()
+                run.join(30)
+        for pod in victims:
+            started = (pod.get("status") or {}).get("startTime") or stamp
+            killed = [
+                podrun.terminated(c["name"], KILLED, "Error", "", started)
+                for c in (pod.get("spec") or {}).get("containers") or []
+            ]
+            final = {"phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE}
+            self._patch_status(pod, final | {"containerStatuses": killed})
+        self._members.pop(node_name, None)
+        try:
+            self.client.delete(NODES, node_name)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        logger.info("local cluster: reclaimed node %s (%d pods failed)", node_name, len(victims))
+        return [pod["metadata"]["name"] for pod in victims]
+
+    def _patch_status(self, pod: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            self.client.patch(PODS, meta["name"], {"status": dict(status)}, meta["namespace"], "status")
+        except KubeError as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to record
+                raise
 
     # --- the volume binder ------------------------------------------------------------------------
 

@@ -11,6 +11,15 @@ discovery and the scheduler's checks see a realistic cluster.
     pools:
       - {name: h100, product: NVIDIA-H100-80GB-HBM3, count: 2, gpus: 8, accelerator: nvidia-h100-80gb}
 
+A pool may scale (``autoscaler.py``, the local Cluster Autoscaler): ``count`` nodes at start (0 is
+allowed), up to ``max`` (default ``count``: a fixed pool), each new node ``scaleUpSeconds`` after the
+Pending pod that asked for it (default 1); ``refuse: "<reason>"`` makes the autoscaler refuse the pool
+with that reason (``NotTriggerScaleUp``); ``reclaimAfterSeconds: S`` reclaims, once, the first of its
+nodes to run a pod, S seconds after that pod started (a spot reclaim: ``LocalCluster.reclaim``).
+
+    pools:
+      - {name: h100, product: NVIDIA-H100-80GB-HBM3, count: 0, max: 2, scaleUpSeconds: 2, reclaimAfterSeconds: 5}
+
 ``compilecache demo --nodes FILE`` reads such a file; ``LocalCluster(pools=...)`` takes the parsed pools
 (``pools_from_config``). A multi-host warm-up of ``hosts: N`` places one pod per node (required pod
 anti-affinity on ``kubernetes.io/hostname``), so it needs a pool with ``count >= N``; with fewer nodes
@@ -25,12 +34,13 @@ accounting, no node affinity, no pod affinity, no topology spread and no preempt
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from compilecache.local.admission import selector_matches
 
+T = TypeVar("T")
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 
@@ -45,6 +55,25 @@ class NodePool:
     gpus: int = 8
     accelerator: str | None = None  # GKE's cloud.google.com/gke-accelerator value
     labels: Mapping[str, str] = field(default_factory=dict)
+    max_count: int | None = None  # ``max``: the autoscaler grows the pool up to it; None: a fixed pool
+    scale_up_seconds: float = 1.0  # from the autoscaler's decision to the Node
+    refuse: str | None = None  # the autoscaler refuses to grow the pool, with this reason
+    reclaim_after_seconds: float | None = None  # reclaim the first node that runs a pod, once, this long after
+
+    @property
+    def limit(self) -> int:
+        """The most nodes the pool may have."""
+        return self.count if self.max_count is None else self.max_count
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether the autoscaler manages the pool (it declares ``max`` or ``refuse``)."""
+        return self.max_count is not None or self.refuse is not None
+
+
+MAX_SCALE_UP_SECONDS = 3600.0  # bounds on the config's numbers: a typo must not hang a test or the demo
+MAX_NODES_PER_POOL = 64
+MAX_REASON = 256  # characters of a ``refuse`` reason (it ends up in an Event's message)
 
 
 # Two GPU pools, labelled so that both examples/cache-pvc.yaml (discovery) and
@@ -73,13 +102,34 @@ def pools_from_config(config: Mapping[str, Any]) -> tuple[NodePool, ...]:
                     gpus=int(entry.get("gpus", 8)),
                     accelerator=entry.get("accelerator"),
                     labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    max_count=_optional(entry, "max", int),
+                    scale_up_seconds=float(entry.get("scaleUpSeconds", 1.0)),
+                    refuse=_optional(entry, "refuse", str),
+                    reclaim_after_seconds=_optional(entry, "reclaimAfterSeconds", float),
                 )
             )
+            _check(pools[-1])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"pools[{index}]: {exc!r}") from None
     if not any(pool.gpus == 0 for pool in pools):
         pools.append(NodePool("cpu", "", count=1, gpus=0))
     return tuple(pools)
+
+
+def _optional(entry: Mapping[str, Any], key: str, kind: Callable[[Any], T]) -> T | None:
+    return None if entry.get(key) is None else kind(entry[key])
+
+
+def _check(pool: NodePool) -> None:
+    """Refuse a pool whose numbers make no sense or exceed the bounds (``ValueError``)."""
+    if not 0 <= pool.count <= pool.limit <= MAX_NODES_PER_POOL:
+        raise ValueError(f"need 0 <= count <= max <= {MAX_NODES_PER_POOL}, got count {pool.count}, max {pool.limit}")
+    if not 0 <= pool.scale_up_seconds <= MAX_SCALE_UP_SECONDS:
+        raise ValueError(f"scaleUpSeconds must be within 0..{MAX_SCALE_UP_SECONDS:g}")
+    if pool.reclaim_after_seconds is not None and not 0 <= pool.reclaim_after_seconds <= MAX_SCALE_UP_SECONDS:
+        raise ValueError(f"reclaimAfterSeconds must be within 0..{MAX_SCALE_UP_SECONDS:g}")
+    if pool.refuse is not None and not 0 < len(pool.refuse) <= MAX_REASON:
+        raise ValueError(f"refuse must be a reason of 1..{MAX_REASON} characters")
 
 
 def nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
@@ -114,6 +164,11 @@ def nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
                 }
             )
     return result
+
+
+def node(pool: NodePool, index: int) -> dict[str, Any]:
+    """The pool's Node ``<pool>-<index>``, as :func:`nodes` builds it (one way to build a node)."""
+    return nodes([replace(pool, count=index + 1)])[-1]
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -206,6 +261,12 @@ def rejection(
     if reason is None and not anti_affinity_allows(pod, node, placed, nodes_by_name):
         reason = "didn't match pod anti-affinity rules"
     return reason
+
+
+def is_placed(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod occupies its node for the scheduler: bound and not finished."""
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
 
 
 def unschedulable_message(reasons: Sequence[str | None]) -> str:

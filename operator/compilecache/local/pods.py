@@ -397,7 +397,7 @@ class PodRun(threading.Thread):
             argv, env, cwd = self._command(container, volumes, termination)
             argv = unprivileged(argv)
         except PodError as exc:
-            return _terminated(name, 128, exc.reason, str(exc), started)
+            return terminated(name, 128, exc.reason, str(exc), started)
         with log.open("ab") as out:
             try:
                 process = subprocess.Popen(
@@ -405,7 +405,7 @@ class PodRun(threading.Thread):
                     start_new_session=True,
                 )  # fmt: skip
             except OSError as exc:
-                return _terminated(name, 128, "StartError", f"failed to start {argv[0]!r}: {exc}", started)
+                return terminated(name, 128, "StartError", f"failed to start {argv[0]!r}: {exc}", started)
             with self._lock:
                 self._processes.append(process)
             if self._killed.is_set():
@@ -419,7 +419,7 @@ class PodRun(threading.Thread):
         code = 128 - code if code < 0 else code  # a signal N is exit code 128+N in a container
         message = termination_message(container, termination, log, code)
         reason = "OOMKilled" if oom.is_set() else "Completed" if code == 0 else "Error"
-        return _terminated(name, code, reason, message, started)
+        return terminated(name, code, reason, message, started)
 
     def _command(
         self,
@@ -517,11 +517,12 @@ def _watch_memory(pgid: int, limit: int, ended: threading.Event, oom: threading.
             return
 
 
-def _terminated(name: str, code: int, reason: str, message: str, started: str) -> dict[str, Any]:
-    terminated = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now_rfc3339()}
+def terminated(name: str, code: int, reason: str, message: str, started: str) -> dict[str, Any]:
+    """A container's status as the kubelet writes it once the container ended."""
+    state = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now_rfc3339()}
     if message:
-        terminated["message"] = message
-    return {"name": name, "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+        state["message"] = message
+    return {"name": name, "ready": False, "restartCount": 0, "state": {"terminated": state}}
 
 
 def _waiting(container: Mapping[str, Any], reason: str) -> dict[str, Any]:
