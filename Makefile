@@ -18,7 +18,7 @@ LOCK_PYTHON := 3.11
 # images/warmer-torch/Dockerfile pins the same version (tests/test_versions.py checks both).
 TORCH := torch==2.13.0
 
-.PHONY: demo demo-pytorch test test-fast e2e lint typecheck bench clean tools generate test-long images push lock test-lowest
+.PHONY: demo demo-from-zero demo-pytorch test test-fast e2e lint typecheck bench clean tools generate test-long images push lock test-lowest
 
 # `venv --clear` when the venv's own python is not $(PYTHON)'s version: pip would otherwise reuse it.
 define MAKE_VENV
@@ -49,6 +49,11 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 ## `$(BIN)/compilecache demo --warmer-only` runs the warmer alone, without a cluster.
 demo: $(DEMO_STAMP)
 	$(BIN)/compilecache demo
+
+## The same loop with GPU pools at zero nodes (docs/autoscaling.md): each warm-up brings its node up
+## through the local autoscaler, and the first node is reclaimed mid-run (the warm-up retried, uncounted).
+demo-from-zero: $(DEMO_STAMP)
+	$(BIN)/compilecache demo --scale-from-zero
 
 ## The same loop for a PyTorch cache (docs/pytorch.md): torch ($(TORCH)) goes into the venv first
 ## (the CPU wheel where pip finds one on disk, as on CI; from PyPI it is the CUDA build, several GB).

@@ -13,6 +13,8 @@ and a node reclaimed mid warm-up (``reclaimAfterSeconds``: the kubelet's gracefu
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +22,8 @@ from typing import Any
 import pytest
 
 from compilecache.local.cluster import LocalCluster, run_operator
-from compilecache.local.nodes import NodePool
+from compilecache.local.demo import from_zero
+from compilecache.local.nodes import DEFAULT_POOLS, NodePool
 from test_e2e import (
     CC,
     GATE,
@@ -194,3 +197,35 @@ def test_a_warm_up_whose_node_is_reclaimed_mid_run_is_retried_uncounted_and_the_
     assert [p["status"]["phase"] for p in pods if p is not cut[0]] == ["Succeeded"]
     preempted = [e for e in client.list("v1/events", NS) if e.get("reason") == "Preempted"]
     assert any((e.get("involvedObject") or {}).get("name") == "reclaimed" for e in preempted), preempted
+
+
+def test_the_demo_from_zero_shows_the_pools_come_up_a_preemption_retried_and_every_compile_hit() -> None:
+    """``make demo-from-zero`` as shipped: the output a newcomer reads."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "compilecache.cli", "demo", "--scale-from-zero", "--repo", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    out = completed.stdout
+    assert completed.returncode == 0, (out + completed.stderr)[-4000:]
+    assert "pool h100: 0 nodes, autoscaled up to 2" in out, out
+    assert "WaitingForCapacity: waiting for a node" in out and "TriggeredScaleUp" in out, out
+    assert "Preempted: preempted once, retrying (not counted against backoffLimit)" in out, out
+    assert "the training pod's own verdict: compilecache: 2/2 compiles hit" in out, out
+
+
+def test_from_zero_declares_each_gpu_pool_with_its_gpus_and_starts_it_at_no_node() -> None:
+    cache = example("cache-pvc.yaml")
+    declared, pools = from_zero(cache, DEFAULT_POOLS)
+    assert "discover" not in declared["spec"]["warmup"] and "discover" in cache["spec"]["warmup"]  # a copy
+    by_product = {p["nodeSelector"]["nvidia.com/gpu.product"]: p for p in declared["spec"]["warmup"]["pools"]}
+    for before, after in zip(DEFAULT_POOLS, pools, strict=True):
+        if before.gpus == 0:
+            assert after == before  # the CPU node stays: the expiry Job runs there
+            continue
+        assert (after.count, after.max_count) == (0, before.count)
+        assert by_product[before.product]["gpusPerPod"] == before.gpus
+    assert [p.reclaim_after_seconds is not None for p in pools] == [True, False, False]

@@ -593,9 +593,7 @@ def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None
         backoff_limit=warmup.backoffLimit,
         active_deadline_seconds=deadline,
         ttl_seconds_after_finished=warmup.ttlSecondsAfterFinished,
-        capacity_timeout_seconds=_convert(
-            units.parse_duration, warmup.capacityTimeout, "spec.warmup.capacityTimeout"
-        ),
+        capacity_timeout_seconds=_convert(units.parse_duration, warmup.capacityTimeout, "spec.warmup.capacityTimeout"),
         jobs=warmup.jobs,
         verify=warmup.verify,
         jax=jax,

@@ -704,10 +704,9 @@ def transitions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
             message = f"pool {label(pool)}: {pool.get('message', '')}"
             troubles.append(Event("Warning", str(pool["reason"]), message))
         if _int(pool.get("disruptions")) > _int(before.get("disruptions")) and before.get("job") == pool.get("job"):
-            message = f"pool {label(pool)}: {pool.get('message', '')}" if pool.get("reason") == PREEMPTED else (
-                f"pool {label(pool)}: the warm-up pod was disrupted ({pool['disruptions']} so far); the Job retries it"
-            )
-            troubles.append(Event("Warning", PREEMPTED, message))
+            said = f"the warm-up pod was disrupted ({pool['disruptions']} so far); the Job retries it"
+            message = pool.get("message", "") if pool.get("reason") == PREEMPTED else said
+            troubles.append(Event("Warning", PREEMPTED, f"pool {label(pool)}: {message}"))
         if pool.get("reason") == REPORT_REFUSED and before.get("reason") != REPORT_REFUSED:
             troubles.append(Event("Warning", REPORT_REFUSED, f"pool {label(pool)}: {pool.get('message', '')}"))
     events = [

@@ -17,6 +17,10 @@ through the operator's webhook):
 ``--framework pytorch`` runs the same loop for a PyTorch cache (the framework's ``demo``,
 :mod:`compilecache.frameworks`).
 
+``--scale-from-zero`` (``make demo-from-zero``) starts the GPU pools with no node (:func:`from_zero`):
+each pool's warm-up pod waits for a node, the local autoscaler adds one, and the first node is
+reclaimed mid-run, so the warm-up is seen retried without counting against its ``backoffLimit``.
+
 ``--warmer-only`` keeps the earlier demo: three processes, no cluster — a cold training
 start, ``compilecache warm`` into ``--cache-dir`` (default ``./demo-cache``, recreated each
 run) and a fresh training process on it. A ``--cache-dir`` or ``--keep`` folder the demo did
@@ -74,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--nodes",
         default=None,
         help="simulated GPU nodes: a YAML file {pools: [{name, product, count, gpus}]} (N hosts need count >= N)",
+    )
+    parser.add_argument(
+        "--scale-from-zero",
+        action="store_true",
+        help="GPU pools start with no node: the local autoscaler adds one for each pool's warm-up, and "
+        "reclaims the first mid-run (a spot node lost: the warm-up is retried, uncounted)",
     )
     parser.add_argument("--keep", default=None, help="keep the local cluster's files in this directory")
     parser.add_argument("--repo", default=None, help="repository root holding examples/ (default: found)")
@@ -150,6 +160,41 @@ def apply_and_wait(
     return status, log
 
 
+def from_zero(cache: dict[str, Any], pools: Sequence[Any]) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """``--scale-from-zero`` (pure): the GPU pools at no node, autoscaled up to their size, the first one
+    reclaimed once mid-run; the cache's discovery replaced by those pools declared with their GPUs (a pool
+    with no node can ask for one only with its GPU count, which the cache key holds)."""
+    import dataclasses
+
+    from compilecache.controller.pools import pool_name
+
+    gpu = [pool for pool in pools if pool.gpus > 0]
+    scaled = tuple(
+        dataclasses.replace(
+            pool,
+            count=0,
+            max_count=pool.count,
+            scale_up_seconds=2.0,
+            reclaim_after_seconds=3.0 if pool is gpu[0] else None,
+        )
+        if pool.gpus > 0
+        else pool
+        for pool in pools
+    )
+    warmup = dict(cache["spec"]["warmup"])
+    discover = warmup.pop("discover", None) or {}
+    warmup["pools"] = [
+        {
+            "name": pool_name(pool.product),
+            "nodeSelector": {"nvidia.com/gpu.product": pool.product},
+            "gpusPerPod": pool.gpus,
+            **({"tolerations": discover["tolerations"]} if discover.get("tolerations") else {}),
+        }
+        for pool in gpu
+    ]
+    return {**cache, "spec": {**cache["spec"], "warmup": warmup}}, scaled
+
+
 def run_script(repo: Path, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     """Run an example training script (``argv``, relative to ``repo``) in a fresh process; its JSON result."""
     completed = subprocess.run(
@@ -188,6 +233,13 @@ def _watch(cluster: Any, name: str, job: str, clock: Clock) -> dict[str, Any] | 
         status = (client.get(CACHES, name, NAMESPACE) or {}).get("status") or {}
         phase = status.get("phase") or "(no status yet)"
         show("cache", f"CompileCache {name}: {phase:<9} {status.get('message', '')}".rstrip())
+        for pool in status.get("pools") or []:  # what a pool waits for: a node, a retry after a preemption
+            if pool.get("reason") in ("WaitingForCapacity", "NotTriggerScaleUp", "Preempted"):
+                show(
+                    f"pool {pool.get('name')}", f"pool {pool.get('name')}: {pool['reason']}: {pool.get('message', '')}"
+                )
+        nodes = sorted(node["metadata"]["name"] for node in client.list("v1/nodes"))
+        show("nodes", f"nodes: {', '.join(nodes)}")
         for pod in client.list("v1/pods", NAMESPACE, label_selector=f"job-name={job}"):
             show("pod", f"pod {pod['metadata']['name']}: {_pod_state(pod)}")
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and phase in ("Ready", "Failed"):

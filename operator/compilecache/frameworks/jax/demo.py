@@ -18,12 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from compilecache.frameworks.jax.env import jax_cache_env
-from compilecache.local.demo import Clock, apply_and_wait, fresh_dir, repo_root, run_script, table, train_result
-
-WORKLOAD = "examples.workloads.transformer:targets"
-# The JAX example as the demo runs it outside the cluster (the cold process, and the warmer-only hit).
-TRAIN = ["examples/train.py", "--json"]
-
+from compilecache.local.demo import (
+    Clock,
+    apply_and_wait,
+    fresh_dir,
+    from_zero,
+    repo_root,
+    run_script,
+    table,
+    train_result,
+)
 
 WORKLOAD = "examples.workloads.transformer:targets"
 
@@ -59,6 +63,8 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     model = [{"name": key, "value": value} for key, value in env.items() if key.startswith(("MODEL_", "XLA_"))]
     for workload in cache["spec"]["warmup"]["workloads"]:
         workload["env"] = [*(e for e in workload.get("env") or [] if not e["name"].startswith("MODEL_")), *model]
+    if args.scale_from_zero:
+        cache, pools = from_zero(cache, pools)
     training = yaml.safe_load((repo / "examples" / "training-job.yaml").read_text())
     container = training["spec"]["template"]["spec"]["containers"][0]
     container["command"] = ["python", "examples/train.py", "--steps", "3", "--json"]
@@ -71,6 +77,9 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
         for product in products:
             count = sum(1 for n in gpu_nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"] == product)
             print(f"    {count} x {product}")
+        for pool in pools:
+            if pool.autoscaled:
+                print(f"    pool {pool.name}: 0 nodes, autoscaled up to {pool.max_count} ({pool.product})")
         applied = f"examples/cache-pvc.yaml, examples/training-job.yaml (MODEL_LAYERS={args.layers})"
         outcome = apply_and_wait(cluster, cache, training, clock, applied)
     if outcome is None:
