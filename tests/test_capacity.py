@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compilecache.controller import expiryjob, gates, jobs, plan, podstate, status
+from compilecache.controller import expiryjob, gates, jobs, plan, podstate, provisioning, status
 from compilecache.controller.api import Consumers, parse_cache
-from compilecache.controller.kube import JOBS
+from compilecache.controller.kube import JOBS, PROVISIONING_REQUESTS
 from compilecache.controller.snapshot import Cache, Snapshot
 from specs import PRODUCT, cache, cluster
 
@@ -188,3 +188,96 @@ def test_warm_up_and_expiry_jobs_retry_a_disrupted_pod_without_counting_it() -> 
     assert rule["action"] == "Ignore" and rule["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
     expiry = expiryjob.expiry_job(cache(), parse_cache(cache()), ["a"])
     assert expiry["spec"]["podFailurePolicy"] == jobs.POD_FAILURE_POLICY
+
+
+# --- capacity on request: ProvisioningRequests (provisioning.py) -----------------------------------------
+
+QUEUED = {"className": "queued-provisioning.gke.io", "parameters": {"maxRunDurationSeconds": "7200"}}
+
+
+def request_of(decided: plan.Plan, **conditions: tuple[str, str]) -> dict[str, Any]:
+    """The plan's ProvisioningRequest as the API holds it, with ``conditions`` (type → (status, reason))."""
+    [create] = [c for c in decided.creates if c.resource == PROVISIONING_REQUESTS]
+    obj = copy.deepcopy(dict(create.manifest))
+    obj["metadata"]["creationTimestamp"] = "2026-11-21T09:59:00Z"
+    obj["status"] = {
+        "conditions": [
+            {"type": t, "status": s, "reason": r, "message": f"{r} said", "lastTransitionTime": NOW}
+            for t, (s, r) in conditions.items()
+        ]
+    }
+    return obj
+
+
+def test_a_cache_that_asks_for_capacity_makes_the_template_the_request_and_a_suspended_job_in_that_order() -> None:
+    obj = scaled(gpus=2, provisioningRequest=QUEUED, topologies=[{"hosts": 2}])
+    decided = decide(obj)
+    kinds = [c.resource.plural for c in decided.creates if c.resource.plural != "persistentvolumeclaims"]
+    assert kinds == ["podtemplates", "provisioningrequests", "services", "jobs"]
+    template, request, _, job = [c.manifest for c in decided.creates if c.resource.plural != "persistentvolumeclaims"]
+    name = job["metadata"]["name"]
+    assert template["metadata"]["name"] == request["metadata"]["name"] == name
+    assert template["template"] == job["spec"]["template"]  # what the autoscaler simulates is what will run
+    assert request["spec"] == {
+        "provisioningClassName": "queued-provisioning.gke.io",
+        "parameters": {"maxRunDurationSeconds": "7200"},
+        "podSets": [{"podTemplateRef": {"name": name}, "count": 2}],  # every host at once
+    }
+    assert job["spec"]["suspend"] is True
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[provisioning.CONSUME] == name and annotations[provisioning.CLASS] == "queued-provisioning.gke.io"
+    for made in (template, request):
+        assert made["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert made["metadata"]["labels"]["compilecache.dev/cache"] == "llama"
+
+
+def test_the_request_decides_the_pool_and_the_job_starts_once_it_is_provisioned() -> None:
+    obj = scaled(provisioningRequest=QUEUED, capacityTimeout="1h")
+    first = decide(obj)
+    job = job_of(first)
+    accepted = request_of(first, Accepted=("True", "Accepted"), Provisioned=("False", "CapacityIsNotFound"))
+    waiting = decide(recorded(obj, first), jobs=(job,), requests=(accepted,))
+    [entry] = waiting.status["pools"]
+    assert (entry["state"], entry["reason"]) == (status.POOL_PENDING, podstate.WAITING_FOR_CAPACITY)
+    assert "Provisioned=False (CapacityIsNotFound: CapacityIsNotFound said)" in entry["message"], entry
+    assert waiting.patches == () and waiting.creates == ()  # nothing made twice
+    late = decide(recorded(obj, waiting), "2026-11-21T11:00:01Z", jobs=(job,), requests=(accepted,))
+    assert (
+        late.status["pools"][0]["state"] == status.POOL_FAILED
+        and "capacityTimeout" in late.status["pools"][0]["message"]
+    )
+    done = request_of(first, Accepted=("True", "Accepted"), Provisioned=("True", "Provisioned"))
+    go = decide(recorded(obj, waiting), jobs=(job,), requests=(done,))
+    assert [(p.resource, p.name, p.patch) for p in go.patches] == [
+        (JOBS, job["metadata"]["name"], {"spec": {"suspend": False}})
+    ]
+    refused = request_of(first, Failed=("True", "CapacityIsNotFound"))
+    failed = decide(recorded(obj, waiting), jobs=(job,), requests=(refused,))
+    assert (failed.status["pools"][0]["state"], failed.status["pools"][0]["reason"]) == (
+        "Failed",
+        provisioning.PROVISIONING_FAILED,
+    )
+    assert failed.patches == ()
+    # Let go and finished: the request and its template go; a running Job keeps its own.
+    running = copy.deepcopy(job) | {"spec": {**job["spec"], "suspend": False}}
+    running["status"] = {"active": 1}
+    kept = decide(recorded(obj, go), jobs=(running,), requests=(done,))
+    assert [d for d in kept.deletes if d.resource == PROVISIONING_REQUESTS] == []
+    running["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    ended = decide(recorded(obj, kept), jobs=(running,), requests=(done,))
+    gone = {(d.resource.plural, d.name) for d in ended.deletes}
+    assert {("provisioningrequests", job["metadata"]["name"]), ("podtemplates", job["metadata"]["name"])} <= gone
+
+
+def test_a_cluster_without_provisioning_requests_says_so_in_the_pool() -> None:
+    obj = scaled(provisioningRequest=QUEUED)
+    first = decide(obj)
+    [request] = [c for c in first.creates if c.resource == PROVISIONING_REQUESTS]
+    answer = 'the server could not find the requested resource (404: "provisioningrequests.autoscaling.x-k8s.io")'
+    parts = {"claim": CLAIM, "nodes": tuple(cluster()), "created": frozenset({f"podtemplates/{request.name}"})}
+    snapshot = Snapshot(Cache.read(obj), **parts).after(frozenset(), {request.key: answer})
+    decided = plan.plan(snapshot, NOW)
+    [entry] = decided.status["pools"]
+    assert (entry["state"], entry["reason"]) == (status.POOL_FAILED, provisioning.REQUEST_REJECTED)
+    assert "ProvisioningRequest" in entry["message"] and "404" in entry["message"]
+    assert [c for c in decided.creates if c.resource == JOBS] == []

@@ -952,6 +952,7 @@ def _full_scenario(kube: KubeClient, namespace: str) -> None:
     kube.wait_for(lambda: (names := {j["metadata"]["name"] for j in _jobs(kube, namespace)}) and not names & old)
     _multihost_scenario(kube, namespace)
     _capacity_scenario(kube, namespace)
+    _provisioning_scenario(kube, namespace)
     _template_scenario(kube, namespace)
     kube.delete(CC, "llama", namespace)
     kube.wait_for(lambda: _jobs(kube, namespace) == [])
@@ -1003,6 +1004,36 @@ def _capacity_scenario(kube: KubeClient, namespace: str) -> None:
         )
     )
     kube.delete(CC, "scaled", namespace)
+
+
+def _provisioning_scenario(kube: KubeClient, namespace: str) -> None:
+    """A cache that asks for its capacity: a PodTemplate and a ProvisioningRequest, the Job suspended; the
+    request Provisioned (as Cluster Autoscaler writes it): the Job let go; finished: the request deleted."""
+    spec = cache_spec()
+    spec["warmup"]["pools"] = [{"name": "h100", "nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, "gpusPerPod": 8}]
+    spec["warmup"].pop("discover")
+    spec["warmup"]["provisioningRequest"] = {"className": "queued-provisioning.gke.io"}
+    spec["storage"] = {"pvc": {"claimName": "queued-cache", "create": {"size": "1Gi"}}}
+    kube.create(CC, {"metadata": {"name": "queued"}, "spec": spec}, namespace)
+    requests = "autoscaling.x-k8s.io/v1/provisioningrequests"
+    [request] = kube.wait_for(lambda: kube.list(requests, namespace, "compilecache.dev/cache=queued"))
+    [job] = kube.wait_for(lambda: kube.list(JOBS, namespace, "compilecache.dev/cache=queued"))
+    assert job["spec"]["suspend"] is True
+    assert kube.get("v1/podtemplates", request["metadata"]["name"], namespace) is not None
+    provisioned = {
+        "type": "Provisioned",
+        "status": "True",
+        "reason": "Provisioned",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    kube.patch(requests, request["metadata"]["name"], {"status": {"conditions": [provisioned]}}, namespace, "status")
+    kube.wait_for(lambda: (kube.get(JOBS, job["metadata"]["name"], namespace) or {})["spec"].get("suspend") is False)
+    done = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1, "startTime": "2026-01-01T00:00:00Z"}
+    kube.patch(JOBS, job["metadata"]["name"], {"status": done}, namespace, "status")
+    kube.wait_for(lambda: kube.list(requests, namespace, "compilecache.dev/cache=queued") == [])
+    assert kube.get("v1/podtemplates", request["metadata"]["name"], namespace) is None
+    kube.delete(CC, "queued", namespace)
 
 
 def _template_scenario(kube: KubeClient, namespace: str) -> None:
@@ -1094,6 +1125,12 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
         ("watch", "", "podtemplates"),
         ("get", "batch", "jobs"),
         ("get", "jobset.x-k8s.io", "jobsets"),
+        ("patch", "batch", "jobs"),
+        ("create", "", "podtemplates"),
+        ("delete", "", "podtemplates"),
+        ("list", "autoscaling.x-k8s.io", "provisioningrequests"),
+        ("create", "autoscaling.x-k8s.io", "provisioningrequests"),
+        ("delete", "autoscaling.x-k8s.io", "provisioningrequests"),
     }
     assert expected <= rules, sorted(expected - rules)
     assert ("list", "", "namespaces") in {call.rule for call in recorded["replicas-2-namespaces"]}

@@ -116,15 +116,25 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 # a pass creates and deletes (older spec hashes) them, lists them again after a 409 on a create (the
 # watch may not have brought what another party made), and reads a training Job that
 # podTemplate.templateRef names.
+# With spec.warmup.provisioningRequest a Job is created suspended and patched (spec.suspend: false) once
+# its ProvisioningRequest is Provisioned.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, patch]
 # Training's pod template that spec.warmup.podTemplate.templateRef names (a PodTemplate, a Job above,
 # or a JobSet): PodTemplates are watched into an index (and read by name after a 409), a JobSet read
 # by name at each pass of a cache that names one.
+# With spec.warmup.provisioningRequest, each warm-up Job's pod template is also made a PodTemplate (what
+# its ProvisioningRequest points at), deleted with the request once the Job has finished.
 - apiGroups: [""]
   resources: [podtemplates]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, create, delete]
+# Cluster Autoscaler's ProvisioningRequests of caches that ask for their capacity with one: listed by the
+# cache's label at each of their passes (not watched: most clusters do not serve the kind), created before
+# the Job, deleted once the Job has finished or is superseded.
+- apiGroups: [autoscaling.x-k8s.io]
+  resources: [provisioningrequests]
+  verbs: [list, create, delete]
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
   verbs: [get]

@@ -1528,6 +1528,35 @@ class LocalObjectReference(Model):
     )
 
 
+class ProvisioningRequestSpec(Model):
+    """Ask Cluster Autoscaler for each warm-up's capacity with a ProvisioningRequest (autoscaling.x-k8s.io/v1)
+    before its Job runs: the Job is created suspended and starts once the request is Provisioned."""
+
+    className: str = Field(
+        description=(
+            "The provisioning class, e.g. queued-provisioning.gke.io (GKE's queued provisioning), "
+            "best-effort-atomic-scale-up.autoscaling.x-k8s.io (all nodes or none) or "
+            "check-capacity.autoscaling.x-k8s.io."
+        ),
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        json_schema_extra={**doc("DNS subdomain, required", "", "the ProvisioningRequest's provisioningClassName")},
+    )
+    parameters: (
+        dict[
+            Annotated[str, Field(max_length=63)],
+            Annotated[str, Field(description="A parameter's value (at most 255 characters).", max_length=255)],
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="The request's parameters, as the class reads them (e.g. ValidUntilSeconds).",
+        max_length=32,
+        json_schema_extra={**doc("map: name → value (≤ 255 characters)", "", "the class's parameters")},
+    )
+
+
 class Warmup(Model):
     """How to fill the cache: which image and programs to compile, on which GPU node pools, with which Job
     settings and JAX cache options. One warm-up Job runs per pool and topology.
@@ -1734,6 +1763,17 @@ class Warmup(Model):
         },
     )
     # The list-map key (hosts) makes hosts unique without a CEL rule (no cost).
+    provisioningRequest: ProvisioningRequestSpec | None = Field(
+        default=None,
+        description=(
+            "Opt-in: ask Cluster Autoscaler for each warm-up Job's capacity through a "
+            "ProvisioningRequest of this class; the Job is created suspended and starts once the "
+            "request is Provisioned (a request still waiting after capacityTimeout fails the pool)."
+        ),
+        json_schema_extra={
+            **doc("object", "", "ask for each warm-up's capacity with a ProvisioningRequest (docs/autoscaling.md)")
+        },
+    )
     topologies: list[Topology] = Field(
         default_factory=lambda: [Topology(hosts=1)],
         description=(
@@ -1742,7 +1782,8 @@ class Warmup(Model):
             "compiled by 8 processes on 8 nodes. hosts 1 is one warm-up pod on one node; hosts "
             "N > 1 is an Indexed Job of N pods on N distinct nodes of the pool (one JAX "
             "process each, GPUs per host from the pool) with a headless Service for the "
-            "coordinator. A pool with fewer nodes than hosts shows TooFewNodes."
+            "coordinator. A pool with fewer nodes than hosts asks for the missing ones (its pods "
+            "wait for capacity, up to capacityTimeout)."
         ),
         min_length=1,
         max_length=8,

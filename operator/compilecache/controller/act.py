@@ -19,7 +19,7 @@ from typing import Any
 
 from compilecache.controller import gates, status
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
-from compilecache.controller.plan import Create, Delete, Plan
+from compilecache.controller.plan import Create, Delete, Patch, Plan
 from compilecache.controller.snapshot import Cache, Obj
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,18 @@ def create(client: Client, namespace: str | None, creates: Sequence[Create]) -> 
             return Created(frozenset(created), existed=frozenset({item.key}))
         created.add(item.key)
     return Created(frozenset(created))
+
+
+def patch(client: Client, namespace: str | None, patches: Sequence[Patch]) -> None:
+    """Apply the plan's merge patches (a suspended Job let go); an object gone meanwhile is fine (the next
+    pass plans without it)."""
+    for item in patches:
+        logger.info("Patching %s %s/%s: %s.", item.resource.plural, namespace, item.name, item.why)
+        try:
+            client.patch(item.resource, item.name, item.patch, namespace)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
 
 
 def delete(client: Client, namespace: str | None, deletes: Sequence[Delete]) -> None:

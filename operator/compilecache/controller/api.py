@@ -268,6 +268,15 @@ class Warmup:
     template: TemplateSource | None = None  # training's pod template (spec.warmup.podTemplate)
     # The template the warm-up Jobs use: the inline one, or the reference's once the pass read it.
     pod_template: PodTemplate | None = None
+    provisioning: Provisioning | None = None
+
+
+@dataclass(frozen=True)
+class Provisioning:
+    """``warmup.provisioningRequest``: a ProvisioningRequest of this class asks for each warm-up's capacity."""
+
+    class_name: str
+    parameters: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -600,6 +609,11 @@ def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None
         topologies=topologies,
         template=template,
         pod_template=template.inline if template is not None else None,
+        provisioning=(
+            Provisioning(warmup.provisioningRequest.className, dict(warmup.provisioningRequest.parameters or {}))
+            if warmup.provisioningRequest is not None
+            else None
+        ),
     )
 
 

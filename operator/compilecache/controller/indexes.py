@@ -365,6 +365,10 @@ class IndexedReader:
         """The Events about a pod that waits for a node, from the API (``snapshot.pod_events``: not watched)."""
         return snapshot.pod_events(self._client, namespace, pod)
 
+    def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's ProvisioningRequests, from the API (``snapshot.provisioning_requests``: not watched)."""
+        return snapshot.provisioning_requests(self._client, namespace, cache)
+
 
 @dataclass
 class Audit:
@@ -421,6 +425,10 @@ class Audit:
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
         """As :meth:`IndexedReader.pod_events` (read from the API: nothing to audit)."""
         return self.memory.pod_events(namespace, pod)
+
+    def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.provisioning_requests` (read from the API: nothing to audit)."""
+        return self.memory.provisioning_requests(namespace, cache)
 
     def deleted(self, api: ApiReader) -> set[str]:
         """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not,

@@ -94,6 +94,8 @@ PVCS = Resource("v1", "persistentvolumeclaims")
 EVENTS = Resource("v1", "events")
 PODS = Resource("v1", "pods")
 SERVICES = Resource("v1", "services")  # the headless Services of multi-host warm-up Jobs
+# Cluster Autoscaler's capacity requests for warm-up Jobs (spec.warmup.provisioningRequest: provisioning.py).
+PROVISIONING_REQUESTS = Resource("autoscaling.x-k8s.io/v1", "provisioningrequests")
 
 
 class Client:

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import expiryjob, gates, jobs, podstate, policy, status, template
+from compilecache.controller import expiryjob, gates, jobs, podstate, policy, provisioning, status, template
 from compilecache.controller.api import CacheSpec, SpecError, Topology
-from compilecache.controller.kube import JOBS, PVCS, SERVICES, ApiError, Resource
+from compilecache.controller.kube import JOBS, PROVISIONING_REQUESTS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
 from compilecache.controller.snapshot import Cache, Obj, Snapshot
 from compilecache.controller.status import Event
+from compilecache.controller.template import PODTEMPLATES
 
 # The condition that says the last pass failed; absent after a pass that succeeded.
 RECONCILED_CONDITION = "Reconciled"
@@ -82,14 +83,25 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class Patch:
+    """A merge patch of an object's spec, and why (for the log): a suspended warm-up Job let go."""
+
+    resource: Resource
+    name: str
+    patch: Mapping[str, Any]
+    why: str
+
+
+@dataclass(frozen=True)
 class Plan:
-    """What one pass does: create, delete, release, and the status and Events to record."""
+    """What one pass does: create, patch, delete, release, and the status and Events to record."""
 
     status: Mapping[str, Any]
     creates: tuple[Create, ...] = ()
     deletes: tuple[Delete, ...] = ()
     releases: tuple[gates.Release, ...] = ()
     events: tuple[Event, ...] = ()
+    patches: tuple[Patch, ...] = ()
 
 
 def plan(snapshot: Snapshot, now: str) -> Plan:
@@ -100,14 +112,14 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         if cache.error is not None:
             raise cache.error
         assert cache.spec is not None  # parsed when there is no error
-        new, creates, deletes = _decide(snapshot, cache.spec, now)
+        new, creates, deletes, patches = _decide(snapshot, cache.spec, now)
     except SpecError as exc:
         new = _base(old, cache.generation) | {
             "phase": status.FAILED,
             "message": f"invalid spec: {exc}",
             "conditions": [_condition(cache, status.READY_CONDITION, False, INVALID_SPEC, str(exc), now)],
         }
-        creates, deletes = [], []
+        creates, deletes, patches = [], [], []
     consumers = policy.bounded(cache.consumers, snapshot.policy)
     now_time = _parse_time(now)
     releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=now_time, settled=status.settled(new))
@@ -125,6 +137,7 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         deletes=tuple(deletes),
         releases=tuple(releases),
         events=tuple(events),
+        patches=tuple(patches),
     )
 
 
@@ -233,7 +246,9 @@ def _runs(snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str)
     return any(status.job_state(job)["state"] not in status.FINISHED for job in (*warming, *snapshot.expiry_jobs))
 
 
-def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, Any], list[Create], list[Delete]]:
+def _decide(
+    snapshot: Snapshot, spec: CacheSpec, now: str
+) -> tuple[dict[str, Any], list[Create], list[Delete], list[Patch]]:
     cache = snapshot.cache
     old = cache.status
     conditions = old.get("conditions") or []
@@ -257,13 +272,14 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
             },
             creates,
             deletes,
+            [],
         )
     spec = template.resolve(spec, snapshot.template)  # a template that cannot be used: Failed, naming where
     # Checked again here, not only at admission: the validating webhook may be absent, or the
     # policy changed since the cache was applied. Nothing is created for a refused spec.
     refused = policy.violations(spec, snapshot.policy)
     if refused:
-        return _refused_by_policy(cache, spec, refused, now), creates, deletes
+        return _refused_by_policy(cache, spec, refused, now), creates, deletes, []
     storage_ok, storage_reason, storage_message, claim = _storage(snapshot, spec)
     if claim is not None:
         creates.append(claim)
@@ -280,14 +296,15 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
             },
             creates,
             deletes,
+            [],
         )
 
     pools = resolve_pools(spec, snapshot.nodes)
     refused = policy.pool_violations(spec, pools, snapshot.policy)
     if refused:  # not even the claim: nothing is created for a refused cache
-        return _refused_by_policy(cache, spec, refused, now), [], deletes
+        return _refused_by_policy(cache, spec, refused, now), [], deletes, []
     slot, skipped = _concurrency(snapshot, spec, pools, spec_hash, schedule_slot(spec, now))
-    entries, job_creates, job_deletes = _warmups(snapshot, spec, pools, slot, now)
+    entries, job_creates, job_deletes, patches = _warmups(snapshot, spec, pools, slot, now)
     creates += job_creates
     deletes += job_deletes
     phase, message = status.phase_of(entries)
@@ -320,7 +337,7 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
         )
     refused = _pod_violations(creates, pools, snapshot.policy)
     if refused:  # what the spec's checks missed, found on the pods themselves: nothing is created
-        return _refused_by_policy(cache, spec, refused, now), [], deletes
+        return _refused_by_policy(cache, spec, refused, now), [], deletes, []
     if status.keeps_serving(old, spec_hash, phase):
         phase, message = status.READY, f"ready; refreshing: {message}"
     ready = phase == status.READY
@@ -346,7 +363,7 @@ def _decide(snapshot: Snapshot, spec: CacheSpec, now: str) -> tuple[dict[str, An
             ],
         }
     )
-    return new, creates, deletes
+    return new, creates, deletes, patches
 
 
 def _progressing(
@@ -418,24 +435,33 @@ def _refused_by_policy(cache: Cache, spec: CacheSpec, refused: Sequence[policy.V
 
 def _warmups(
     snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str | None, now: str
-) -> tuple[list[dict[str, Any]], list[Create], list[Delete]]:
-    """``status.pools`` (one entry per pool × topology), the warm-up Jobs and Services to create, and
-    the superseded Jobs and the Services no running Job needs, to delete."""
+) -> tuple[list[dict[str, Any]], list[Create], list[Delete], list[Patch]]:
+    """``status.pools`` (one entry per pool × topology), the warm-up Jobs and Services (and with
+    ``provisioningRequest``, their PodTemplates and ProvisioningRequests) to create, the suspended Jobs
+    whose capacity came to let go, and the superseded Jobs and what no waiting or running Job needs, to delete."""
     cache = snapshot.cache
     observed = {job["metadata"]["name"]: job for job in snapshot.jobs}
     services = {service["metadata"]["name"] for service in snapshot.services}
+    requests = {str(r["metadata"]["name"]): r for r in snapshot.requests}
+    asking = spec.warmup.provisioning
     previous = {status.key(pool): pool for pool in cache.status.get("pools") or []}
     entries: list[dict[str, Any]] = []
     creates: list[Create] = []
+    patches: list[Patch] = []
     wanted: set[str] = set()
     serving: set[str] = set()  # Services of multi-host Jobs that are to run or running
+    waiting: set[str] = set()  # ProvisioningRequests of Jobs that are to run, wait or run
     for pool in pools:
         for topology in spec.warmup.topologies:
             manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology, run_as_user=snapshot.policy.run_as_user)
+            if asking is not None:
+                manifest = provisioning.suspended(manifest, asking)
             job_name = str(manifest["metadata"]["name"])
             job_key = JOBS.key(job_name)
             service = jobs.warmup_service(manifest) if topology.multi_host else None
             service_key = SERVICES.key(jobs.service_name(job_name))
+            request_key = PROVISIONING_REQUESTS.key(job_name)
+            template_key = PODTEMPLATES.key(job_name)
             job = observed.get(job_name)
             before = previous.get((pool.name, topology.hosts))
             if job is None and job_key in snapshot.rejected:
@@ -444,6 +470,10 @@ def _warmups(
                 entry = _refused(pool, job_name, topology, JOB_REJECTED, "Job", snapshot.rejected[job_key])
             elif job is None and service is not None and service_key in snapshot.rejected:
                 entry = _refused(pool, job_name, topology, SERVICE_REJECTED, "Service", snapshot.rejected[service_key])
+            elif job is None and (refusal := snapshot.rejected.get(request_key) or snapshot.rejected.get(template_key)):
+                # E.g. 404: Cluster Autoscaler's ProvisioningRequest CRD is not installed.
+                kind = "ProvisioningRequest" if request_key in snapshot.rejected else "PodTemplate"
+                entry = _refused(pool, job_name, topology, provisioning.REQUEST_REJECTED, kind, refusal)
             else:
                 pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
                 entry = status.pool_status(
@@ -457,11 +487,26 @@ def _warmups(
                     events=snapshot.events,
                     capacity_seconds=spec.warmup.capacity_timeout_seconds,
                 )
+                if job is not None and asking is not None and provisioning.is_suspended(job):
+                    request = requests.get(job_name)
+                    capacity = spec.warmup.capacity_timeout_seconds
+                    entry |= provisioning.waiting(job_name, request, job, now, capacity)
+                    if provisioning.provisioned(request):
+                        patches.append(Patch(JOBS, job_name, {"spec": {"suspend": False}}, "its capacity came"))
             if entry.get("job") == job_name:
                 wanted.add(job_name)
                 # A finished record whose Job was cleaned up by its TTL is not re-run.
                 create = job is None and entry.get("reason") == "JobCreated" and job_key not in snapshot.created
                 running = job is not None and status.job_state(job)["state"] not in status.FINISHED
+                if asking is not None and (create or running):
+                    waiting.add(job_name)
+                    # Before its Job: the request names the PodTemplate, the Job's pods name the request.
+                    if job_name not in requests and request_key not in snapshot.created:
+                        if template_key not in snapshot.created:
+                            creates.append(Create(PODTEMPLATES, provisioning.pod_template(manifest)))
+                        creates.append(
+                            Create(PROVISIONING_REQUESTS, provisioning.request(manifest, asking, topology.hosts))
+                        )
                 if service is not None and (create or running):
                     serving.add(service["metadata"]["name"])
                     # Before its Job: process 0's name must resolve when the pods start.
@@ -472,7 +517,21 @@ def _warmups(
             entries.append(entry)
     deletes = _superseded(cache, snapshot.jobs, keep=wanted, what="warm-up")
     deletes += _idle_services(cache, snapshot.services, keep=serving)
-    return entries, creates, deletes
+    deletes += _idle_requests(cache, snapshot.requests, keep=waiting)
+    return entries, creates, deletes, patches
+
+
+def _idle_requests(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> list[Delete]:
+    # A ProvisioningRequest (and its PodTemplate) lives while its Job waits or runs: a finished or superseded
+    # Job's capacity is no longer asked for (an autoscaler keeps provisioning for a request until it goes).
+    deletes = []
+    for request in observed:
+        name = str(request["metadata"]["name"])
+        owners = {ref.get("uid") for ref in request["metadata"].get("ownerReferences") or []}
+        if name not in keep and cache.uid in owners:
+            deletes.append(Delete(PROVISIONING_REQUESTS, name, "ProvisioningRequest of a finished or superseded Job"))
+            deletes.append(Delete(PODTEMPLATES, name, "PodTemplate of a finished or superseded Job's request"))
+    return deletes
 
 
 def _refused(pool: Pool, job_name: str, topology: Topology, reason: str, kind: str, answer: str) -> dict[str, Any]:

@@ -103,6 +103,7 @@ def _reconcile(
     try:
         pods = observe_pods(reader, cache)
         decided, expected = _observe_plan_create(client, reader, cache, pods, when, policy, expected)
+        act.patch(client, cache.namespace, decided.patches)
         act.delete(client, cache.namespace, decided.deletes)
     except Exception as exc:  # anything: the status says it, the gates still open, the caller retries
         error = exc

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from compilecache.controller import expiryjob, jobs, podstate, status, template
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, TemplateRef, parse_cache
-from compilecache.controller.kube import EVENTS, JOBS, NODES, PODS, PVCS, SERVICES, Client
+from compilecache.controller.kube import EVENTS, JOBS, NODES, PODS, PROVISIONING_REQUESTS, PVCS, SERVICES, Client
 from compilecache.controller.policy import DEFAULT, Policy
 
 Obj = Mapping[str, Any]
@@ -105,6 +105,8 @@ class Snapshot:
     template: Obj | None = None
     # The Events on the pods that wait for a node (one per Job), by pod uid: what an autoscaler said.
     events: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
+    # The cache's ProvisioningRequests (read only when spec.warmup.provisioningRequest asks for them).
+    requests: tuple[Obj, ...] = ()
 
     def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
         """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
@@ -123,6 +125,7 @@ class Reader(Protocol):
     def claim(self, namespace: str | None, name: str) -> Obj | None: ...
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None: ...
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]: ...
+    def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,16 @@ class ApiReader:
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
         """The Events about a pod (``podstate.EVENTS_READ_MAX`` at most), by the uid they name."""
         return pod_events(self.client, namespace, pod)
+
+    def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+        """The cache's ProvisioningRequests (``provisioning.py``), by its label."""
+        return provisioning_requests(self.client, namespace, cache)
+
+
+def provisioning_requests(client: Client, namespace: str | None, cache: str) -> tuple[Obj, ...]:
+    """The cache's ProvisioningRequests, read from the API: a few, for the caches that opt in; not watched, so
+    that clusters without Cluster Autoscaler's CRD (most) need no watch of a kind they do not serve."""
+    return tuple(client.list(PROVISIONING_REQUESTS, namespace, labels={jobs.LABEL_CACHE: cache}))
 
 
 def pod_events(client: Client, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
@@ -221,6 +234,7 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         waiting = podstate.waiting_pod(owned)
         if waiting is not None:
             events[podstate.pod_uid(waiting)] = reader.pod_events(namespace, waiting)
+    requests = reader.provisioning_requests(namespace, name) if cache.spec.warmup.provisioning is not None else ()
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
     template_obj = reader.template(namespace, ref) if ref is not None else None
     services = reader.services(namespace, name) if uses_services(cache) else ()
@@ -237,6 +251,7 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         policy=policy,
         template=template_obj,
         events=events,
+        requests=requests,
     )
 
 
