@@ -196,7 +196,33 @@ def field_exists(obj: Any, field: str) -> bool:
 
 
 NOW = "2026-11-22T10:00:00Z"
-_KINDS = ("Job", "PersistentVolumeClaim", "Service")
+_KINDS = ("Job", "PersistentVolumeClaim", "Service", "PodTemplate", "ProvisioningRequest")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def provisioning_request_problems(obj: Mapping[str, Any]) -> list[str]:
+    """What Cluster Autoscaler's ProvisioningRequest CRD refuses, from its kubebuilder markers
+    (apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go): podSets 1..32, each count >= 1 and a
+    podTemplateRef name that is a DNS subdomain of at most 253; the class likewise; at most 100
+    parameters, each value at most 255 characters."""
+    spec = obj.get("spec") or {}
+    problems = []
+    klass = spec.get("provisioningClassName") or ""
+    if not (_SUBDOMAIN.match(klass) and len(klass) <= 253):
+        problems.append(f"provisioningClassName {klass!r}")
+    sets = spec.get("podSets") or []
+    if not 1 <= len(sets) <= 32:
+        problems.append(f"{len(sets)} podSets")
+    for item in sets:
+        name = (item.get("podTemplateRef") or {}).get("name") or ""
+        if not (_SUBDOMAIN.match(name) and len(name) <= 253) or int(item.get("count") or 0) < 1:
+            problems.append(f"podSet {item}")
+    parameters = spec.get("parameters") or {}
+    if len(parameters) > 100 or any(not isinstance(v, str) or len(v) > 255 for v in parameters.values()):
+        problems.append("parameters")
+    return problems
+
+
 _INVALID = re.compile(r"^(invalid spec|refused by the operator's policy): (?P<field>[^:]+): ")
 
 
@@ -256,6 +282,9 @@ def check(cache: Mapping[str, Any], nodes: list[dict[str, Any]], versions: list[
     assert problems == [], problems
     for version in versions:
         for obj in objects:
+            if obj["kind"] == "ProvisioningRequest":  # a CRD of Cluster Autoscaler's: no core schema
+                assert provisioning_request_problems(obj) == [], obj
+                continue
             kubernetes_validate.validate(obj, version, strict=True)
     return "objects, multi-host" if any(obj["kind"] == "Service" for obj in objects) else "objects"
 

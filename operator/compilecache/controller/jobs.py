@@ -227,7 +227,9 @@ def warmup_job(
     resources = container_resources(spec, pool.gpu_resource, pool.gpus_per_pod)
 
     def container(container_name: str, command: list[str], index: int) -> dict[str, Any]:
-        extra = coordinator_env(job, topology, index, warmup.capacity_timeout_seconds) if topology.multi_host else {}
+        # No longer than the Job may run at all (its activeDeadlineSeconds).
+        connect = min(warmup.capacity_timeout_seconds, warmup.active_deadline_seconds)
+        extra = coordinator_env(job, topology, index, connect) if topology.multi_host else {}
         spec_: dict[str, Any] = {
             "name": container_name,
             "image": warmup.image,
@@ -404,7 +406,8 @@ def coordinator_env(job: str, topology: Topology, index: int, connect_seconds: f
     return {
         GROUP_COORDINATOR: f"{job}-0.{service_name(job)}:{port}",
         GROUP_PROCESSES: str(topology.hosts),
-        **({GROUP_CONNECT_TIMEOUT: str(max(1, round(connect_seconds)))} if index == 0 else {}),
+        # jax.distributed takes whole seconds as a C int.
+        **({GROUP_CONNECT_TIMEOUT: str(min(max(1, round(connect_seconds)), 2**31 - 1))} if index == 0 else {}),
     }
 
 
