@@ -281,3 +281,37 @@ def test_a_cluster_without_provisioning_requests_says_so_in_the_pool() -> None:
     assert (entry["state"], entry["reason"]) == (status.POOL_FAILED, provisioning.REQUEST_REJECTED)
     assert "ProvisioningRequest" in entry["message"] and "404" in entry["message"]
     assert [c for c in decided.creates if c.resource == JOBS] == []
+
+
+def test_a_multi_host_warm_up_a_disruption_failed_starts_again_as_a_whole_group_a_bounded_number_of_times() -> None:
+    obj = scaled(gpus=2, topologies=[{"hosts": 2}])
+    first = decide(obj)
+    failed = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}]}
+    job = job_of(first, **failed)
+    cut = pod(job, "p0", "2026-11-21T09:59:00Z", "Failed", disrupted("2026-11-21T09:59:30Z"))
+    peer = pod(job, "p1", "2026-11-21T09:59:00Z", "Failed")  # lost its member: its failure counted
+    decided = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut, peer))
+    [entry] = decided.status["pools"]
+    assert (entry["state"], entry["reason"], entry["disruptions"]) == (status.POOL_PENDING, status.PREEMPTED, 1)
+    assert "regroup" not in entry and "starts again in a new Job" in entry["message"]
+    assert [(d.resource, d.name) for d in decided.deletes if d.resource == JOBS] == [(JOBS, job["metadata"]["name"])]
+    assert decided.status["phase"] == status.WARMING  # not Failed: training stays held for the retry
+    # The same Job seen again before its deletion shows: not counted twice.
+    stale = decide(recorded(obj, decided), jobs=(job,), warmup_pods=(cut, peer))
+    assert stale.status["pools"][0]["disruptions"] == 1
+    # Gone: made again under its name, the count carried.
+    again = decide(recorded(obj, stale))
+    [entry] = again.status["pools"]
+    assert (entry["reason"], entry["disruptions"]) == ("JobCreated", 1)
+    assert [c.name for c in again.creates if c.resource == JOBS] == [job["metadata"]["name"]]
+    # Past the bound: the failure stands.
+    worn = recorded(obj, again)
+    worn["status"]["pools"][0]["disruptions"] = status.REGROUP_MAX
+    later = job_of(first, **failed) | {}
+    later["status"]["startTime"] = "2026-11-21T10:30:00Z"
+    done = decide(worn, jobs=(later,), warmup_pods=(cut, peer))
+    assert done.status["pools"][0]["state"] == status.POOL_FAILED
+    assert [d for d in done.deletes if d.resource == JOBS] == []
+    # A failure without a disruption is one, as before.
+    plain = decide(recorded(obj, first), jobs=(job,), warmup_pods=(peer,))
+    assert plain.status["pools"][0]["state"] == status.POOL_FAILED

@@ -451,6 +451,7 @@ def _warmups(
     wanted: set[str] = set()
     serving: set[str] = set()  # Services of multi-host Jobs that are to run or running
     waiting: set[str] = set()  # ProvisioningRequests of Jobs that are to run, wait or run
+    regroup: list[Delete] = []  # multi-host Jobs a disruption failed: deleted, to run again
     for pool in pools:
         for topology in spec.warmup.topologies:
             manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology, run_as_user=snapshot.policy.run_as_user)
@@ -493,7 +494,10 @@ def _warmups(
                     entry |= provisioning.waiting(job_name, request, job, now, capacity)
                     if provisioning.provisioned(request):
                         patches.append(Patch(JOBS, job_name, {"spec": {"suspend": False}}, "its capacity came"))
-            if entry.get("job") == job_name:
+            if entry.pop(status.REGROUP, False) and job is not None and _owned(cache, job):
+                # Not kept as superseded would be: deleted, and the next pass makes it again (status.regrouped).
+                regroup.append(Delete(JOBS, job_name, "a disruption failed its process group: it starts again"))
+            if entry.get("job") == job_name and not any(d.name == job_name for d in regroup):
                 wanted.add(job_name)
                 # A finished record whose Job was cleaned up by its TTL is not re-run.
                 create = job is None and entry.get("reason") == "JobCreated" and job_key not in snapshot.created
@@ -515,10 +519,15 @@ def _warmups(
                 if create:
                     creates.append(Create(JOBS, manifest))
             entries.append(entry)
-    deletes = _superseded(cache, snapshot.jobs, keep=wanted, what="warm-up")
+    deletes = _superseded(cache, snapshot.jobs, keep=wanted | {d.name for d in regroup}, what="warm-up")
+    deletes += regroup
     deletes += _idle_services(cache, snapshot.services, keep=serving)
     deletes += _idle_requests(cache, snapshot.requests, keep=waiting)
     return entries, creates, deletes, patches
+
+
+def _owned(cache: Cache, obj: Obj) -> bool:
+    return cache.uid in {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
 
 
 def _idle_requests(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> list[Delete]:

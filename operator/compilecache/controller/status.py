@@ -60,6 +60,10 @@ STATUS_TARGETS_MAX = 32  # per-target detail kept in status.pools[].targets (the
 # The reason of a pool whose warm-up pod was ended by a disruption (spot reclaim, drain, preemption), while
 # its Job makes the retry; ``status.pools[].disruptions`` counts them.
 PREEMPTED = "Preempted"
+# A multi-host warm-up failed by a disruption runs again as a new Job at most this many times (each
+# run restarts its activeDeadlineSeconds: an unbounded loop on a pool that keeps losing nodes).
+REGROUP_MAX = 5
+REGROUP = "regroup"  # in a pool entry of this pass only (plan deletes the Job, and drops the key)
 # The reason of a pool, or of the Expired condition, whose pod's report was refused (``BadReport``).
 REPORT_REFUSED = "ReportRefused"
 
@@ -210,6 +214,8 @@ def pool_status(
         elif state["state"] != POOL_SUCCEEDED:
             state |= stuck(pods, now, events, capacity_seconds)
         state |= preempted(pods, previous if same_job else None, state)
+        if state["state"] == POOL_FAILED and topology.multi_host:
+            state |= regrouped(pods, previous if same_job else None, state)
         if state["state"] == POOL_SUCCEEDED:
             try:
                 reported = warm_report(pods) or reported
@@ -218,9 +224,11 @@ def pool_status(
                 reported = {"reason": REPORT_REFUSED, "message": message}
         return entry | state | reported
     if same_job and previous is not None and previous.get("state") in FINISHED:
-        kept = ("state", "reason", "message", "startedAt", "finishedAt")
+        kept = ("state", "reason", "message", "startedAt", "finishedAt", "disruptions")
         return entry | {key: previous[key] for key in kept if key in previous} | reported
-    return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"}
+    # A Job made again (a disrupted multi-host group) keeps the count of its name's disruptions.
+    carried = {"disruptions": previous["disruptions"]} if same_job and previous and previous.get("disruptions") else {}
+    return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"} | carried
 
 
 def preempted(
@@ -243,6 +251,33 @@ def preempted(
     if state.get("reason") in podstate.REASONS:  # the retry is stuck (e.g. waits for a new node): that stays the reason
         return fields | {"message": f"{said}; now: {state.get('message', '')}"[:1024]}
     return fields | {"state": POOL_PENDING, "reason": PREEMPTED, "message": said[:1024]}
+
+
+def regrouped(
+    pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any] | None, state: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The pool fields of a failed multi-host Job that a disruption failed: Pending, ``Preempted``, to run again.
+
+    The podFailurePolicy retries the disrupted pod, but its process group cannot take a newcomer: the
+    other processes fail on the lost member, and the Job with them (``backoffLimit: 0``). The whole group
+    starts again in a new Job of the same name (``plan`` deletes this one), at most
+    :data:`REGROUP_MAX` times, each counted in ``disruptions``; a failure with no disruption stays one.
+    """
+    found = podstate.disruptions(pods)
+    if not found:
+        return {}
+    if previous and previous.get("reason") == PREEMPTED and previous.get("startedAt") == state.get("startedAt"):
+        # The same failed Job again (its deletion not seen yet): counted already, deleted again (a no-op).
+        return {key: previous[key] for key in ("state", "reason", "message", "disruptions") if key in previous} | {
+            REGROUP: True
+        }
+    before = _int((previous or {}).get("disruptions"))
+    if before >= REGROUP_MAX:
+        return {}
+    count = before + len(found)
+    last = found[-1]
+    said = f"preempted ({count} so far): the group starts again in a new Job; last: {last.reason}, {last.message}"
+    return {"state": POOL_PENDING, "reason": PREEMPTED, "message": said[:1024], "disruptions": count, REGROUP: True}
 
 
 def _newest_runs(pods: Sequence[Mapping[str, Any]]) -> bool:
