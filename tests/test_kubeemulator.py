@@ -571,8 +571,14 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     assert {r["name"] for r in found} == {"compilecaches", "compilecaches/status"}
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
     # With Mutating- and ValidatingWebhookConfigurations (admission), Services (multi-host DNS), kopf's
-    # peerings (HA) and PodTemplates (what a templateRef may name, watched into an index).
-    assert len(RESOURCES) == 14
+    # peerings (HA), PodTemplates (what a templateRef may name, watched into an index) and Cluster
+    # Autoscaler's ProvisioningRequests (the local autoscaler answers them).
+    assert len(RESOURCES) == 15
+    provreqs = kube.request("GET", "/apis/autoscaling.x-k8s.io/v1")["resources"]
+    assert {(r["name"], r["namespaced"]) for r in provreqs} == {
+        ("provisioningrequests", True),
+        ("provisioningrequests/status", True),
+    }
     peerings = kube.request("GET", "/apis/kopf.dev/v1")["resources"]
     assert {(r["name"], r["namespaced"]) for r in peerings} == {("clusterkopfpeerings", False), ("kopfpeerings", True)}
 

@@ -22,12 +22,15 @@ does, and how we know the real one does it:
   <count> <reason>, ...``: the scheduler's reasons for the pools whose node would not take it
   (``1 node(s) didn't match Pod's node affinity/selector``), ``max node group size reached`` for a pool
   at its ``max``, and a pool's ``refuse`` text (standing in for CA's skip reasons such as ``in backoff
-  after failed scale-up``), counted and sorted as CA's ``ReasonsMessage`` does.
+  after failed scale-up``), counted and sorted as CA's ``ReasonsMessage`` does;
+* a pod that consumes a ProvisioningRequest (annotation ``autoscaling.x-k8s.io/consume-provisioning-request``)
+  asks for nothing: its request brings the capacity (``provisioning.py``), and the pod is told so in an Event
+  without a reason, as CA's ``ProvisioningRequestPodsFilter`` does.
 
 Among pools that would all take a pod it picks the first by name (CA's expander, ``random`` by
 default, picks one; a fixed choice keeps tests deterministic). There is no scale-down, no resource
-accounting (as the scheduler's: one node takes any number of pods its filters allow), no
-``ProvisioningRequest``, no ``FailedScaleUp``.
+accounting (as the scheduler's: one node takes any number of pods its filters allow), no ``FailedScaleUp``.
+:class:`Simulation` is the one simulation of nodes, pools and placed pods; ``provisioning.py`` uses it too.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ from compilecache.local.nodes import NodePool, is_placed, node, rejection
 TRIGGERED, NOT_TRIGGERED = "TriggeredScaleUp", "NotTriggerScaleUp"
 COMPONENT = "cluster-autoscaler"
 MAX_REACHED = "max node group size reached"  # CA's MaxLimitReachedReason
+# The pod annotation naming the ProvisioningRequest a pod consumes, and its deprecated spelling (CA's
+# apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go and provisioningrequest/pods/pods.go).
+CONSUME_KEY = "autoscaling.x-k8s.io/consume-provisioning-request"
+CONSUME_KEYS = (CONSUME_KEY, "cluster-autoscaler.kubernetes.io/consume-provisioning-request")
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,85 @@ def waiting(pod: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass
+class Simulation:
+    """One pass's picture of the cluster, as Cluster Autoscaler's snapshot: the nodes a pod may land on, the
+    pods placed on them, each autoscaled pool's size (present and coming) and the index of its next node.
+
+    :meth:`place` and :meth:`grow` change it; :meth:`fork` gives a copy to try something on and drop (an
+    atomic scale-up: all of its nodes or none).
+    """
+
+    pools: dict[str, NodePool]  # the autoscaled pools, by name
+    nodes: dict[str, Mapping[str, Any]]
+    placed: list[Mapping[str, Any]]
+    size: dict[str, int]
+    index: dict[str, int]
+
+    def fork(self) -> Simulation:
+        """A copy whose changes leave this one as it is."""
+        return Simulation(dict(self.pools), dict(self.nodes), list(self.placed), dict(self.size), dict(self.index))
+
+    def fits(self, pod: Mapping[str, Any]) -> str | None:
+        """The first node (by name) the scheduler's filters let the pod onto, or ``None``."""
+        return next(
+            (name for name in sorted(self.nodes) if rejection(pod, self.nodes[name], self.placed, self.nodes) is None),
+            None,
+        )
+
+    def place(self, pod: Mapping[str, Any], node_name: str) -> None:
+        """Count the pod as placed on ``node_name`` (its anti-affinity now repels, and is repelled)."""
+        self.placed.append(_bound(pod, node_name))
+
+    def grow(self, pod: Mapping[str, Any], now: float) -> Upcoming | list[str]:
+        """Add the next node of the first pool (by name) that would take the pod, and place the pod there; or,
+        when none would, each pool's reason (a ``refuse`` text, ``MAX_REACHED``, the scheduler's filter)."""
+        reasons: list[str] = []
+        for pool in sorted(self.pools.values(), key=lambda p: p.name):
+            if pool.refuse is not None:
+                reasons.append(pool.refuse)
+                continue
+            if self.size.get(pool.name, 0) >= pool.limit:
+                reasons.append(MAX_REACHED)
+                continue
+            index = self.index.get(pool.name, pool.count)
+            template = node(pool, index)
+            why = rejection(pod, template, self.placed, self.nodes | {template["metadata"]["name"]: template})
+            if why is not None:
+                reasons.append(f"node(s) {why}")
+                continue
+            new = Upcoming(pool.name, index, now + pool.scale_up_seconds)
+            self.size[pool.name] = self.size.get(pool.name, 0) + 1
+            self.index[pool.name] = index + 1
+            self.nodes[new.name] = template
+            self.place(pod, new.name)
+            return new
+        return reasons
+
+
+def simulation(
+    pools: Sequence[NodePool],
+    sizes: Mapping[str, int],
+    next_index: Mapping[str, int],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+) -> Simulation:
+    """The simulation of the autoscaled ``pools`` over ``nodes`` with the pods placed on them now."""
+    return Simulation(
+        {pool.name: pool for pool in pools if pool.autoscaled},
+        {n["metadata"]["name"]: n for n in nodes},
+        [pod for pod in pods if is_placed(pod)],
+        dict(sizes),
+        dict(next_index),
+    )
+
+
+def consumed_request(pod: Mapping[str, Any]) -> str | None:
+    """The ProvisioningRequest the pod consumes (its annotation, or the deprecated one), or ``None``."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return next((str(annotations[key]) for key in CONSUME_KEYS if key in annotations), None)
+
+
 def plan(
     pools: Sequence[NodePool],
     sizes: Mapping[str, int],
@@ -93,58 +179,51 @@ def plan(
 
     ``sizes``: each autoscaled pool's nodes, present and coming; ``next_index``: the index its next node
     gets (names are never reused); ``nodes``: the Nodes that exist; ``serving``: the pods already
-    waiting for an upcoming node (they ask for nothing more).
+    waiting for an upcoming node (they ask for nothing more). A pod that consumes a ProvisioningRequest
+    asks for nothing (CA's ``ProvisioningRequestPodsFilter``: the request brings its capacity) and is told so.
     """
-    by_pool = {pool.name: pool for pool in pools if pool.autoscaled}
-    by_name = {n["metadata"]["name"]: n for n in nodes}
-    coming = {u.name: node(by_pool[u.pool], u.index) for u in upcoming if u.pool in by_pool}
-    by_name |= coming
+    sim = simulation(pools, sizes, next_index, nodes, pods)
+    coming = {u.name for u in upcoming if u.pool in sim.pools}
+    sim.nodes |= {u.name: node(sim.pools[u.pool], u.index) for u in upcoming if u.pool in sim.pools}
     live = {pod["metadata"].get("uid"): pod for pod in pods}
     result = Plan(serving={uid: name for uid, name in serving.items() if name in coming and waiting(live.get(uid, {}))})
-    placed = [pod for pod in pods if is_placed(pod)]
-    placed += [_bound(live[uid], name) for uid, name in result.serving.items()]
-    size, index = dict(sizes), dict(next_index)
+    for uid, name in result.serving.items():
+        sim.place(live[uid], name)
     triggered: list[tuple[Mapping[str, Any], str]] = []
     candidates = sorted(
         (pod for pod in pods if waiting(pod) and pod["metadata"].get("uid") not in result.serving),
         key=lambda pod: (pod["metadata"].get("creationTimestamp") or "", pod["metadata"].get("name") or ""),
     )
     for pod in candidates:
-        fits = next((name for name in sorted(by_name) if rejection(pod, by_name[name], placed, by_name) is None), None)
+        if (request := consumed_request(pod)) is not None:
+            result.said.append((pod, "", consuming_message(pod["metadata"].get("namespace"), request)))
+            continue
+        fits = sim.fits(pod)
         if fits is not None:  # the scheduler takes it on a node that is here, or it waits for one coming
             if fits in coming:
                 result.serving[pod["metadata"]["uid"]] = fits
-                placed.append(_bound(pod, fits))
+                sim.place(pod, fits)
             continue
-        reasons: list[str] = []
-        for pool in sorted(by_pool.values(), key=lambda p: p.name):
-            if pool.refuse is not None:
-                reasons.append(pool.refuse)
-                continue
-            if size.get(pool.name, 0) >= pool.limit:
-                reasons.append(MAX_REACHED)
-                continue
-            template = node(pool, index.get(pool.name, pool.count))
-            why = rejection(pod, template, placed, by_name | {template["metadata"]["name"]: template})
-            if why is not None:
-                reasons.append(f"node(s) {why}")
-                continue
-            new = Upcoming(pool.name, index.get(pool.name, pool.count), now + pool.scale_up_seconds)
+        new = sim.grow(pod, now)
+        if isinstance(new, Upcoming):
             result.grow.append(new)
-            size[pool.name] = size.get(pool.name, 0) + 1
-            index[pool.name] = new.index + 1
-            by_name[new.name] = coming[new.name] = template
+            coming.add(new.name)
             result.serving[pod["metadata"]["uid"]] = new.name
-            placed.append(_bound(pod, new.name))
-            triggered.append((pod, pool.name))
-            break
+            triggered.append((pod, new.pool))
         else:
-            result.said.append((pod, NOT_TRIGGERED, not_triggered_message(reasons)))
+            result.said.append((pod, NOT_TRIGGERED, not_triggered_message(new)))
     for pod, pool_name in triggered:
-        pool = by_pool[pool_name]
-        before = size[pool_name] - sum(1 for u in result.grow if u.pool == pool_name)
-        result.said.append((pod, TRIGGERED, triggered_message(pool_name, before, size[pool_name], pool.limit)))
+        before = sim.size[pool_name] - sum(1 for u in result.grow if u.pool == pool_name)
+        limit = sim.pools[pool_name].limit
+        result.said.append((pod, TRIGGERED, triggered_message(pool_name, before, sim.size[pool_name], limit)))
     return result
+
+
+def consuming_message(namespace: str | None, request: str) -> str:
+    """What CA tells a pod it leaves to its ProvisioningRequest (``LogIgnoredInScaleUpEvent``: no reason)."""
+    return (
+        f"Unschedulable pod didn't trigger scale-up, because it's consuming ProvisioningRequest {namespace}/{request}"
+    )
 
 
 def triggered_message(pool: str, before: int, after: int, limit: int) -> str:

@@ -11,13 +11,15 @@ not a way to run training: every container runs on this machine's CPU, in this P
 environment (see ``pods.py`` for what is and is not emulated). Multi-host Jobs (Indexed Jobs
 with a headless Service) run too: one pod per node where anti-affinity asks for it, their host
 names rewritten to this machine with a block of ports per Job (``dns.py``). Pools may scale from
-zero (``autoscaler.py``) and a node may be reclaimed mid-run (:meth:`LocalCluster.reclaim`).
+zero (``autoscaler.py``), ProvisioningRequests get their answer (``provisioning.py``), and a node may be
+reclaimed mid-run (:meth:`LocalCluster.reclaim`).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -32,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from compilecache.local import admission, certs
+from compilecache.local import admission, certs, provisioning
 from compilecache.local.apiserver import KubeEmulator
 from compilecache.local.client import KubeClient
 from compilecache.local.jobrunner import Controllers
@@ -155,16 +157,19 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         image_files: Mapping[str, Path] | None = None,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        request_expiry: datetime.timedelta = provisioning.EXPIRE_AFTER,
     ) -> None:
         """``pools``: the simulated nodes (``nodes.py``; a multi-host warm-up of N hosts needs a pool of at
         least N nodes: the default ``h100`` pool has 2); ``workdir``: every container's working directory
         (the image's WORKDIR; default the current one); ``env``/``passthrough_env``: added to every
         container's environment; ``image_files``: container paths the image would hold
-        (``{"/app": Path("my-app")}``); ``namespaces``: name → labels."""
+        (``{"/app": Path("my-app")}``); ``namespaces``: name → labels; ``request_expiry``: how long a
+        ProvisioningRequest may stay unprovisioned before the autoscaler fails it (``provisioning.py``)."""
         self.root = root.resolve()
         self.pools = tuple(pools)
         self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files)
         self.namespaces = dict(namespaces) if namespaces is not None else {"default": {}}
+        self.request_expiry = request_expiry
         self._api = EmulatorThread(
             self.root / "kubeconfig",
             KubeEmulator(admission=admission.admit, validation=admission.validate, keep_requests=False),
@@ -189,7 +194,9 @@ class LocalCluster:
         for node in nodes(self.pools):
             self.client.create("v1/nodes", node)
         self.client.create(PEERINGS, {"metadata": {"name": PEERING}})
-        self._controllers = Controllers(self.client, self.root, self.image, pools=self.pools)
+        self._controllers = Controllers(
+            self.client, self.root, self.image, pools=self.pools, expire_after=self.request_expiry
+        )
         self._controllers.start()
         return self
 

@@ -29,7 +29,8 @@ against kube-apiserver:
   free local ports while it runs, and its pods' host names are rewritten to this machine;
 * the **autoscaler** (``autoscaler.py``, only where a pool declares ``max`` or ``refuse``) adds a
   node to a pool for the ``Unschedulable`` pods it would take, ``scaleUpSeconds`` later, and tells each
-  pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does;
+  pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does; before
+  that, it answers the ProvisioningRequests (``provisioning.py``): their conditions, their nodes;
 * the **cloud** reclaims a node (``reclaim``, or a pool's ``reclaimAfterSeconds``) as a spot
   termination does: its pods get ``DisruptionTarget`` and end ``Failed``, and the Node goes;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
@@ -51,7 +52,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.local import autoscaler, dns
+from compilecache.local import autoscaler, dns, provisioning
 from compilecache.local import pods as podrun
 from compilecache.local.apiserver import now_rfc3339
 from compilecache.local.client import KubeClient, KubeError
@@ -63,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 PODS, JOBS, NODES, PVCS = "v1/pods", "batch/v1/jobs", "v1/nodes", "v1/persistentvolumeclaims"
 SERVICES, EVENTS = "v1/services", "v1/events"
+PODTEMPLATES, PROVREQS = "v1/podtemplates", provisioning.RESOURCE
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."  # pkg/kubelet/nodeshutdown
 KILLED = 137  # SIGKILL's exit code in a container (128 + 9)
 DEFAULT_BACKOFF_LIMIT = 6  # the Job API's default
@@ -313,9 +315,11 @@ class Controllers:
         image: podrun.Image,
         interval: float = 0.1,
         pools: Sequence[NodePool] = (),
+        expire_after: datetime.timedelta = provisioning.EXPIRE_AFTER,
     ) -> None:
         """``pools``: the node pools the cluster started with (their nodes already created), for the
-        autoscaler and reclaims."""
+        autoscaler and reclaims; ``expire_after``: how long a ProvisioningRequest may stay unprovisioned
+        before it fails (``Expired``; Cluster Autoscaler's 7 days)."""
         self.client = client
         self.root = root
         self.image = image
@@ -328,6 +332,8 @@ class Controllers:
         self._serving: dict[str, str] = {}  # pod uid → the upcoming node it waits for
         self._said: dict[str, tuple[str, str]] = {}  # pod uid → the autoscaler's last (reason, message) to it
         self._reclaimed: set[str] = set()  # pools whose reclaimAfterSeconds was spent
+        self.expire_after = expire_after
+        self._awaiting: dict[str, tuple[str, ...]] = {}  # ProvisioningRequest uid → the coming nodes it waits for
         self._step_lock = threading.Lock()  # a reclaim and a pass never interleave
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="local-controllers", daemon=True)
@@ -385,13 +391,12 @@ class Controllers:
             pods = self.client.list(PODS)
         if not any(pool.autoscaled for pool in self.pools):
             return
-        sizes = collections.Counter([*self._members.values(), *(u.pool for u in self._upcoming)])
+        nodes = self.client.list(NODES)
+        self._provision(nodes, pods, now)
         plan = autoscaler.plan(
-            self.pools, sizes, self._next_index, self.client.list(NODES), self._upcoming, pods, self._serving, now
+            self.pools, self._sizes(), self._next_index, nodes, self._upcoming, pods, self._serving, now
         )
-        self._upcoming += plan.grow
-        for upcoming in plan.grow:
-            self._next_index[upcoming.pool] = upcoming.index + 1
+        self._add(plan.grow)
         self._serving = plan.serving
         uids = {pod["metadata"].get("uid") for pod in pods}
         self._said = {uid: said for uid, said in self._said.items() if uid in uids}
@@ -400,6 +405,55 @@ class Controllers:
             if self._said.get(uid) != (reason, message):  # one Event per change of what it says
                 self._said[uid] = (reason, message)
                 self._post(pod, reason, message)
+
+    def _sizes(self) -> collections.Counter[str]:
+        """Each pool's nodes, present and coming."""
+        return collections.Counter([*self._members.values(), *(u.pool for u in self._upcoming)])
+
+    def _add(self, grow: Sequence[autoscaler.Upcoming]) -> None:
+        self._upcoming += grow
+        for upcoming in grow:
+            self._next_index[upcoming.pool] = upcoming.index + 1
+
+    def _provision(self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], now: float) -> None:
+        """Answer the ProvisioningRequests (``provisioning.decide``), one after the other: each sees the
+        nodes the ones before it added."""
+        requests = self.client.list(PROVREQS)
+        templates: dict[str, dict[str, Mapping[str, Any]]] = {}
+        if requests:
+            for template in self.client.list(PODTEMPLATES):
+                meta = template["metadata"]
+                templates.setdefault(meta["namespace"], {})[meta["name"]] = template
+        wall = datetime.datetime.now(tz=datetime.UTC)
+        awaiting: dict[str, tuple[str, ...]] = {}
+        for request in requests:
+            meta = request["metadata"]
+            decision = provisioning.decide(
+                request,
+                templates.get(meta["namespace"], {}),
+                self.pools,
+                self._sizes(),
+                self._next_index,
+                nodes,
+                pods,
+                self._awaiting.get(meta["uid"], ()),
+                [u.name for u in self._upcoming],
+                now,
+                wall,
+                self.expire_after,
+            )
+            self._add(decision.grow)
+            if decision.awaiting:
+                awaiting[meta["uid"]] = decision.awaiting
+            conditions = decision.conditions
+            if conditions is not None and conditions != (request.get("status") or {}).get("conditions"):
+                try:
+                    status = {"conditions": conditions}
+                    self.client.patch(PROVREQS, meta["name"], {"status": status}, meta["namespace"], "status")
+                except KubeError as exc:
+                    if exc.status != 404:  # deleted meanwhile: nothing to answer
+                        raise
+        self._awaiting = awaiting
 
     def _post(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         name = f"{pod['metadata']['name']}.{time.time_ns():x}"  # as client-go's recorder names Events

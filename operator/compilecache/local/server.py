@@ -54,6 +54,18 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
         "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
         kmock.ResourceInfo(kind="ValidatingWebhookConfiguration", namespaced=False),
     ),
+    # Cluster Autoscaler's ProvisioningRequest CRD (its types.go: namespaced, status subresource, short
+    # names provreq/provreqs); the local autoscaler answers them (local/provisioning.py).
+    (
+        "autoscaling.x-k8s.io/v1/provisioningrequests",
+        kmock.ResourceInfo(
+            kind="ProvisioningRequest",
+            singular="provisioningrequest",
+            namespaced=True,
+            shortnames={"provreq", "provreqs"},
+            subresources={"status"},
+        ),
+    ),
     (
         "compilecache.dev/v1alpha1/compilecaches",
         kmock.ResourceInfo(
