@@ -14,6 +14,7 @@ from compilecache.controller import expiryjob, gates, jobs, plan, podstate, prov
 from compilecache.controller.api import Consumers, parse_cache
 from compilecache.controller.kube import JOBS, PROVISIONING_REQUESTS
 from compilecache.controller.snapshot import Cache, Snapshot
+from compilecache.controller.template import PODTEMPLATES
 from specs import PRODUCT, cache, cluster
 
 NOW = "2026-11-21T10:00:00Z"
@@ -195,14 +196,14 @@ def test_warm_up_and_expiry_jobs_retry_a_disrupted_pod_without_counting_it() -> 
 QUEUED = {"className": "queued-provisioning.gke.io", "parameters": {"maxRunDurationSeconds": "7200"}}
 
 
-def request_of(decided: plan.Plan, **conditions: tuple[str, str]) -> dict[str, Any]:
+def request_of(decided: plan.Plan, at: str = NOW, **conditions: tuple[str, str]) -> dict[str, Any]:
     """The plan's ProvisioningRequest as the API holds it, with ``conditions`` (type → (status, reason))."""
     [create] = [c for c in decided.creates if c.resource == PROVISIONING_REQUESTS]
     obj = copy.deepcopy(dict(create.manifest))
     obj["metadata"]["creationTimestamp"] = "2026-11-21T09:59:00Z"
     obj["status"] = {
         "conditions": [
-            {"type": t, "status": s, "reason": r, "message": f"{r} said", "lastTransitionTime": NOW}
+            {"type": t, "status": s, "reason": r, "message": f"{r} said", "lastTransitionTime": at}
             for t, (s, r) in conditions.items()
         ]
     }
@@ -315,3 +316,30 @@ def test_a_multi_host_warm_up_a_disruption_failed_starts_again_as_a_whole_group_
     # A failure without a disruption is one, as before.
     plain = decide(recorded(obj, first), jobs=(job,), warmup_pods=(peer,))
     assert plain.status["pools"][0]["state"] == status.POOL_FAILED
+
+
+def test_a_provisioned_node_lost_to_a_disruption_is_asked_for_again() -> None:
+    obj = scaled(provisioningRequest=QUEUED)
+    first = decide(obj)
+    job = job_of(first, active=1)
+    job["spec"]["suspend"] = False
+    provisioned_at = "2026-11-21T09:59:10Z"
+    done = request_of(first, provisioned_at, Accepted=("True", "Accepted"), Provisioned=("True", "Provisioned"))
+    cut = pod(job, "a", "2026-11-21T09:59:00Z", "Failed", disrupted("2026-11-21T09:59:30Z"))
+    retry = pod(job, "b", "2026-11-21T09:59:31Z", "Pending", unschedulable("2026-11-21T09:59:32Z"))
+    decided = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut, retry), requests=(done,))
+    assert [(d.resource, d.name) for d in decided.deletes] == [(PROVISIONING_REQUESTS, job["metadata"]["name"])]
+    # Gone: made again (its PodTemplate exists: a 409 the pass reads as made), not deleted again.
+    again = decide(recorded(obj, decided), jobs=(job,), warmup_pods=(cut, retry))
+    assert [c.resource for c in again.creates] == [PODTEMPLATES, PROVISIONING_REQUESTS]
+    waiting = request_of(first, Accepted=("True", "Accepted"))
+    settled = decide(recorded(obj, again), jobs=(job,), warmup_pods=(cut, retry), requests=(waiting,))
+    assert settled.deletes == () and settled.creates == ()
+    # Running on the first node: nothing lost.
+    runs = pod(job, "b", "2026-11-21T09:59:31Z", "Running")
+    fine = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut, runs), requests=(done,))
+    assert fine.deletes == ()
+    # The request made again is provisioned after the disruption: its retry not yet placed is no new loss.
+    anew = request_of(first, "2026-11-21T09:59:40Z", Provisioned=("True", "Provisioned"))
+    coming = decide(recorded(obj, settled), jobs=(job,), warmup_pods=(cut, retry), requests=(anew,))
+    assert coming.deletes == ()

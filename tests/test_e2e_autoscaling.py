@@ -7,7 +7,10 @@ and a node reclaimed mid warm-up (``reclaimAfterSeconds``: the kubelet's gracefu
 - scale-up refused → the pool fails naming the autoscaler's reason at ``capacityTimeout``, and the gated
   training pod is released then (``CacheFailed``), not at its ``gateTimeout``;
 - the warm-up's node reclaimed mid-run → the Job retries the pod (podFailurePolicy) → Ready, the
-  disruption counted, ``backoffLimit: 0`` untouched.
+  disruption counted, ``backoffLimit: 0`` untouched;
+- capacity on request: a ProvisioningRequest, the Job suspended until it is Provisioned, its node
+  reclaimed mid-run and asked for again → Ready; a request the autoscaler cannot serve → the pool fails
+  at ``capacityTimeout`` with the request's conditions.
 """
 
 from __future__ import annotations
@@ -47,11 +50,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.jax]
 H100 = "NVIDIA-H100-80GB-HBM3"
 L4 = "NVIDIA-L4"
 A100 = "NVIDIA-A100-SXM4-40GB"
+T4 = "Tesla-T4"
+ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 REFUSAL = "quota exceeded for nvidia-l4 in us-central1"
 POOLS = (
     NodePool("h100", H100, count=0, gpus=8, max_count=1, scale_up_seconds=1.0),
     NodePool("l4", L4, count=0, gpus=1, max_count=1, refuse=REFUSAL),
     NodePool("a100", A100, count=0, gpus=8, max_count=2, scale_up_seconds=0.5, reclaim_after_seconds=2.0),
+    # Asked for through ProvisioningRequests (the local cluster answers them as Cluster Autoscaler does).
+    NodePool("t4", T4, count=0, gpus=4, max_count=2, scale_up_seconds=0.5, reclaim_after_seconds=2.0),
     NodePool("cpu", "", count=1, gpus=0),  # the expiry Job needs no GPU
 )
 
@@ -229,3 +236,41 @@ def test_from_zero_declares_each_gpu_pool_with_its_gpus_and_starts_it_at_no_node
         assert (after.count, after.max_count) == (0, before.count)
         assert by_product[before.product]["gpusPerPod"] == before.gpus
     assert [p.reclaim_after_seconds is not None for p in pools] == [True, False, False]
+
+
+def test_a_warm_up_that_asks_for_its_capacity_runs_once_provisioned_and_asks_again_after_a_reclaim(
+    scaled: Setup,
+) -> None:
+    client = scaled.cluster.client
+    requests = "autoscaling.x-k8s.io/v1/provisioningrequests"
+    cache = on_pool("queued", T4, 4, backoffLimit=0, provisioningRequest={"className": ATOMIC})
+    client.create(CC, cache, NS)
+    [job] = client.wait_for(lambda: client.list(JOBS, NS, label_selector="compilecache.dev/cache=queued"))
+    assert job["spec"]["suspend"] is True  # it waits for its request, not as a pending pod
+    status = wait_phase(scaled, "queued", ("Ready", "Failed", "Degraded"), timeout=240)
+    assert status["phase"] == "Ready", status
+    [pool] = status["pools"]
+    assert pool["state"] == "Succeeded" and pool["disruptions"] == 1, pool
+    job = client.get(JOBS, job["metadata"]["name"], NS)
+    assert job["spec"]["suspend"] is False and not job["status"].get("failed"), job
+    pods = pods_of(scaled, job["metadata"]["name"])
+    nodes = {p["spec"].get("nodeName") for p in pods}
+    assert len(pods) == 2 and len(nodes) == 2, pods  # the retry ran on the node asked for again
+    # Finished: its request and PodTemplate are gone.
+    client.wait_for(lambda: client.list(requests, NS, label_selector="compilecache.dev/cache=queued") == [])
+    deadline = time.monotonic() + 30
+    while client.get("v1/podtemplates", job["metadata"]["name"], NS) is not None:  # deleted after it
+        lines = [line for line in scaled.operator.output().splitlines() if "queued" in line]
+        assert time.monotonic() < deadline, "\n".join(lines[-40:])
+        time.sleep(0.1)
+
+
+def test_a_request_the_autoscaler_cannot_serve_fails_the_pool_at_capacity_timeout(scaled: Setup) -> None:
+    cache = on_pool("unserved", L4, 1, capacityTimeout="15s", provisioningRequest={"className": ATOMIC})
+    scaled.cluster.client.create(CC, cache, NS)
+    waiting = pool_until(scaled, "unserved", lambda p: "CapacityIsNotFound" in p.get("message", ""))
+    assert (waiting["state"], waiting["reason"]) == ("Pending", "WaitingForCapacity"), waiting
+    status = wait_phase(scaled, "unserved", ("Failed", "Ready", "Degraded"), timeout=90)
+    [pool] = status["pools"]
+    assert (pool["state"], pool["reason"]) == ("Failed", "WaitingForCapacity"), pool
+    assert "ProvisioningRequest" in pool["message"] and "capacityTimeout" in pool["message"], pool

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from compilecache.controller.kube import JOBS, PVCS, SERVICES
+from compilecache.controller.kube import JOBS, PROVISIONING_REQUESTS, PVCS, SERVICES
 from compilecache.controller.snapshot import Snapshot
 
 EXPECT_SECONDS = 60.0
@@ -24,9 +24,11 @@ Expected = Mapping[str, float]  # key (``plural/name``) → when it was created 
 
 
 def seen(snapshot: Snapshot) -> set[str]:
-    """The keys of the objects a snapshot holds (what a pass may create: claim, Jobs, Services)."""
+    """The keys of the objects a snapshot holds (what a pass may create: claim, Jobs, Services, requests)."""
     keys = {JOBS.key(job["metadata"]["name"]) for job in (*snapshot.jobs, *snapshot.expiry_jobs)}
     keys |= {SERVICES.key(service["metadata"]["name"]) for service in snapshot.services}
+    # Read from the API, not an index: seen at once (a request deleted to be asked again is made again at once).
+    keys |= {PROVISIONING_REQUESTS.key(request["metadata"]["name"]) for request in snapshot.requests}
     if snapshot.claim is not None:
         keys.add(PVCS.key(snapshot.claim["metadata"]["name"]))
     return keys

@@ -452,6 +452,7 @@ def _warmups(
     serving: set[str] = set()  # Services of multi-host Jobs that are to run or running
     waiting: set[str] = set()  # ProvisioningRequests of Jobs that are to run, wait or run
     regroup: list[Delete] = []  # multi-host Jobs a disruption failed: deleted, to run again
+    reask: list[Delete] = []  # provisioned requests whose capacity a disruption took: asked for again
     for pool in pools:
         for topology in spec.warmup.topologies:
             manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology, run_as_user=snapshot.policy.run_as_user)
@@ -504,6 +505,11 @@ def _warmups(
                 running = job is not None and status.job_state(job)["state"] not in status.FINISHED
                 if asking is not None and (create or running):
                     waiting.add(job_name)
+                    job_pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
+                    if job is not None and running and provisioning.lost(requests.get(job_name), job, job_pods):
+                        # Its retry consumes the same request, and a consuming pod makes no scale-up (Cluster
+                        # Autoscaler's ProvisioningRequestPodsFilter): ask again, under the same name.
+                        reask.append(Delete(PROVISIONING_REQUESTS, job_name, "its capacity was lost to a disruption"))
                     # Before its Job: the request names the PodTemplate, the Job's pods name the request.
                     if job_name not in requests and request_key not in snapshot.created:
                         if template_key not in snapshot.created:
@@ -520,7 +526,7 @@ def _warmups(
                     creates.append(Create(JOBS, manifest))
             entries.append(entry)
     deletes = _superseded(cache, snapshot.jobs, keep=wanted | {d.name for d in regroup}, what="warm-up")
-    deletes += regroup
+    deletes += regroup + reask
     deletes += _idle_services(cache, snapshot.services, keep=serving)
     deletes += _idle_requests(cache, snapshot.requests, keep=waiting)
     return entries, creates, deletes, patches

@@ -16,7 +16,10 @@ decides: ``Provisioned=True`` lifts the Job's ``suspend`` (the Job controller st
 ``activeDeadlineSeconds`` clock starts then too, the Job API resets it on resume); ``Failed=True`` fails
 the pool with the request's reason; otherwise the pool waits (``WaitingForCapacity``), its message the
 request's conditions, until ``capacityTimeout`` after the request was made. A request (and its
-PodTemplate) lives while its Job waits or runs: a finished or superseded Job's are deleted.
+PodTemplate) lives while its Job waits or runs: a finished or superseded Job's are deleted. A
+disruption that takes a provisioned node (a spot reclaim) leaves the Job's retry consuming a request
+whose capacity is gone, and a consuming pod triggers no ordinary scale-up: the request is deleted and
+made again (:func:`lost`).
 """
 
 from __future__ import annotations
@@ -100,6 +103,22 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any]:
 def provisioned(obj: Mapping[str, Any] | None) -> bool:
     """Whether the autoscaler provisioned (or, for check-capacity, found) the request's capacity."""
     return condition(obj, PROVISIONED).get("status") == "True"
+
+
+def lost(obj: Mapping[str, Any] | None, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a running Job's provisioned capacity was taken by a disruption: a pod of it was disrupted after
+    the request was provisioned, and its retry waits for a node. The request must be made again for the
+    retry to get one. (A request made again is provisioned after that disruption: not lost again, while its
+    new node comes and the retry is not yet placed.)"""
+    found = podstate.disruptions(pods)
+    since = str(condition(obj, PROVISIONED).get("lastTransitionTime") or "")
+    return (
+        provisioned(obj)
+        and not is_suspended(job)
+        and bool(found)
+        and str(found[-1].since or "") >= since
+        and podstate.waiting_pod(pods) is not None
+    )
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:

@@ -37,11 +37,6 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
     # What a spec.warmup.podTemplate.templateRef may name (the operator watches them: controller/indexes.py).
     ("v1/podtemplates", kmock.ResourceInfo(kind="PodTemplate", namespaced=True)),
     ("batch/v1/jobs", kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"})),
-    # Cluster Autoscaler's capacity requests (its CRD): warm-ups with spec.warmup.provisioningRequest.
-    (
-        "autoscaling.x-k8s.io/v1/provisioningrequests",
-        kmock.ResourceInfo(kind="ProvisioningRequest", namespaced=True, subresources={"status"}),
-    ),
     (
         "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
         kmock.ResourceInfo(kind="MutatingWebhookConfiguration", namespaced=False),
