@@ -4,12 +4,16 @@ A config lists pools; each becomes ``count`` Nodes named ``<pool>-0`` .. ``<pool
 own ``kubernetes.io/hostname``; a GPU pool's (``gpus`` > 0) carry the labels GPU operators put on
 real ones (``nvidia.com/gpu.present``, ``nvidia.com/gpu.product``, ``nvidia.com/gpu.count``,
 and on GKE ``cloud.google.com/gke-accelerator``), the ``nvidia.com/gpu`` allocatable count
-and the usual ``nvidia.com/gpu`` NoSchedule taint. Nothing runs on a GPU: the Job runner
+and the usual ``nvidia.com/gpu`` NoSchedule taint. ``labelling`` labels a pool's nodes the way
+one cloud or GPU operator alone would instead (``LABELLINGS``: ``gke``, ``eks``, ``karpenter``,
+``aks``, ``amd``, ``gfd``; the default ``gfd+gke`` is the GKE node with GPU Feature Discovery
+above), so that discovery is tried against what each one really sets. Nothing runs on a GPU: the Job runner
 runs every container as a local CPU process; the nodes exist so that the operator's pool
 discovery and the scheduler's checks see a realistic cluster.
 
     pools:
       - {name: h100, product: NVIDIA-H100-80GB-HBM3, count: 2, gpus: 8, accelerator: nvidia-h100-80gb}
+      - {name: a100, product: NVIDIA-A100-SXM4-40GB, gpus: 8, accelerator: nvidia-tesla-a100, labelling: eks}
 
 ``compilecache demo --nodes FILE`` reads such a file; ``LocalCluster(pools=...)`` takes the parsed pools
 (``pools_from_config``). A multi-host warm-up of ``hosts: N`` places one pod per node (required pod
@@ -43,8 +47,50 @@ class NodePool:
     product: str
     count: int = 1
     gpus: int = 8
-    accelerator: str | None = None  # GKE's cloud.google.com/gke-accelerator value
+    accelerator: str | None = None  # the cloud's name for the GPU type (GKE's gke-accelerator value; AKS: VM size)
     labels: Mapping[str, str] = field(default_factory=dict)
+    labelling: str = "gfd+gke"  # whose labels the nodes carry (LABELLINGS)
+
+    def __post_init__(self) -> None:
+        if self.labelling not in LABELLINGS:
+            raise ValueError(f"labelling {self.labelling!r} is none of {', '.join(LABELLINGS)}")
+
+
+# Each cloud's and GPU operator's own labels, written here from their documentation, not taken from
+# the operator's table (controller/accelerators.py): the local cluster plays the clouds, and a label
+# copied from the code under test would agree with it even where it was wrong.
+LABELLINGS = ("gfd+gke", "gfd", "gke", "eks", "karpenter", "aks", "amd")
+
+
+def gpu_labels(pool: NodePool) -> dict[str, str]:
+    """The labels a GPU node of ``pool`` carries, as its ``labelling``'s cloud or GPU operator sets them."""
+    kind = pool.accelerator or pool.product  # the cloud's name for the type, or the product's
+    gfd = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": pool.product,
+        "nvidia.com/gpu.count": str(pool.gpus),
+    }
+    by_labelling = {
+        "gfd+gke": {**gfd, **({"cloud.google.com/gke-accelerator": pool.accelerator} if pool.accelerator else {})},
+        "gfd": gfd,
+        "gke": {"cloud.google.com/gke-accelerator": kind, "cloud.google.com/gke-nodepool": pool.name},
+        # Cluster Autoscaler's AWS GPU label, on a node group made for it.
+        "eks": {"k8s.amazonaws.com/accelerator": kind, "eks.amazonaws.com/nodegroup": pool.name},
+        "karpenter": {"karpenter.k8s.aws/instance-gpu-name": kind, "karpenter.sh/nodepool": pool.name},
+        # AKS names the vendor only; the VM size (the well-known instance-type label) names the GPUs.
+        "aks": {
+            "kubernetes.azure.com/accelerator": "nvidia",
+            "kubernetes.azure.com/agentpool": pool.name,
+            "node.kubernetes.io/instance-type": kind,
+        },
+        "amd": {"amd.com/gpu.product-name": kind, "amd.com/gpu.count": str(pool.gpus)},
+    }
+    return by_labelling[pool.labelling]
+
+
+def gpu_resource(pool: NodePool) -> str:
+    """The extended resource that counts the pool's GPUs: AMD's device plugin advertises ``amd.com/gpu``."""
+    return "amd.com/gpu" if pool.labelling == "amd" else GPU_RESOURCE
 
 
 # Two GPU pools, labelled so that both examples/cache-pvc.yaml (discovery) and
@@ -73,6 +119,7 @@ def pools_from_config(config: Mapping[str, Any]) -> tuple[NodePool, ...]:
                     gpus=int(entry.get("gpus", 8)),
                     accelerator=entry.get("accelerator"),
                     labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    labelling=str(entry.get("labelling", "gfd+gke")),
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -91,14 +138,8 @@ def nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
             labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
             resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
             if pool.gpus > 0:
-                labels |= {
-                    "nvidia.com/gpu.present": "true",
-                    "nvidia.com/gpu.product": pool.product,
-                    "nvidia.com/gpu.count": str(pool.gpus),
-                }
-                if pool.accelerator:
-                    labels["cloud.google.com/gke-accelerator"] = pool.accelerator
-                resources[GPU_RESOURCE] = str(pool.gpus)
+                labels |= gpu_labels(pool)
+                resources[gpu_resource(pool)] = str(pool.gpus)
             labels |= pool.labels
             result.append(
                 {
