@@ -940,9 +940,9 @@ class Discover(Model):
     ) = Field(
         default=None,
         description=(
-            "Node labels that candidate nodes must have, besides being accelerator nodes. Unset, "
-            "every node that carries a known accelerator label (see groupBy) is a candidate, on "
-            "every cloud."
+            "Node labels that candidate nodes must have. Unset, every node is a candidate; with "
+            "groupBy unset too, that finds the GPU nodes of any cloud (those that carry an "
+            "accelerator label, see groupBy)."
         ),
         max_length=LABEL_MAP_MAX,
         json_schema_extra={
