@@ -21,6 +21,7 @@ from typing import Any
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from compilecache.controller.accelerators import ACCELERATOR_LABELS
 from crdschema import Schema, apply_defaults, validate
 
 _LIST_CAP = 3  # items per generated list: enough for duplicates, conflicts and order
@@ -387,7 +388,12 @@ def node_sets(draw: st.DrawFn, cache: Mapping[str, Any]) -> list[dict[str, Any]]
     discover = warmup.get("discover")
     if discover is not None:
         for value in draw(st.lists(valid_values, max_size=3)):
-            labels = {**(discover.get("nodeSelector") or {}), discover["groupBy"]: value}
+            if "groupBy" in discover:
+                group = {discover["groupBy"]: value}
+            else:  # unset: the nodes carry one of the accelerator labels clouds and GPU operators set
+                entry = draw(st.sampled_from(ACCELERATOR_LABELS))
+                group = {entry.key: value, entry.group_key: value}
+            labels = {**(discover.get("nodeSelector") or {}), **group}
             for _ in range(draw(st.integers(1, 3))):
                 nodes.append(node(labels, discover.get("gpuResource", "nvidia.com/gpu")))
     return nodes

@@ -16,7 +16,9 @@ def test_defaults_are_applied():
     assert spec.cache_dir == DEFAULT_MOUNT_PATH
     assert spec.pvc is not None and spec.pvc.create is not None
     assert spec.pvc.create.access_modes == ("ReadWriteMany",)
-    assert spec.warmup.discover is not None and spec.warmup.discover.group_by == "nvidia.com/gpu.product"
+    # groupBy has no default: unset, each node's first accelerator label (controller/accelerators.py).
+    assert spec.warmup.discover is not None and spec.warmup.discover.group_by is None
+    assert spec.warmup.discover.gpu_types == ()
     assert (spec.warmup.backoff_limit, spec.warmup.active_deadline_seconds, spec.warmup.jobs) == (2, 7200, 1)
     assert spec.consumers.read_only and spec.consumers.gate and spec.consumers.gate_timeout_seconds == 1800
 
@@ -83,6 +85,15 @@ BAD = [
     ("mountPath on the operator's /tmp", _with("mountPath", "/tmp"), "spec.mountPath"),
     ("empty groupBy", _with("warmup.discover.groupBy", ""), "spec.warmup.discover.groupBy"),
     ("groupBy not a label key", _with("warmup.discover.groupBy", "gpu product"), "spec.warmup.discover.groupBy"),
+    ("gpuTypes without groupBy", _with("warmup.discover.gpuTypes", [{"value": "nvidia-l4", "gpusPerPod": 1}]),
+     "spec.warmup.discover.gpuTypes"),
+    ("dup gpuTypes", _with("warmup.discover", {"groupBy": "cloud.google.com/gke-accelerator", "gpuTypes": [
+        {"value": "nvidia-l4", "gpusPerPod": 1}, {"value": "nvidia-l4", "gpusPerPod": 2}]}),
+     "spec.warmup.discover.gpuTypes[1].value"),
+    ("gpuType not a label value", _with("warmup.discover", {"groupBy": "cloud.google.com/gke-accelerator",
+        "gpuTypes": [{"value": "nvidia l4", "gpusPerPod": 1}]}), "spec.warmup.discover.gpuTypes[0].value"),
+    ("negative gpuType gpus", _with("warmup.discover", {"groupBy": "cloud.google.com/gke-accelerator",
+        "gpuTypes": [{"value": "nvidia-l4", "gpusPerPod": -1}]}), "spec.warmup.discover.gpuTypes[0].gpusPerPod"),
     ("unknown valueFrom", _with("warmup.workloads.0.env", [{"name": "A", "valueFrom": {"bogus": {}}}]),
      "spec.warmup.workloads[0].env[0].valueFrom"),
     ("two valueFrom sources", _with("warmup.workloads.0.env", [{"name": "A", "valueFrom": {
@@ -202,6 +213,9 @@ GOOD = [
     ("tmp below", _with("mountPath", "/tmp/cache")),
     ("dotted segments", _with("mountPath", "/var/.cache/..jax")),
     ("groupBy without prefix", _with("warmup.discover.groupBy", "gpu-product")),
+    ("discover with defaults only", _with("warmup.discover", {})),
+    ("gpuTypes with groupBy", _with("warmup.discover", {"groupBy": "cloud.google.com/gke-accelerator",
+        "gpuTypes": [{"value": "nvidia-h100-80gb", "gpusPerPod": 8}, {"value": "nvidia-l4", "gpusPerPod": 0}]})),
 ]  # fmt: skip
 
 

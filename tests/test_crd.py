@@ -112,7 +112,7 @@ def test_defaults_are_valid_for_their_own_schema() -> None:
         ("spec.storage.pvc.deleteWithCache", False),
         ("spec.storage.gcs.prefix", ""),
         ("spec.warmup.pools[].gpuResource", "nvidia.com/gpu"),
-        ("spec.warmup.discover.groupBy", "nvidia.com/gpu.product"),
+        ("spec.warmup.discover.groupBy", None),  # each node's first accelerator label (controller/accelerators.py)
         ("spec.warmup.discover.gpuResource", "nvidia.com/gpu"),
         ("spec.warmup.backoffLimit", 2),
         ("spec.warmup.activeDeadlineSeconds", 7200),
@@ -269,7 +269,8 @@ def test_defaults_fill_a_minimal_example() -> None:
     pvc = dict(EXAMPLE_CACHES)["cache-pvc.yaml:llama-pvc"]
     spec = apply_defaults(SCHEMA, pvc)["spec"]
     assert spec["mountPath"] == "/var/cache/compilecache"
-    assert spec["warmup"]["discover"]["groupBy"] == "nvidia.com/gpu.product"
+    assert "groupBy" not in spec["warmup"]["discover"], "groupBy has no default: unset, it follows the nodes' labels"
+    assert spec["warmup"]["discover"]["gpuResource"] == "nvidia.com/gpu"
     assert spec["warmup"]["jax"] == {"minCompileTimeSecs": 0, "minEntrySizeBytes": 0}
     assert spec["storage"]["pvc"]["deleteWithCache"] is False
     assert "mountPath" not in pvc["spec"], "defaulting must not change its input"
@@ -457,6 +458,36 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "spec.warmup",
         "cel",
         "warmup must set pools, discover, or both",
+    ),
+    (
+        "gpu-types-without-group-by",
+        _set("warmup.discover", {"gpuTypes": [{"value": "nvidia-h100-80gb", "gpusPerPod": 8}]}),
+        "spec.warmup.discover",
+        "cel",
+        "gpuTypes needs groupBy",
+    ),
+    (
+        "gpu-types-duplicate-value",
+        _set(
+            "warmup.discover",
+            {
+                "groupBy": "cloud.google.com/gke-accelerator",
+                "gpuTypes": [{"value": "nvidia-l4", "gpusPerPod": 1}, {"value": "nvidia-l4", "gpusPerPod": 2}],
+            },
+        ),
+        "spec.warmup.discover.gpuTypes[1]",
+        "listType",
+        "Duplicate value",
+    ),
+    (
+        "gpu-type-not-a-label-value",
+        _set(
+            "warmup.discover",
+            {"groupBy": "cloud.google.com/gke-accelerator", "gpuTypes": [{"value": "h100 80gb", "gpusPerPod": 8}]},
+        ),
+        "spec.warmup.discover.gpuTypes[0].value",
+        "pattern",
+        "",
     ),
     (
         "malformed-duration",

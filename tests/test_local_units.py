@@ -121,6 +121,42 @@ def test_pools_from_config_and_errors() -> None:
         nodes.pools_from_config({"pools": [{"product": "x"}]})
 
 
+@pytest.mark.parametrize(
+    ("labelling", "expected"),
+    [
+        ("gke", {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}),
+        ("eks", {"k8s.amazonaws.com/accelerator": "nvidia-h100-80gb"}),
+        ("karpenter", {"karpenter.k8s.aws/instance-gpu-name": "nvidia-h100-80gb"}),
+        ("aks", {"kubernetes.azure.com/accelerator": "nvidia", "node.kubernetes.io/instance-type": "nvidia-h100-80gb"}),
+        ("amd", {"amd.com/gpu.product-name": "nvidia-h100-80gb"}),
+        ("gfd", {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+    ],
+)
+def test_a_pool_labelled_the_way_of_one_cloud_carries_its_labels_only(labelling, expected) -> None:
+    pool = nodes.NodePool("h100", "NVIDIA-H100-80GB-HBM3", 1, 8, "nvidia-h100-80gb", labelling=labelling)
+    [node] = nodes.nodes([pool])
+    labels = node["metadata"]["labels"]
+    assert {key: labels.get(key) for key in expected} == expected
+    others = {"gke": "cloud.google.com/", "gfd": "nvidia.com/gpu.", "amd": "amd.com/", "aks": "kubernetes.azure.com/"}
+    assert not [
+        key for key in labels for kind, prefix in others.items() if kind != labelling and key.startswith(prefix)
+    ]
+    resource = "amd.com/gpu" if labelling == "amd" else "nvidia.com/gpu"
+    assert node["status"]["allocatable"][resource] == "8"
+
+
+def test_the_default_labelling_is_gfd_with_gke_and_an_unknown_one_is_refused() -> None:
+    [pool, _] = nodes.pools_from_config({"pools": [{"name": "h100", "product": "P", "accelerator": "a", "gpus": 8}]})
+    [node] = nodes.nodes([pool])
+    assert {"nvidia.com/gpu.product": "P", "cloud.google.com/gke-accelerator": "a"}.items() <= node["metadata"][
+        "labels"
+    ].items()
+    [eks, _] = nodes.pools_from_config({"pools": [{"name": "a", "product": "P", "labelling": "eks"}]})
+    assert eks.labelling == "eks"
+    with pytest.raises(ValueError, match=r"pools\[0\].*labelling"):
+        nodes.pools_from_config({"pools": [{"name": "a", "product": "P", "labelling": "openstack"}]})
+
+
 def test_scheduling_honours_node_selector_and_taints() -> None:
     cluster = nodes.nodes(nodes.DEFAULT_POOLS)
     gpu = {"nodeSelector": {"nvidia.com/gpu.present": "true"}}

@@ -88,6 +88,24 @@ def test_discover_by_hostname_and_its_tolerations_are_checked() -> None:
     assert fields(spec) == ["spec.warmup.discover.tolerations[0]", "spec.warmup.discover.groupBy"]
 
 
+def test_declared_gpu_types_are_held_to_the_caps_and_selectors_before_any_node_exists() -> None:
+    spec = cache_spec()
+    spec["warmup"]["discover"] |= {
+        "groupBy": "cloud.google.com/gke-accelerator",
+        "gpuTypes": [
+            {"value": "nvidia-h100-80gb", "gpusPerPod": 8},
+            {"value": "nvidia-b200", "gpusPerPod": 16},
+            {"value": "nvidia-l4", "gpusPerPod": 1},
+        ],
+    }
+    assert fields(spec) == ["spec.warmup.discover.gpuTypes[1].gpusPerPod"]
+    no_l4 = policy.parse({"nodeSelectors": {"allow": ["*"], "deny": ["cloud.google.com/gke-accelerator=nvidia-l4"]}})
+    assert fields(spec, no_l4) == [
+        "spec.warmup.discover.gpuTypes[1].gpusPerPod",
+        "spec.warmup.discover.gpuTypes[2].value",
+    ]
+
+
 def test_service_accounts_default_only_and_gcs_writer_named() -> None:
     gcs = {"gcs": {"bucket": "my-caches", "serviceAccountName": "cache-writer"}}
     assert fields(cache_spec(storage=gcs)) == ["spec.storage.gcs.serviceAccountName"]

@@ -98,21 +98,29 @@ def test_label_values_differing_only_in_case_are_two_pools_with_two_names():
     assert len(job_names) == 2
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        ["NVIDIA-H100-80GB-HBM3", "nvidia-h100-80gb-hbm3"],
-        ["Tesla.T4", "Tesla_T4", "tesla-t4"],
-        ["A" * 80, "a" * 80, "a" * 79 + "B"],
-        ["x", "X", "-x-", "x_"],
-    ],
-)
-def test_pool_names_are_distinct_dns_labels(values):
+# The names the single-label pool_names gave before labels took part (8495882): the names of
+# existing caches' pools, and so their Job names, must not change.
+_NAMES_BEFORE = [
+    {"NVIDIA-H100-80GB-HBM3": "nvidia-h100-80gb-hbm3-10b892", "nvidia-h100-80gb-hbm3": "nvidia-h100-80gb-hbm3"},
+    {"Tesla.T4": "tesla-t4-ca6ba6", "Tesla_T4": "tesla-t4-556388", "tesla-t4": "tesla-t4"},
+    {
+        "A" * 80: "a" * 33 + "-d9b1f3",
+        "a" * 80: "a" * 33 + "-0f45e8",
+        "a" * 79 + "B": "a" * 33 + "-4e7691",
+    },
+    {"x": "x", "X": "x-4b68ab", "-x-": "x-c6cf95", "x_": "x-3e16f5"},
+]
+
+
+@pytest.mark.parametrize("before", _NAMES_BEFORE)
+def test_pool_names_of_one_label_are_distinct_dns_labels_and_unchanged(before):
     import re
 
     from compilecache.controller.pools import pool_names
 
-    names = pool_names(values)
-    assert len(set(names.values())) == len(values)
+    groups = [(PRODUCT, value) for value in before]
+    names = pool_names(groups)
+    assert len(set(names.values())) == len(groups)
     assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", name) for name in names.values()), names
-    assert pool_names(list(reversed(values))) == names
+    assert pool_names(list(reversed(groups))) == names
+    assert {value: names[(PRODUCT, value)] for value in before} == before

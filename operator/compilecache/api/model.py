@@ -895,11 +895,51 @@ class Resources(Model):
     ) = Field(default=None, description="Maximum resources, e.g. memory 96Gi.", max_length=RESOURCE_MAP_MAX)
 
 
+class GpuType(Model):
+    """A GPU type to warm before any node of it exists: a value of discover.groupBy and its GPUs per pod."""
+
+    value: str = Field(
+        description=(
+            "The groupBy label's value that nodes of this type will carry, e.g. nvidia-h100-80gb for "
+            "cloud.google.com/gke-accelerator."
+        ),
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE,
+        json_schema_extra={**doc("label value, required", "", "the type's value of `groupBy`")},
+    )
+    gpusPerPod: int = Field(
+        description=(
+            "GPUs requested by the type's warm-up pod, as pools[].gpusPerPod: with no node to read "
+            "them from, the pod's request is what an autoscaler sizes a new node by, and the cache "
+            "key contains the device count."
+        ),
+        ge=0,
+        json_schema_extra={
+            "format": "int32",
+            **doc("int ≥ 0, required", "", "GPUs of the type's warm-up pod (0: no GPU request)"),
+        },
+    )
+
+
 class Discover(Model):
     """Discover pools from Nodes instead of (or besides) listing them: nodes matching nodeSelector are
-    grouped by the value of the groupBy label, one pool per value. New GPU types are then warmed
-    without editing the resource.
+    grouped by GPU type, one pool per type. New GPU types are then warmed without editing the resource.
     """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                # size() too: an empty list would otherwise count as "set".
+                {
+                    "rule": "!has(self.gpuTypes) || size(self.gpuTypes) == 0 || has(self.groupBy)",
+                    "message": (
+                        "gpuTypes needs groupBy: the label a node that does not exist yet will carry cannot be guessed"
+                    ),
+                },
+            ],
+        }
+    )
 
     nodeSelector: (
         dict[
@@ -911,23 +951,56 @@ class Discover(Model):
         | None
     ) = Field(
         default=None,
-        description='Node labels that candidate nodes must have, e.g. nvidia.com/gpu.present "true".',
+        description=(
+            "Node labels that candidate nodes must have. Unset, every node is a candidate; with "
+            "groupBy unset too, that finds the GPU nodes of any cloud (those that carry an "
+            "accelerator label, see groupBy)."
+        ),
         max_length=LABEL_MAP_MAX,
         json_schema_extra={
             **doc("map: label key → label value", "", "nodes to discover pools from"),
         },
     )
-    groupBy: str = Field(
-        default="nvidia.com/gpu.product",
+    # No default in the CRD: unset means "whichever known label a node carries". A cache stored
+    # before this field lost its default has groupBy nvidia.com/gpu.product persisted (the API server
+    # writes a schema default into the object it stores), so it keeps its pools and Job names.
+    groupBy: str | None = Field(
+        default=None,
         description=(
-            "Node label whose value defines a pool (e.g. the GPU product name set by NVIDIA "
-            "GPU feature discovery). Nodes with different values compile different entries, so "
-            "each value gets its own warm-up."
+            "Node label whose value defines a pool. Nodes with different values compile different "
+            "entries, so each value gets its own warm-up. Unset, each node is grouped by the first "
+            "of the accelerator labels it carries, clouds' first: cloud.google.com/gke-accelerator "
+            "(GKE), k8s.amazonaws.com/accelerator (EKS node groups), "
+            "eks.amazonaws.com/instance-gpu-name (EKS Auto Mode), "
+            "karpenter.k8s.aws/instance-gpu-name (Karpenter on AWS), "
+            "karpenter.azure.com/sku-gpu-name (Karpenter on Azure), kubernetes.azure.com/accelerator "
+            "(AKS; its value is the vendor, so those nodes are grouped by "
+            "node.kubernetes.io/instance-type), amd.com/gpu.product-name (AMD GPU operator), "
+            "nvidia.com/gpu.product (NVIDIA GPU feature discovery); a node with none of them is "
+            "no GPU node."
         ),
         max_length=316,
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         json_schema_extra={
-            **doc("label key", "`nvidia.com/gpu.product`", "one pool per value of this node label"),
+            **doc(
+                "label key",
+                "the first known accelerator label a node carries",
+                "one pool per value of this node label ([GPU labels](how-it-works.md#gpu-labels))",
+            ),
+        },
+    )
+    gpuTypes: list[GpuType] | None = Field(
+        default=None,
+        description=(
+            "GPU types to warm whether or not a node of them exists now (a pool that scales from "
+            "zero): each is a pool selecting nodeSelector and groupBy=value, with the GPUs per pod "
+            "it declares. Needs groupBy. Once nodes of the type exist, it is their discovered pool."
+        ),
+        max_length=16,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["value"],
+            **doc("list, ≤16, unique `value`", "", "GPU types warmed before any node of them exists", items=True),
         },
     )
     tolerations: list[Toleration] | None = Field(
@@ -1673,8 +1746,9 @@ class Warmup(Model):
         default=None,
         description=(
             "Discover pools from Nodes instead of (or besides) listing them: nodes matching "
-            "nodeSelector are grouped by the value of the groupBy label, one pool per value. "
-            "New GPU types are then warmed without editing the resource."
+            "nodeSelector are grouped by GPU type (the groupBy label, or the accelerator labels "
+            "clouds and GPU operators set), one pool per type. New GPU types are then warmed "
+            "without editing the resource."
         ),
     )
     resources: Resources | None = Field(

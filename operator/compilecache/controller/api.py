@@ -144,11 +144,20 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class GpuType:
+    """A GPU type declared for discovery: a value of ``groupBy`` and its warm-up pod's GPUs."""
+
+    value: str
+    gpus_per_pod: int
+
+
+@dataclass(frozen=True)
 class Discover:
     node_selector: Mapping[str, str]
-    group_by: str
+    group_by: str | None  # None: each node's first accelerator label (controller/accelerators.py)
     tolerations: tuple[Mapping[str, Any], ...]
     gpu_resource: str
+    gpu_types: tuple[GpuType, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -917,13 +926,21 @@ def _pool(pool: model.Pool, raw: Mapping[str, Any], path: str) -> PoolSpec:
 
 def _discover(discover: model.Discover, raw: Mapping[str, Any]) -> Discover:
     # The model's pattern bounds the whole key (316), not its prefix (253) and name (63) apart.
-    if not is_qualified_name(discover.groupBy):
+    if discover.groupBy is not None and not is_qualified_name(discover.groupBy):
         raise SpecError("spec.warmup.discover.groupBy", f"must be a node label key, got {discover.groupBy!r}")
+    gpu_types = tuple(GpuType(value=t.value, gpus_per_pod=t.gpusPerPod) for t in discover.gpuTypes or ())
+    if gpu_types and discover.groupBy is None:  # CEL rule
+        raise SpecError(
+            "spec.warmup.discover.gpuTypes",
+            "gpuTypes needs groupBy: the label a node that does not exist yet will carry cannot be guessed",
+        )
+    _unique([t.value for t in gpu_types], "spec.warmup.discover.gpuTypes", "value")  # the list-map key
     return Discover(
         node_selector=_labels(raw.get("nodeSelector"), "spec.warmup.discover.nodeSelector"),
         group_by=discover.groupBy,
         tolerations=_tolerations(raw.get("tolerations"), "spec.warmup.discover.tolerations"),
         gpu_resource=_gpu_resource(discover.gpuResource, "spec.warmup.discover.gpuResource"),
+        gpu_types=gpu_types,
     )
 
 
@@ -1145,11 +1162,11 @@ def _bool(value: Any, path: str) -> bool:
     return value
 
 
-def _unique(names: Sequence[str], path: str) -> None:
+def _unique(names: Sequence[str], path: str, key: str = "name") -> None:
     seen: set[str] = set()
     for index, name in enumerate(names):
         if name in seen:
-            raise SpecError(f"{path}[{index}].name", f"duplicate name {name!r}")
+            raise SpecError(f"{path}[{index}].{key}", f"duplicate {key} {name!r}")
         seen.add(name)
 
 

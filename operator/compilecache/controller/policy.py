@@ -252,13 +252,23 @@ def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
         discover = warmup.discover
         found += _placement(discover.node_selector, discover.tolerations, "spec.warmup.discover", policy)
         # Each discovered pool selects its value of groupBy: a key refused with any value is refused here.
-        if not policy.node_selectors.permits(f"{discover.group_by}=*"):
+        # Unset, a pool selects the accelerator label its nodes carry: pool_violations checks those.
+        if discover.group_by is not None and not policy.node_selectors.permits(f"{discover.group_by}=*"):
             found.append(
                 (
                     "spec.warmup.discover.groupBy",
                     f"pools by {discover.group_by} are not allowed (nodeSelectors: {policy.node_selectors.describe()})",
                 )
             )
+        cap = policy.max_gpus_per_pod
+        for index, gpu_type in enumerate(discover.gpu_types):
+            path = f"spec.warmup.discover.gpuTypes[{index}]"
+            if not policy.node_selectors.permits(f"{discover.group_by}={gpu_type.value}"):
+                message = f"{discover.group_by}={gpu_type.value} ({policy.node_selectors.describe()})"
+                found.append((f"{path}.value", message))
+            if cap is not None and gpu_type.gpus_per_pod > cap:
+                message = f"{gpu_type.gpus_per_pod} GPUs per pod is above the policy's {cap}"
+                found.append((f"{path}.gpusPerPod", message))
     if policy.max_pools is not None and len(warmup.pools) > policy.max_pools:
         found.append(("spec.warmup.pools", f"{len(warmup.pools)} pools is above the policy's {policy.max_pools}"))
     if policy.max_hosts is not None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compilecache.controller import accelerators
 from compilecache.controller.api import CacheSpec, Discover, SpecError, Workload
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
@@ -35,7 +36,7 @@ def resolve_pools(spec: CacheSpec, nodes: Sequence[Mapping[str, Any]]) -> list[P
     """Resolve the spec's explicit and discovered pools against the cluster's Nodes.
 
     Explicit pools come first, in spec order; discovered pools follow, sorted by
-    name; a discovered pool named like an explicit one is the explicit one. Pools
+    label value; a discovered pool named like an explicit one is the explicit one. Pools
     without a workload to compile are left out. Raises :class:`SpecError` when a
     workload names a pool that is neither declared nor discovered.
     """
@@ -46,10 +47,10 @@ def resolve_pools(spec: CacheSpec, nodes: Sequence[Mapping[str, Any]]) -> list[P
     ]
     if spec.warmup.discover is not None:
         explicit = {pool.name for pool in spec.warmup.pools}
-        for name, selector in discover_groups(spec.warmup.discover, schedulable):
+        discover = spec.warmup.discover
+        for name, selector, declared in discover_groups(discover, schedulable):
             if name not in explicit:
-                discover = spec.warmup.discover
-                candidates.append((name, selector, discover.tolerations, discover.gpu_resource, None))
+                candidates.append((name, selector, discover.tolerations, discover.gpu_resource, declared))
 
     known = {name for name, *_ in candidates}
     for index, workload in enumerate(spec.warmup.workloads):
@@ -83,34 +84,63 @@ def resolve_pools(spec: CacheSpec, nodes: Sequence[Mapping[str, Any]]) -> list[P
     return pools
 
 
-def discover_groups(discover: Discover, nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, str]]]:
-    """Group the nodes ``discover`` selects by its ``groupBy`` label into (pool name, node selector) pairs."""
-    values = sorted(
-        {
-            labels[discover.group_by]
-            for node in nodes
-            if _matches(node, discover.node_selector)
-            for labels in [node.get("metadata", {}).get("labels") or {}]
-            if discover.group_by in labels
-        }
-    )
-    names = pool_names(values)
-    return [(names[value], {**discover.node_selector, discover.group_by: value}) for value in values]
+def discover_groups(
+    discover: Discover, nodes: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, dict[str, str], int | None]]:
+    """The pools ``discover`` finds: (pool name, node selector, declared GPUs per pod or ``None``).
 
-
-def pool_names(values: Sequence[str]) -> dict[str, str]:
-    """Distinct DNS-label pool names for distinct label values (see :func:`pool_name`).
-
-    Label values are case-sensitive and pool names are not: ``NVIDIA-H100-80GB-HBM3`` and
-    ``nvidia-h100-80gb-hbm3`` are two groups of nodes. Where plain names collide, each value
-    that is not its name already gets a hash of the value, so every group keeps its own pool
-    (and Job); a value without a collision keeps its readable name.
+    A node that ``nodeSelector`` selects belongs to the group of its ``groupBy`` label's value, or,
+    with ``groupBy`` unset, of the first accelerator label it carries (``accelerators.gpu_group``);
+    a node without one is no GPU node here. Each of ``gpuTypes`` is a group whether or not a node
+    carries its value, with the GPUs per pod it declares. Groups come sorted by value, then label.
     """
-    plain = {value: pool_name(value) for value in values}
+    found: dict[tuple[str, str], int | None] = {}
+    for node in nodes:
+        if not _matches(node, discover.node_selector):
+            continue
+        labels = node.get("metadata", {}).get("labels") or {}
+        if discover.group_by is None:
+            group = accelerators.gpu_group(labels)
+        else:
+            group = (discover.group_by, labels[discover.group_by]) if discover.group_by in labels else None
+        if group is not None:
+            found[group] = None
+    if discover.group_by is not None:  # the CEL rule: gpuTypes only with groupBy
+        for gpu_type in discover.gpu_types:
+            found[(discover.group_by, gpu_type.value)] = gpu_type.gpus_per_pod
+    groups = sorted(found, key=lambda group: (group[1], accelerators.rank(group[0]), group[0]))
+    names = pool_names(groups)
+    return [(names[group], {**discover.node_selector, group[0]: group[1]}, found[group]) for group in groups]
+
+
+def pool_names(groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Distinct DNS-label pool names for distinct (label, value) groups (see :func:`pool_name`).
+
+    A name comes from the value alone, so the pools of one ``groupBy`` label keep the names they
+    always had. Label values are case-sensitive and pool names are not: ``NVIDIA-H100-80GB-HBM3``
+    and ``nvidia-h100-80gb-hbm3`` are two groups of nodes. Where plain names collide, the group
+    whose value is its name already keeps it (of several labels with that value, the one first in
+    the accelerator table), and each other one gets a hash: of its value, or of label and value
+    where another label has the same value (GKE's and EKS's labels share ``nvidia-tesla-a100``).
+    The names depend on the set of groups only, not on their order.
+    """
+    plain = {group: pool_name(group[1]) for group in groups}
     taken: dict[str, int] = {}
-    for name in plain.values():
+    labels_of: dict[str, list[str]] = {}
+    for (label, value), name in plain.items():
         taken[name] = taken.get(name, 0) + 1
-    return {value: name if taken[name] == 1 or name == value else _hashed(name, value) for value, name in plain.items()}
+        labels_of.setdefault(value, []).append(label)
+
+    def keeps(label: str, value: str, name: str) -> bool:
+        first = min(labels_of[value], key=lambda other: (accelerators.rank(other), other))
+        return taken[name] == 1 or (name == value and label == first)
+
+    return {
+        (label, value): name
+        if keeps(label, value, name)
+        else _hashed(name, value if len(labels_of[value]) == 1 else f"{label}={value}")
+        for (label, value), name in plain.items()
+    }
 
 
 def pool_name(label_value: str) -> str:

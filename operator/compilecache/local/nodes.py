@@ -4,12 +4,16 @@ A config lists pools; each becomes ``count`` Nodes named ``<pool>-0`` .. ``<pool
 own ``kubernetes.io/hostname``; a GPU pool's (``gpus`` > 0) carry the labels GPU operators put on
 real ones (``nvidia.com/gpu.present``, ``nvidia.com/gpu.product``, ``nvidia.com/gpu.count``,
 and on GKE ``cloud.google.com/gke-accelerator``), the ``nvidia.com/gpu`` allocatable count
-and the usual ``nvidia.com/gpu`` NoSchedule taint. Nothing runs on a GPU: the Job runner
+and the usual ``nvidia.com/gpu`` NoSchedule taint. ``labelling`` labels a pool's nodes the way
+one cloud or GPU operator alone would instead (``LABELLINGS``: ``gke``, ``eks``, ``karpenter``,
+``aks``, ``amd``, ``gfd``; the default ``gfd+gke`` is the GKE node with GPU Feature Discovery
+above), so that discovery is tried against what each one really sets. Nothing runs on a GPU: the Job runner
 runs every container as a local CPU process; the nodes exist so that the operator's pool
 discovery and the scheduler's checks see a realistic cluster.
 
     pools:
       - {name: h100, product: NVIDIA-H100-80GB-HBM3, count: 2, gpus: 8, accelerator: nvidia-h100-80gb}
+      - {name: a100, product: NVIDIA-A100-SXM4-40GB, gpus: 8, accelerator: nvidia-tesla-a100, labelling: eks}
 
 A pool may scale (``autoscaler.py``, the local Cluster Autoscaler): ``count`` nodes at start (0 is
 allowed), up to ``max`` (default ``count``: a fixed pool), each new node ``scaleUpSeconds`` after the
@@ -53,12 +57,17 @@ class NodePool:
     product: str
     count: int = 1
     gpus: int = 8
-    accelerator: str | None = None  # GKE's cloud.google.com/gke-accelerator value
+    accelerator: str | None = None  # the cloud's name for the GPU type (GKE's gke-accelerator value; AKS: VM size)
     labels: Mapping[str, str] = field(default_factory=dict)
     max_count: int | None = None  # ``max``: the autoscaler grows the pool up to it; None: a fixed pool
     scale_up_seconds: float = 1.0  # from the autoscaler's decision to the Node
     refuse: str | None = None  # the autoscaler refuses to grow the pool, with this reason
     reclaim_after_seconds: float | None = None  # reclaim the first node that runs a pod, once, this long after
+    labelling: str = "gfd+gke"  # whose labels the nodes carry (LABELLINGS)
+
+    def __post_init__(self) -> None:
+        if self.labelling not in LABELLINGS:
+            raise ValueError(f"labelling {self.labelling!r} is none of {', '.join(LABELLINGS)}")
 
     @property
     def limit(self) -> int:
@@ -74,6 +83,43 @@ class NodePool:
 MAX_SCALE_UP_SECONDS = 3600.0  # bounds on the config's numbers: a typo must not hang a test or the demo
 MAX_NODES_PER_POOL = 64
 MAX_REASON = 256  # characters of a ``refuse`` reason (it ends up in an Event's message)
+
+
+# Each cloud's and GPU operator's own labels, written here from their documentation, not taken from
+# the operator's table (controller/accelerators.py): the local cluster plays the clouds, and a label
+# copied from the code under test would agree with it even where it was wrong.
+LABELLINGS = ("gfd+gke", "gfd", "gke", "eks", "karpenter", "aks", "amd")
+
+
+def gpu_labels(pool: NodePool) -> dict[str, str]:
+    """The labels a GPU node of ``pool`` carries, as its ``labelling``'s cloud or GPU operator sets them."""
+    kind = pool.accelerator or pool.product  # the cloud's name for the type, or the product's
+    gfd = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": pool.product,
+        "nvidia.com/gpu.count": str(pool.gpus),
+    }
+    by_labelling = {
+        "gfd+gke": {**gfd, **({"cloud.google.com/gke-accelerator": pool.accelerator} if pool.accelerator else {})},
+        "gfd": gfd,
+        "gke": {"cloud.google.com/gke-accelerator": kind, "cloud.google.com/gke-nodepool": pool.name},
+        # Cluster Autoscaler's AWS GPU label, on a node group made for it.
+        "eks": {"k8s.amazonaws.com/accelerator": kind, "eks.amazonaws.com/nodegroup": pool.name},
+        "karpenter": {"karpenter.k8s.aws/instance-gpu-name": kind, "karpenter.sh/nodepool": pool.name},
+        # AKS names the vendor only; the VM size (the well-known instance-type label) names the GPUs.
+        "aks": {
+            "kubernetes.azure.com/accelerator": "nvidia",
+            "kubernetes.azure.com/agentpool": pool.name,
+            "node.kubernetes.io/instance-type": kind,
+        },
+        "amd": {"amd.com/gpu.product-name": kind, "amd.com/gpu.count": str(pool.gpus)},
+    }
+    return by_labelling[pool.labelling]
+
+
+def gpu_resource(pool: NodePool) -> str:
+    """The extended resource that counts the pool's GPUs: AMD's device plugin advertises ``amd.com/gpu``."""
+    return "amd.com/gpu" if pool.labelling == "amd" else GPU_RESOURCE
 
 
 # Two GPU pools, labelled so that both examples/cache-pvc.yaml (discovery) and
@@ -106,6 +152,7 @@ def pools_from_config(config: Mapping[str, Any]) -> tuple[NodePool, ...]:
                     scale_up_seconds=float(entry.get("scaleUpSeconds", 1.0)),
                     refuse=_optional(entry, "refuse", str),
                     reclaim_after_seconds=_optional(entry, "reclaimAfterSeconds", float),
+                    labelling=str(entry.get("labelling", "gfd+gke")),
                 )
             )
             _check(pools[-1])
@@ -141,14 +188,8 @@ def nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
             labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
             resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
             if pool.gpus > 0:
-                labels |= {
-                    "nvidia.com/gpu.present": "true",
-                    "nvidia.com/gpu.product": pool.product,
-                    "nvidia.com/gpu.count": str(pool.gpus),
-                }
-                if pool.accelerator:
-                    labels["cloud.google.com/gke-accelerator"] = pool.accelerator
-                resources[GPU_RESOURCE] = str(pool.gpus)
+                labels |= gpu_labels(pool)
+                resources[gpu_resource(pool)] = str(pool.gpus)
             labels |= pool.labels
             result.append(
                 {

@@ -71,11 +71,14 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
     container["env"] = model
 
     with LocalCluster(root, workdir=repo, pools=pools) as cluster:
-        gpu_nodes = [n for n in cluster.client.list("v1/nodes") if "nvidia.com/gpu" in n["status"]["allocatable"]]
-        products = sorted({n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu_nodes})
-        print(f"2/3 local cluster at {cluster.client.url}: {len(gpu_nodes)} GPU nodes in {len(products)} pools")
-        for product in products:
-            count = sum(1 for n in gpu_nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"] == product)
+        # From the config, not the Nodes' labels: a pool labelled the way of a cloud (labelling) has no GFD label.
+        products: dict[str, int] = {}
+        for pool in pools:
+            if pool.gpus > 0:
+                kind = pool.product or pool.accelerator or pool.name
+                products[kind] = products.get(kind, 0) + pool.count
+        print(f"2/3 local cluster at {cluster.client.url}: {sum(products.values())} GPU nodes in {len(products)} pools")
+        for product, count in sorted(products.items()):
             print(f"    {count} x {product}")
         for pool in pools:
             if pool.autoscaled:
