@@ -79,7 +79,8 @@ def run_loop(args: argparse.Namespace, repo: Path, root: Path) -> int:
                 products[kind] = products.get(kind, 0) + pool.count
         print(f"2/3 local cluster at {cluster.client.url}: {sum(products.values())} GPU nodes in {len(products)} pools")
         for product, count in sorted(products.items()):
-            print(f"    {count} x {product}")
+            if count:
+                print(f"    {count} x {product}")
         for pool in pools:
             if pool.autoscaled:
                 print(f"    pool {pool.name}: 0 nodes, autoscaled up to {pool.max_count} ({pool.product})")
