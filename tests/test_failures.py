@@ -109,21 +109,21 @@ def warnings_of(kube: KubeClient, reason: str) -> list[dict[str, Any]]:
 REFUSAL = 'Job.batch "llama" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: "4"'
 
 
-def test_a_refused_job_fails_its_pool_with_the_apis_message_and_the_gate_times_out(running: Cluster) -> None:
+def test_a_refused_job_fails_its_pool_with_the_apis_message_and_training_is_not_held(running: Cluster) -> None:
     kube, emulator = running.kube, running.emulator
     emulator.refuse["jobs"] = (422, REFUSAL)
     create_pod(kube, "train-0")
-    create_cache(kube, consumers={"gateTimeout": "2s"})
+    create_cache(kube, consumers={"gateTimeout": "1h"})
     status = wait_phase(kube, "Failed")
     assert {pool["state"] for pool in status["pools"]} == {"Failed"}
     assert {pool["reason"] for pool in status["pools"]} == {"JobRejected"}
     assert all(REFUSAL in pool["message"] for pool in status["pools"])
     assert "warm-up failed on every pool" in status["message"]
     kube.wait_for(lambda: warnings_of(kube, "PoolFailed") and warnings_of(kube, "Failed"))
-    # Training is not held: the gate goes at gateTimeout, with its Warning.
+    # Training is not held: nothing can warm (every pool failed), so the gate goes at once, not at gateTimeout.
     kube.wait_for(lambda: gate_names(kube, "train-0") == ["example.com/quota"], timeout=15)
     annotations = kube.get("v1/pods", "train-0", NS)["metadata"]["annotations"]
-    assert annotations[gates.ANNOTATION_RELEASED].startswith("GateTimeout ")
+    assert annotations[gates.ANNOTATION_RELEASED].startswith(f"{gates.CACHE_FAILED} ")
     # The record stands: the same Jobs are not tried again at every resync.
     tried = emulator.attempts["jobs"]
     time.sleep(1.5)  # five resync periods

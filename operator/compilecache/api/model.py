@@ -1617,10 +1617,8 @@ class ProvisioningRequestSpec(Model):
         json_schema_extra={**doc("DNS subdomain, required", "", "the ProvisioningRequest's provisioningClassName")},
     )
     parameters: (
-        dict[
-            Annotated[str, Field(max_length=63)],
-            Annotated[str, Field(description="A parameter's value (at most 255 characters).", max_length=255)],
-        ]
+        # No bound on the keys: a CRD schema has no propertyNames (the object's size bounds them).
+        dict[str, Annotated[str, Field(description="A parameter's value (at most 255 characters).", max_length=255)]]
         | None
     ) = Field(
         default=None,
