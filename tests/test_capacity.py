@@ -343,3 +343,84 @@ def test_a_provisioned_node_lost_to_a_disruption_is_asked_for_again() -> None:
     anew = request_of(first, "2026-11-21T09:59:40Z", Provisioned=("True", "Provisioned"))
     coming = decide(recorded(obj, settled), jobs=(job,), warmup_pods=(cut, retry), requests=(anew,))
     assert coming.deletes == ()
+
+
+def test_a_disruption_seen_while_the_group_runs_is_counted_once_when_the_group_fails_and_starts_again() -> None:
+    # The lost member is seen while its peers still run (they fail later, on its heartbeat): counted then,
+    # not again when the Job fails and the group starts again.
+    obj = scaled(gpus=2, topologies=[{"hosts": 2}])
+    first = decide(obj)
+    job = job_of(first, active=1)
+    cut = pod(job, "p0", "2026-11-21T09:59:00Z", "Failed", disrupted("2026-11-21T09:59:30Z"))
+    peer = pod(job, "p1", "2026-11-21T09:59:00Z", "Running")
+    retry = pod(job, "p0b", "2026-11-21T09:59:31Z", "Running")  # the Job controller's replacement of p0
+    running = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut, peer, retry))
+    assert running.status["pools"][0]["disruptions"] == 1
+    failed = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}]}
+    ended = job_of(first, **failed)
+    lost = pod(job, "p1", "2026-11-21T09:59:00Z", "Failed")
+    gone = pod(job, "p0b", "2026-11-21T09:59:31Z", "Failed")
+    decided = decide(recorded(obj, running), jobs=(ended,), warmup_pods=(cut, lost, gone))
+    [entry] = decided.status["pools"]
+    assert (entry["reason"], entry["disruptions"]) == (status.PREEMPTED, 1), entry
+    assert [e.reason for e in decided.events].count(status.PREEMPTED) == 0  # said once, when it was counted
+    assert [d.name for d in decided.deletes if d.resource == JOBS] == [job["metadata"]["name"]]
+
+
+def test_a_second_disruption_is_counted_after_the_first_pod_was_collected() -> None:
+    # PodGC deletes the pods of a Node that is gone (a reclaimed spot node), Failed ones too: the next
+    # disruption's pod is then the only one a pass sees, and is counted on top of the first.
+    obj = scaled()
+    first = decide(obj)
+    job = job_of(first, active=1)
+    cut = pod(job, "a", "2026-11-21T09:59:00Z", "Failed", disrupted("2026-11-21T09:59:30Z"))
+    retry = pod(job, "b", "2026-11-21T09:59:31Z", "Running")
+    once = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut, retry))
+    assert once.status["pools"][0]["disruptions"] == 1
+    collected = decide(recorded(obj, once), jobs=(job,), warmup_pods=(retry,))
+    assert collected.status["pools"][0]["disruptions"] == 1
+    cut_again = pod(job, "b", "2026-11-21T09:59:31Z", "Failed", disrupted("2026-11-21T09:59:50Z"))
+    third = pod(job, "c", "2026-11-21T09:59:51Z", "Pending")
+    twice = decide(recorded(obj, collected), jobs=(job,), warmup_pods=(cut_again, third))
+    [entry] = twice.status["pools"]
+    assert (entry["disruptions"], entry["reason"]) == (2, status.PREEMPTED), entry
+    assert "preempted 2 times" in entry["message"]
+    assert status.PREEMPTED in [e.reason for e in twice.events]
+
+
+def test_a_group_made_again_that_fails_by_itself_is_not_made_again_for_its_predecessors_disruption() -> None:
+    # The deleted Job's pods carry the same job-name until the garbage collector deletes them: the new
+    # Job's own failure (a crash, no disruption since it started) is a failure, not a lost member.
+    obj = scaled(gpus=2, topologies=[{"hosts": 2}])
+    first = decide(obj)
+    failed = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}]}
+    job = job_of(first, **failed)
+    cut = pod(job, "p0", "2026-11-21T09:59:00Z", "Failed", disrupted("2026-11-21T09:59:30Z"))
+    regrouped = decide(recorded(obj, first), jobs=(job,), warmup_pods=(cut,))
+    again = decide(recorded(obj, regrouped))  # the old Job gone: made again
+    crashed = job_of(first, **failed)
+    crashed["status"]["startTime"] = "2026-11-21T10:01:00Z"
+    peer = pod(job, "q1", "2026-11-21T10:01:00Z", "Failed")
+    decided = decide(recorded(obj, again), jobs=(crashed,), warmup_pods=(cut, peer))
+    [entry] = decided.status["pools"]
+    assert (entry["state"], entry["disruptions"]) == (status.POOL_FAILED, 1), entry
+    assert [d for d in decided.deletes if d.resource == JOBS] == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.booleans()), min_size=1, max_size=12))
+def test_each_disruption_is_counted_once_whatever_passes_see_of_the_pods(steps: list[tuple[int, bool]]) -> None:
+    # Disruptions in distinct seconds; after each, a pass sees the Job's pods, some of them collected meanwhile.
+    job = {"metadata": {"name": "j"}}
+    record: dict[str, Any] = {}
+    alive: list[dict[str, Any]] = []
+    second = 0
+    for gap, collect in steps:
+        second += gap
+        when = (datetime.datetime(2026, 11, 21, 9) + datetime.timedelta(seconds=second)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        alive.append(pod(job, f"p{second}", when, "Failed", disrupted(when)))
+        record |= status.preempted(alive, record, {"state": status.POOL_PENDING})
+        if collect:
+            alive = alive[-1:]  # PodGC took the older pods
+        record |= status.preempted(alive, record, {"state": status.POOL_PENDING})
+    assert record["disruptions"] == len(steps)

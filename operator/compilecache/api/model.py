@@ -343,6 +343,15 @@ class PoolStatus(Model):
         ge=0,
         json_schema_extra={"format": "int64"},
     )
+    lastDisruption: str | None = Field(
+        default=None,
+        description=(
+            "When the newest disruption counted in disruptions happened (its DisruptionTarget "
+            "condition): a pod disrupted later is counted on top, also once the earlier pods are gone."
+        ),
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
+    )
     entries: int | None = Field(
         default=None,
         description="Entries the pool's last warm-up wrote or confirmed.",
@@ -549,7 +558,8 @@ class Status(Model):
                     "one entry per pool × topology: `name`, `hosts` (the topology; 1 for a "
                     "single-pod warm-up), `nodes`, `gpusPerNode`, `gpusPerPod`, `job`, `state` "
                     "(`Pending`, `Running`, `Succeeded`, `Failed`, `NoNodes`, `TooFewNodes`), "
-                    "`reason`, `message`, `startedAt`, `finishedAt`; from the warm-up pods' own "
+                    "`reason`, `message`, `startedAt`, `finishedAt`, `disruptions` and "
+                    "`lastDisruption` (warm-up pods a disruption ended, each retried); from the warm-up pods' own "
                     "report (their termination message, written by `compilecache warm "
                     "--termination-log`): `entries`, `bytes`, `compileSeconds`, `verifyHits`, "
                     "`verifyRequests`, `targets[]` (`name`, `seconds`, `entries`, `bytes`; at most "

@@ -224,10 +224,14 @@ def pool_status(
                 reported = {"reason": REPORT_REFUSED, "message": message}
         return entry | state | reported
     if same_job and previous is not None and previous.get("state") in FINISHED:
-        kept = ("state", "reason", "message", "startedAt", "finishedAt", "disruptions")
+        kept = ("state", "reason", "message", "startedAt", "finishedAt", "disruptions", "lastDisruption")
         return entry | {key: previous[key] for key in kept if key in previous} | reported
     # A Job made again (a disrupted multi-host group) keeps the count of its name's disruptions.
-    carried = {"disruptions": previous["disruptions"]} if same_job and previous and previous.get("disruptions") else {}
+    carried = (
+        {key: previous[key] for key in ("disruptions", "lastDisruption") if key in previous}
+        if same_job and previous and previous.get("disruptions")
+        else {}
+    )
     return entry | {"state": POOL_PENDING, "reason": "JobCreated", "message": "the warm-up Job was created"} | carried
 
 
@@ -239,10 +243,10 @@ def preempted(
     retry, the reason ``Preempted`` with what ended the pod. The Job's podFailurePolicy
     (``jobs.POD_FAILURE_POLICY``) retries such a pod without counting it against backoffLimit."""
     found = podstate.disruptions(pods)
-    count = max(len(found), _int((previous or {}).get("disruptions")))
+    fields = counted(found, previous)
+    count = _int(fields.get("disruptions"))
     if not count:
         return {}
-    fields: dict[str, Any] = {"disruptions": count}
     if not found or state.get("state") not in (POOL_PENDING, POOL_RUNNING) or _newest_runs(pods):
         return fields
     last = found[-1]
@@ -262,22 +266,42 @@ def regrouped(
     other processes fail on the lost member, and the Job with them (``backoffLimit: 0``). The whole group
     starts again in a new Job of the same name (``plan`` deletes this one), at most
     :data:`REGROUP_MAX` times, each counted in ``disruptions``; a failure with no disruption stays one.
+    A disruption before this Job started is an earlier Job's (its pods carry the same ``job-name`` until
+    the garbage collector deletes them): counted already, it makes no new group.
     """
-    found = podstate.disruptions(pods)
+    started = str(state.get("startedAt") or "")
+    found = [problem for problem in podstate.disruptions(pods) if str(problem.since or "") >= started]
     if not found:
         return {}
     if previous and previous.get("reason") == PREEMPTED and previous.get("startedAt") == state.get("startedAt"):
         # The same failed Job again (its deletion not seen yet): counted already, deleted again (a no-op).
-        return {key: previous[key] for key in ("state", "reason", "message", "disruptions") if key in previous} | {
-            REGROUP: True
-        }
-    before = _int((previous or {}).get("disruptions"))
-    if before >= REGROUP_MAX:
+        kept = ("state", "reason", "message", "disruptions", "lastDisruption")
+        return {key: previous[key] for key in kept if key in previous} | {REGROUP: True}
+    if _int((previous or {}).get("disruptions")) >= REGROUP_MAX:
         return {}
-    count = before + len(found)
+    fields = counted(podstate.disruptions(pods), previous)  # seen while the group ran: counted then, not again
     last = found[-1]
-    said = f"preempted ({count} so far): the group starts again in a new Job; last: {last.reason}, {last.message}"
-    return {"state": POOL_PENDING, "reason": PREEMPTED, "message": said[:1024], "disruptions": count, REGROUP: True}
+    said = f"preempted ({fields['disruptions']} so far): the group starts again in a new Job; last: {last.reason}"
+    said += f", {last.message}"
+    return {"state": POOL_PENDING, "reason": PREEMPTED, "message": said[:1024], **fields, REGROUP: True}
+
+
+def counted(found: Sequence[podstate.Problem], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``disruptions`` and ``lastDisruption`` with the disruptions ``found`` (oldest first) on the Job's pods now.
+
+    The pods go (PodGC deletes those of a Node that is gone, Failed ones too: a reclaimed spot node's), so
+    the count is the record's plus those found later than its ``lastDisruption``. Two pods disrupted in one
+    second, seen in two passes, count once (the condition's time has whole seconds). A record of an earlier
+    version has a count and no time: the larger of it and what is found, as that version counted.
+    """
+    before = _int((previous or {}).get("disruptions"))
+    last = str((previous or {}).get("lastDisruption") or "")
+    if before and not last:
+        count = max(before, len(found))
+    else:
+        count = before + sum(1 for problem in found if str(problem.since or "") > last)
+    newest = max([last, *(str(problem.since or "") for problem in found)])
+    return ({"disruptions": count} if count else {}) | ({"lastDisruption": newest} if newest and count else {})
 
 
 def _newest_runs(pods: Sequence[Mapping[str, Any]]) -> bool:
