@@ -14,6 +14,7 @@ import pytest
 
 from compilecache.local.cluster import LocalCluster
 from compilecache.local.nodes import NodePool
+from test_local_cluster import finished, pods_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 
@@ -66,20 +67,6 @@ def once(marker: Path) -> str:
 
 # Runs until killed on the pool's first node, succeeds on any other: what the reclaimed pod and its retry do.
 UNTIL_MOVED = "import os, sys, time\nif os.environ['NODE'] == 'pre-0': time.sleep(120)\n"
-
-
-def finished(cluster: LocalCluster, name: str, timeout: float = 60) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        job = cluster.client.get(JOBS, name, NS) or {}
-        types = {c["type"] for c in (job.get("status") or {}).get("conditions") or []}
-        return job if types & {"Complete", "Failed"} else None
-
-    result: dict[str, Any] = cluster.client.wait_for(done, timeout=timeout)
-    return result
-
-
-def pods_of(cluster: LocalCluster, job: str) -> list[dict[str, Any]]:
-    return cluster.client.list(PODS, NS, label_selector=f"job-name={job}")
 
 
 def events_of(cluster: LocalCluster, pod: dict[str, Any]) -> list[dict[str, Any]]:

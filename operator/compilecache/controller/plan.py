@@ -542,8 +542,7 @@ def _idle_requests(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> 
     deletes = []
     for request in observed:
         name = str(request["metadata"]["name"])
-        owners = {ref.get("uid") for ref in request["metadata"].get("ownerReferences") or []}
-        if name not in keep and cache.uid in owners:
+        if name not in keep and _owned(cache, request):
             deletes.append(Delete(PROVISIONING_REQUESTS, name, "ProvisioningRequest of a finished or superseded Job"))
             deletes.append(Delete(PODTEMPLATES, name, "PodTemplate of a finished or superseded Job's request"))
     return deletes
@@ -562,8 +561,7 @@ def _idle_services(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> 
     deletes = []
     for service in observed:
         name = str(service["metadata"]["name"])
-        owners = {ref.get("uid") for ref in service["metadata"].get("ownerReferences") or []}
-        if name not in keep and cache.uid in owners:
+        if name not in keep and _owned(cache, service):
             deletes.append(Delete(SERVICES, name, "warm-up Service of a finished or superseded Job"))
     return deletes
 
@@ -604,8 +602,7 @@ def _superseded(cache: Cache, observed: Sequence[Obj], *, keep: set[str], what: 
     deletes = []
     for job in observed:
         job_name = str(job["metadata"]["name"])
-        owners = {ref.get("uid") for ref in job["metadata"].get("ownerReferences") or []}
-        if job_name not in keep and cache.uid in owners:
+        if job_name not in keep and _owned(cache, job):
             deletes.append(Delete(JOBS, job_name, f"superseded {what} Job"))
     return deletes
 
