@@ -13,7 +13,16 @@ PRODUCT = "nvidia.com/gpu.product"
 OPEN_POLICY = parse_policy(
     {
         key: {"allow": ["*"], "deny": []}
-        for key in ("serviceAccounts", "nodeSelectors", "tolerations", "claims", "secrets", "csiDrivers")
+        for key in (
+            "serviceAccounts",
+            "nodeSelectors",
+            "tolerations",
+            "claims",
+            "secrets",
+            "csiDrivers",
+            "queues",
+            "priorityClasses",
+        )
     }
     | {"images": {"allow": ["*"], "deny": [], "requirePinned": False}, "serviceAccountTokens": True}
     | dict.fromkeys(("maxGpusPerPod", "maxHosts", "maxPools", "maxGateTimeout"))

@@ -96,6 +96,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         }
     },
     "metrics-off": {"metrics": {"enabled": False, "port": 8000}},
+    "kueue": {"kueue": {"enabled": True}, "watchNamespaces": [WATCHED]},
     "pinned-image": {
         "image": {"repository": "registry.example:5000/ml/compilecache-operator", "tag": "v0.1.0-rc.1"},
         "imagePullSecrets": [{"name": "pull"}],
@@ -1154,3 +1155,12 @@ def test_rbac_grants_nothing_unused(recorded, rendered, session: str, values: st
     grants = grants_of(rendered[values], "cc-compilecache-operator", NAMESPACE)
     unused = sorted({rule for _, rule in grants.rules() if rule not in used and rule not in NOT_RECORDED})
     assert unused == []
+
+
+def test_kueue_workloads_are_readable_only_when_kueue_is_enabled(rendered):
+    """``kueue.enabled`` grants list on Kueue's Workloads (a queued pool says Kueue's reason); off, nothing."""
+    for name, values in VALUE_SETS.items():
+        rules = grants_of(rendered[name], "cc-compilecache-operator", NAMESPACE)
+        found = {rule for _, rule in rules.rules() if rule[1] == "kueue.x-k8s.io"}
+        wanted = {("list", "kueue.x-k8s.io", "workloads")} if values.get("kueue", {}).get("enabled") else set()
+        assert found == wanted, name

@@ -135,6 +135,13 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
 - apiGroups: [autoscaling.x-k8s.io]
   resources: [provisioningrequests]
   verbs: [list, create, delete]
+{{- if .Values.kueue.enabled }}
+# Kueue's Workload of a warm-up or expiry Job that waits in a queue (spec.warmup.queue): listed by the
+# Job's uid at each pass while the Job is suspended, so the pool says why it is not admitted yet.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list]
+{{- end }}
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
   verbs: [get]

@@ -1611,6 +1611,69 @@ class LocalObjectReference(Model):
     )
 
 
+class Queue(Model):
+    """Kueue: the LocalQueue the warm-up (and expiry) Jobs join, and their workload priority class."""
+
+    name: str = Field(
+        description=(
+            "The LocalQueue of the cache's namespace that warm-up Jobs join (the kueue.x-k8s.io/queue-name "
+            "label); they are created suspended, and Kueue starts them when it admits them."
+        ),
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        json_schema_extra={**doc("LocalQueue name, required", "", "the warm-up Jobs' LocalQueue")},
+    )
+    expiryName: str | None = Field(
+        default=None,
+        description=(
+            "The LocalQueue of the expiry Job, which needs no GPU (e.g. a CPU queue); by default the warm-ups' queue."
+        ),
+        max_length=63,
+        pattern=DNS_LABEL,
+        json_schema_extra={**doc("LocalQueue name", "", "the expiry Job's LocalQueue (default: `name`'s)")},
+    )
+    priorityClass: str | None = Field(
+        default=None,
+        description="A Kueue WorkloadPriorityClass for the Jobs' Workloads (the kueue.x-k8s.io/priority-class label).",
+        max_length=63,
+        pattern=DNS_LABEL,
+        json_schema_extra={**doc("WorkloadPriorityClass name", "", "the Workloads' priority in the queue")},
+    )
+
+
+class JobMetadata(Model):
+    """Labels and annotations the platform's tooling expects on every Job (cost attribution, policy engines)."""
+
+    labels: (
+        dict[
+            str,
+            Annotated[
+                str, Field(description="The label's value (at most 63 characters).", max_length=63, pattern=LABEL_VALUE)
+            ],
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description=(
+            "Labels of the warm-up and expiry Jobs and their pods. Keys of compilecache.dev, "
+            "kueue.x-k8s.io, kubernetes.io and k8s.io are the operator's and Kubernetes': refused."
+        ),
+        max_length=LABEL_MAP_MAX,
+        json_schema_extra={**doc("map: label key → label value", "", "labels of the Jobs and their pods")},
+    )
+    annotations: dict[str, Annotated[str, Field(description="The annotation's value.", max_length=4096)]] | None = (
+        Field(
+            default=None,
+            description="Annotations of the warm-up and expiry Jobs and their pods (the same keys refused).",
+            max_length=LABEL_MAP_MAX,
+            json_schema_extra={
+                **doc("map: key → value (≤ 4096 characters)", "", "annotations of the Jobs and their pods")
+            },
+        )
+    )
+
+
 class ProvisioningRequestSpec(Model):
     """Ask Cluster Autoscaler for each warm-up's capacity with a ProvisioningRequest (autoscaling.x-k8s.io/v1)
     before its Job runs: the Job is created suspended and starts once the request is Provisioned."""
@@ -1845,6 +1908,27 @@ class Warmup(Model):
         },
     )
     # The list-map key (hosts) makes hosts unique without a CEL rule (no cost).
+    queue: Queue | None = Field(
+        default=None,
+        description=(
+            "Kueue: the warm-up and expiry Jobs join this LocalQueue, created suspended; the pool is "
+            "Queued with Kueue's message until Kueue admits the Job, and the time bounds count from "
+            "admission. Exclusive with provisioningRequest (Kueue has its own ProvisioningRequest check)."
+        ),
+        json_schema_extra={**doc("object", "", "the Kueue LocalQueue of the warm-up Jobs (docs/kueue.md)")},
+    )
+    priorityClassName: str | None = Field(
+        default=None,
+        description="The PriorityClass of the warm-up and expiry pods (the policy's priorityClasses bound it).",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        json_schema_extra={**doc("PriorityClass name", "", "the warm-up and expiry pods' priority")},
+    )
+    jobMetadata: JobMetadata | None = Field(
+        default=None,
+        description="Labels and annotations of the warm-up and expiry Jobs and their pods.",
+        json_schema_extra={**doc("object", "", "extra labels and annotations of the Jobs and their pods")},
+    )
     provisioningRequest: ProvisioningRequestSpec | None = Field(
         default=None,
         description=(

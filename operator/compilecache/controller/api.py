@@ -278,6 +278,24 @@ class Warmup:
     # The template the warm-up Jobs use: the inline one, or the reference's once the pass read it.
     pod_template: PodTemplate | None = None
     provisioning: Provisioning | None = None
+    queue: Queue | None = None
+    priority_class_name: str | None = None
+    job_labels: Mapping[str, str] = field(default_factory=dict)
+    job_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """``warmup.queue``: the Kueue LocalQueues the warm-up and expiry Jobs join, and their priority class."""
+
+    name: str
+    expiry_name: str
+    priority_class: str | None = None
+
+
+# Label and annotation domains a cache author may not put on the operator's Jobs (warmup.jobMetadata):
+# the operator's own, Kueue's (warmup.queue sets those), and Kubernetes' reserved ones.
+RESERVED_METADATA = ("compilecache.dev", "kueue.x-k8s.io", "kubernetes.io", "k8s.io")
 
 
 @dataclass(frozen=True)
@@ -623,6 +641,10 @@ def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None
             if warmup.provisioningRequest is not None
             else None
         ),
+        queue=_queue(warmup),
+        priority_class_name=warmup.priorityClassName,
+        job_labels=_job_metadata(warmup, "labels"),
+        job_annotations=_job_metadata(warmup, "annotations"),
     )
 
 
@@ -1168,6 +1190,33 @@ def _unique(names: Sequence[str], path: str, key: str = "name") -> None:
         if name in seen:
             raise SpecError(f"{path}[{index}].{key}", f"duplicate {key} {name!r}")
         seen.add(name)
+
+
+def _queue(warmup: Any) -> Queue | None:
+    """``warmup.queue``, checked against ``provisioningRequest`` (one way to ask for capacity)."""
+    if warmup.queue is None:
+        return None
+    if warmup.provisioningRequest is not None:
+        raise SpecError(
+            "spec.warmup.queue",
+            "queue and provisioningRequest exclude each other: with Kueue, ask for capacity through "
+            "its ProvisioningRequest admission check on the queue's ClusterQueue",
+        )
+    queue = warmup.queue
+    return Queue(queue.name, queue.expiryName or queue.name, queue.priorityClass)
+
+
+def _job_metadata(warmup: Any, kind: str) -> dict[str, str]:
+    """``warmup.jobMetadata.labels``/``annotations``; a key of a reserved domain is bad input, naming it."""
+    path = f"spec.warmup.jobMetadata.{kind}"
+    found = _labels(getattr(warmup.jobMetadata, kind), path) if warmup.jobMetadata is not None else {}
+    for key in found:
+        domain = key.rpartition("/")[0]
+        if any(domain == reserved or domain.endswith(f".{reserved}") for reserved in RESERVED_METADATA):
+            raise SpecError(
+                f"{path}.{key}", f"keys of {', '.join(RESERVED_METADATA)} are the operator's, Kueue's or Kubernetes'"
+            )
+    return found
 
 
 def _convert(parse: Any, value: Any, path: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 from compilecache import frameworks
 from compilecache.cache import units
 from compilecache.cache.errors import cut
-from compilecache.controller import jobs, podstate, status
+from compilecache.controller import jobs, podstate, queueing, status
 from compilecache.controller.api import CacheSpec
 
 LABEL_EXPIRY_OF = "compilecache.dev/expiry-of"  # on expiry Jobs and pods (not LABEL_CACHE: no gate, no pool)
@@ -118,7 +118,7 @@ def expiry_job(
     }
     labels = {**jobs.common_labels(name, "expiry"), LABEL_EXPIRY_OF: name, jobs.LABEL_ROLE: "expiry"}
     stem = f"{name}-expire"[: jobs.NAME_MAX - jobs.HASH_LENGTH - 1].rstrip("-.")
-    return {
+    manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -137,6 +137,7 @@ def expiry_job(
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
+    return queueing.apply(manifest, spec, expiry=True)
 
 
 def termination_message(pods: Sequence[Mapping[str, Any]]) -> str | None:

@@ -369,6 +369,10 @@ class IndexedReader:
         """The cache's ProvisioningRequests, from the API (``snapshot.provisioning_requests``: not watched)."""
         return snapshot.provisioning_requests(self._client, namespace, cache)
 
+    def workloads(self, namespace: str | None, job: Obj) -> tuple[Obj, ...]:
+        """A queued Job's Kueue Workload, from the API (``snapshot.workloads``: not watched)."""
+        return snapshot.workloads(self._client, namespace, job)
+
 
 @dataclass
 class Audit:
@@ -429,6 +433,10 @@ class Audit:
     def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """As :meth:`IndexedReader.provisioning_requests` (read from the API: nothing to audit)."""
         return self.memory.provisioning_requests(namespace, cache)
+
+    def workloads(self, namespace: str | None, job: Obj) -> tuple[Obj, ...]:
+        """As :meth:`IndexedReader.workloads` (read from the API: nothing to audit)."""
+        return self.memory.workloads(namespace, job)
 
     def deleted(self, api: ApiReader) -> set[str]:
         """The uids memory answered with that ``api`` (a ``snapshot.ApiReader``), asked the same, did not,

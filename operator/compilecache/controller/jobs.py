@@ -17,7 +17,7 @@ from typing import Any
 
 from compilecache import frameworks
 from compilecache.cache.cacheenv import GROUP_CONNECT_TIMEOUT, GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
-from compilecache.controller import api
+from compilecache.controller import api, queueing
 from compilecache.controller.api import SINGLE_HOST, CacheSpec, PodTemplate, Topology, Workload
 from compilecache.controller.pools import Pool
 
@@ -311,7 +311,7 @@ def warmup_job(
             "completions": topology.hosts,
             "parallelism": topology.hosts,
         }
-    return {
+    manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -323,6 +323,7 @@ def warmup_job(
         },
         "spec": job_spec,
     }
+    return queueing.apply(manifest, spec)
 
 
 def container_resources(spec: CacheSpec, gpu_resource: str, gpus: int) -> dict[str, dict[str, Any]]:

@@ -96,6 +96,8 @@ PODS = Resource("v1", "pods")
 SERVICES = Resource("v1", "services")  # the headless Services of multi-host warm-up Jobs
 # Cluster Autoscaler's capacity requests for warm-up Jobs (spec.warmup.provisioningRequest: provisioning.py).
 PROVISIONING_REQUESTS = Resource("autoscaling.x-k8s.io/v1", "provisioningrequests")
+# Kueue's Workloads (one per queued Job): read for a warm-up Job that waits in a queue (queueing.py).
+WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads")
 
 
 class Client:

@@ -23,7 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.cache import units
-from compilecache.controller import expiryjob, gates, jobs, podstate, policy, provisioning, status, template
+from compilecache.controller import (
+    expiryjob,
+    gates,
+    jobs,
+    podstate,
+    policy,
+    provisioning,
+    queueing,
+    status,
+    template,
+)
 from compilecache.controller.api import CacheSpec, SpecError, Topology
 from compilecache.controller.kube import JOBS, PROVISIONING_REQUESTS, PVCS, SERVICES, ApiError, Resource
 from compilecache.controller.pools import Pool, resolve_pools
@@ -489,6 +499,8 @@ def _warmups(
                     events=snapshot.events,
                     capacity_seconds=spec.warmup.capacity_timeout_seconds,
                 )
+                if job is not None and queueing.queued(job):
+                    entry |= queueing.waiting(job, queueing.workload_of(job, snapshot.workloads))
                 if job is not None and asking is not None and provisioning.is_suspended(job):
                     request = requests.get(job_name)
                     capacity = spec.warmup.capacity_timeout_seconds
@@ -581,6 +593,9 @@ def _expiry(
     deletes = _superseded(cache, snapshot.expiry_jobs, keep={job_name}, what="expiry")
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)
     if job is not None:
+        if queueing.queued(job):
+            said = queueing.waiting(job, queueing.workload_of(job, snapshot.workloads))["message"]
+            return expiryjob.Outcome(status.EXPIRING, queueing.QUEUED, f"expiring: {said}"), [], deletes
         pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name]
         capacity = spec.warmup.capacity_timeout_seconds
         return expiryjob.outcome(job, pods, now, snapshot.events, capacity), [], deletes

@@ -107,6 +107,11 @@ class Policy:
     secrets: Rules = Rules(allow=())
     # Drivers of csi volumes a training template may bring (by driver name).
     csi_drivers: Rules = Rules(deny=SECRET_CSI_DRIVERS)
+    # Kueue LocalQueues (of the cache's namespace) the warm-up and expiry Jobs may join (warmup.queue).
+    queues: Rules = Rules()
+    # PriorityClasses of the warm-up and expiry pods and Kueue WorkloadPriorityClasses of their Jobs: not the
+    # system ones, which would let a cache author's warm-up preempt the cluster's own pods.
+    priority_classes: Rules = Rules(deny=("system-*",))
     # Projected ServiceAccount tokens (and pod certificates) in a training template's volumes.
     service_account_tokens: bool = False
     # Extended resources counted in max_gpus_per_pod (patterns), besides each pool's gpuResource.
@@ -135,6 +140,8 @@ _RULES = {
     "claims": "claims",
     "secrets": "secrets",
     "csiDrivers": "csi_drivers",
+    "queues": "queues",
+    "priorityClasses": "priority_classes",
 }
 _CAPS = {"maxGpusPerPod": "max_gpus_per_pod", "maxHosts": "max_hosts", "maxPools": "max_pools"}
 
@@ -231,6 +238,29 @@ def image_pinned(image: str) -> bool:
     return bool(tag) and tag != "latest"
 
 
+def _queueing(spec: CacheSpec, policy: Policy) -> list[Violation]:
+    """The LocalQueues (``queues``) and priority classes (``priorityClasses``) the Jobs would use."""
+    warmup, found = spec.warmup, []
+    named: list[tuple[str, str | None, Rules, str]] = [
+        ("spec.warmup.priorityClassName", warmup.priority_class_name, policy.priority_classes, "priorityClasses")
+    ]
+    if warmup.queue is not None:
+        named += [
+            ("spec.warmup.queue.name", warmup.queue.name, policy.queues, "queues"),
+            ("spec.warmup.queue.expiryName", warmup.queue.expiry_name, policy.queues, "queues"),
+            (
+                "spec.warmup.queue.priorityClass",
+                warmup.queue.priority_class,
+                policy.priority_classes,
+                "priorityClasses",
+            ),
+        ]
+    for path, value, rules, key in named:
+        if value is not None and not rules.permits(value):
+            found.append((path, f"{value} is not allowed ({key}: {rules.describe()})"))
+    return found
+
+
 def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
     """What in ``spec`` the policy refuses, as (field path, message); empty when it is all allowed."""
     warmup = spec.warmup
@@ -269,6 +299,7 @@ def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
             if cap is not None and gpu_type.gpus_per_pod > cap:
                 message = f"{gpu_type.gpus_per_pod} GPUs per pod is above the policy's {cap}"
                 found.append((f"{path}.gpusPerPod", message))
+    found += _queueing(spec, policy)
     if policy.max_pools is not None and len(warmup.pools) > policy.max_pools:
         found.append(("spec.warmup.pools", f"{len(warmup.pools)} pools is above the policy's {policy.max_pools}"))
     if policy.max_hosts is not None:

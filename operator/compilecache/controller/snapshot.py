@@ -19,9 +19,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from compilecache.controller import expiryjob, jobs, podstate, status, template
+from compilecache.controller import expiryjob, jobs, podstate, queueing, status, template
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, TemplateRef, parse_cache
-from compilecache.controller.kube import EVENTS, JOBS, NODES, PODS, PROVISIONING_REQUESTS, PVCS, SERVICES, Client
+from compilecache.controller.kube import (
+    EVENTS,
+    JOBS,
+    NODES,
+    PODS,
+    PROVISIONING_REQUESTS,
+    PVCS,
+    SERVICES,
+    WORKLOADS,
+    ApiError,
+    Client,
+)
 from compilecache.controller.policy import DEFAULT, Policy
 
 Obj = Mapping[str, Any]
@@ -107,6 +118,8 @@ class Snapshot:
     events: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
     # The cache's ProvisioningRequests (read only when spec.warmup.provisioningRequest asks for them).
     requests: tuple[Obj, ...] = ()
+    # The Kueue Workloads of its Jobs that wait in a queue (queueing.py), read only for those.
+    workloads: tuple[Obj, ...] = ()
 
     def after(self, created: frozenset[str], rejected: Mapping[str, str]) -> Snapshot:
         """The snapshot with this pass's creations and refusals added: what the next plan decides on."""
@@ -126,6 +139,7 @@ class Reader(Protocol):
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None: ...
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]: ...
     def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
+    def workloads(self, namespace: str | None, job: Obj) -> tuple[Obj, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -177,6 +191,25 @@ class ApiReader:
     def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """The cache's ProvisioningRequests (``provisioning.py``), by its label."""
         return provisioning_requests(self.client, namespace, cache)
+
+    def workloads(self, namespace: str | None, job: Obj) -> tuple[Obj, ...]:
+        """The Kueue Workload of a queued Job (``queueing.py``), by the label Kueue puts on it."""
+        return workloads(self.client, namespace, job)
+
+
+def workloads(client: Client, namespace: str | None, job: Obj) -> tuple[Obj, ...]:
+    """The Workload Kueue made for ``job`` (by its ``kueue.x-k8s.io/job-uid`` label), read from the API for a
+    queued Job only. Not watched. A cluster without Kueue (404) or an operator not allowed to read them (403:
+    the chart's ``kueue.enabled`` is off) has none to show: the pool says it is queued, without Kueue's words."""
+    uid = str((job.get("metadata") or {}).get("uid") or "")
+    if not uid:
+        return ()
+    try:
+        return tuple(client.list(WORKLOADS, namespace, labels={queueing.JOB_UID: uid}))
+    except ApiError as exc:
+        if exc.status in (403, 404):
+            return ()
+        raise
 
 
 def provisioning_requests(client: Client, namespace: str | None, cache: str) -> tuple[Obj, ...]:
@@ -235,6 +268,8 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         if waiting is not None:
             events[podstate.pod_uid(waiting)] = reader.pod_events(namespace, waiting)
     requests = reader.provisioning_requests(namespace, name) if cache.spec.warmup.provisioning is not None else ()
+    queued = [job for job in (*warmup_jobs, *expiry_jobs) if queueing.queued(job)]
+    workloads = tuple(workload for job in queued for workload in reader.workloads(namespace, job))
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
     template_obj = reader.template(namespace, ref) if ref is not None else None
     services = reader.services(namespace, name) if uses_services(cache) else ()
@@ -252,6 +287,7 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         template=template_obj,
         events=events,
         requests=requests,
+        workloads=workloads,
     )
 
 

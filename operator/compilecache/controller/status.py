@@ -60,6 +60,7 @@ STATUS_TARGETS_MAX = 32  # per-target detail kept in status.pools[].targets (the
 # The reason of a pool whose warm-up pod was ended by a disruption (spot reclaim, drain, preemption), while
 # its Job makes the retry; ``status.pools[].disruptions`` counts them.
 PREEMPTED = "Preempted"
+QUEUED = "Queued"  # a pool whose Job waits for Kueue's admission (queueing.py)
 # A multi-host warm-up failed by a disruption runs again as a new Job at most this many times (each
 # run restarts its activeDeadlineSeconds: an unbounded loop on a pool that keeps losing nodes).
 REGROUP_MAX = 5
@@ -681,7 +682,7 @@ def _pod_failure(pool: Mapping[str, Any]) -> bool:
 def _with_reason(pool: Mapping[str, Any]) -> str:
     """A warming pool's label, with the reason its pod is stuck on (so `kubectl get cc -o wide` shows it)."""
     reason = pool.get("reason")
-    return f"{label(pool)} ({reason})" if reason in podstate.REASONS else label(pool)
+    return f"{label(pool)} ({reason})" if reason in (*podstate.REASONS, QUEUED) else label(pool)
 
 
 def label(pool: Mapping[str, Any]) -> str:
