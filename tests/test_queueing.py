@@ -90,6 +90,7 @@ def test_without_a_queue_nothing_changes() -> None:
             "spec.warmup.jobMetadata.annotations.batch.kubernetes.io/job-tracking",
         ),
         ({"labels": {"node.k8s.io/x": "y"}}, "spec.warmup.jobMetadata.labels.node.k8s.io/x"),
+        ({"labels": {"job-name": "other"}}, "spec.warmup.jobMetadata.labels.job-name"),
     ],
 )
 def test_metadata_of_a_reserved_domain_is_refused_naming_it(metadata: dict[str, Any], field: str) -> None:

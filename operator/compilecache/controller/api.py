@@ -296,6 +296,8 @@ class Queue:
 # Label and annotation domains a cache author may not put on the operator's Jobs (warmup.jobMetadata):
 # the operator's own, Kueue's (warmup.queue sets those), and Kubernetes' reserved ones.
 RESERVED_METADATA = ("compilecache.dev", "kueue.x-k8s.io", "kubernetes.io", "k8s.io")
+# The Job controller's own unprefixed pod labels (the API server fills them in from the Job's selector).
+JOB_CONTROLLER_LABELS = ("job-name", "controller-uid")
 
 
 @dataclass(frozen=True)
@@ -1212,6 +1214,8 @@ def _job_metadata(warmup: Any, kind: str) -> dict[str, str]:
     found = _labels(getattr(warmup.jobMetadata, kind), path) if warmup.jobMetadata is not None else {}
     for key in found:
         domain = key.rpartition("/")[0]
+        if key in JOB_CONTROLLER_LABELS:
+            raise SpecError(f"{path}.{key}", "the Job controller's own label")
         if any(domain == reserved or domain.endswith(f".{reserved}") for reserved in RESERVED_METADATA):
             raise SpecError(
                 f"{path}.{key}", f"keys of {', '.join(RESERVED_METADATA)} are the operator's, Kueue's or Kubernetes'"
