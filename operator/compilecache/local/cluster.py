@@ -219,6 +219,13 @@ class LocalCluster:
             raise RuntimeError("the cluster is not started")
         return self._controllers.reclaim(node)
 
+    def step(self) -> None:
+        """One pass of every controller, now, after the pass in flight: a test that must see that the
+        controllers left something as it was waits for this instead of sleeping."""
+        if self._controllers is None:
+            raise RuntimeError("the cluster is not started")
+        self._controllers.step()
+
     def logs(self, namespace: str, pod: str, container: str) -> str:
         """A container's output so far (``kubectl logs``)."""
         path = log_path(self.root, namespace, pod, container)
