@@ -9,7 +9,8 @@ against kube-apiserver:
   ``<job>-``, the ``job-name`` and ``controller-uid`` labels, an ownerReference), through the
   API and so through admission; it counts succeeded and failed pods, retries a failed one
   while ``failed <= backoffLimit`` (at once: the real controller backs off 10 s, 20 s, ...),
-  fails the Job at ``activeDeadlineSeconds`` (deleting its running pod), and writes
+  fails the Job at ``activeDeadlineSeconds`` (deleting its running pod; a suspended Job has no
+  ``startTime`` and loses its pods, so the deadline counts from its resume), and writes
   ``startTime``, ``completionTime``, ``active``/``succeeded``/``failed`` and the conditions
   (``SuccessCriteriaMet`` + ``Complete``, or ``FailureTarget`` + ``Failed``, as Kubernetes 1.31+).
   A Job's ``podFailurePolicy`` decides what a failed pod means (``failure_rule``: ``Ignore``,
@@ -31,6 +32,9 @@ against kube-apiserver:
   node to a pool for the ``Unschedulable`` pods it would take, ``scaleUpSeconds`` later, and tells each
   pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does; before
   that, it answers the ProvisioningRequests (``provisioning.py``): their conditions, their nodes;
+* **Kueue** (``kueue.py``, only where some ClusterQueue exists) makes a Workload for each Job that names
+  a LocalQueue, reserves quota for it, reads its admission checks, and unsuspends the Job once it is
+  admitted, as Kueue's controllers do;
 * the **cloud** reclaims a node (``reclaim``, or a pool's ``reclaimAfterSeconds``) as a spot
   termination does: its pods get ``DisruptionTarget`` and end ``Failed``, and the Node goes;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
