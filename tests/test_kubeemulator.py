@@ -572,8 +572,17 @@ def test_registered_resources_are_discoverable(kube: KubeClient) -> None:
     assert {r["kind"] for r in found} == {"CompileCache"} and found[0]["shortNames"] == ["cc"]
     # With Mutating- and ValidatingWebhookConfigurations (admission), Services (multi-host DNS), kopf's
     # peerings (HA), PodTemplates (what a templateRef may name, watched into an index) and Cluster
-    # Autoscaler's ProvisioningRequests (the local autoscaler answers them).
-    assert len(RESOURCES) == 15
+    # Autoscaler's ProvisioningRequests (the local autoscaler answers them), and Kueue's five kinds (the
+    # local Kueue stand-in answers them).
+    assert len(RESOURCES) == 20
+    kueue = kube.request("GET", "/apis/kueue.x-k8s.io/v1beta2")["resources"]
+    assert {(r["name"], r["namespaced"]) for r in kueue if "/" not in r["name"]} == {
+        ("workloads", True),
+        ("localqueues", True),
+        ("clusterqueues", False),
+        ("admissionchecks", False),
+        ("workloadpriorityclasses", False),
+    }
     provreqs = kube.request("GET", "/apis/autoscaling.x-k8s.io/v1")["resources"]
     assert {(r["name"], r["namespaced"]) for r in provreqs} == {
         ("provisioningrequests", True),

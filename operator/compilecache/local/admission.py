@@ -1,4 +1,7 @@
-"""Admission as kube-apiserver does it, for the local cluster: mutating (Pods) and validating (creations).
+"""Admission as kube-apiserver does it, for the local cluster: mutating (Pods, Jobs) and validating (creations).
+
+A created Job goes through one mutating webhook only, Kueue's (the local stand-in's: ``kueue.py``),
+which suspends it when it names a LocalQueue.
 
 Every MutatingWebhookConfiguration stored in the local API server is consulted for each
 new Pod: configurations in name order, their webhooks in order (as kube-apiserver's
@@ -36,6 +39,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
+from compilecache.local import kueue
 from compilecache.local.apiserver import Body, KubeEmulator, kube_error
 
 CONFIGURATIONS = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -144,7 +148,13 @@ def apply_response(pod: Body, sent: Mapping[str, Any], answer: Any) -> Body:
 
 
 async def admit(emulator: KubeEmulator, namespace: str, pod: Body) -> Body:
-    """The local API server's admission: ``pod`` through every matching webhook (``Admission``)."""
+    """The local API server's admission: ``pod`` through every matching webhook (``Admission``).
+
+    A Job goes only through Kueue's Job webhook (the stand-in's, ``kueue.suspend_on_create``), and only
+    where Kueue is (some ClusterQueue exists: elsewhere a queue label means nothing, as without Kueue).
+    """
+    if pod.get("kind") == "Job":
+        return kueue.suspend_on_create(pod) if emulator.live(kueue.CLUSTER_QUEUES) else pod
     namespaces = {ns["metadata"]["name"]: ns for ns in emulator.live("v1/namespaces")}
     labels = {**((namespaces.get(namespace) or {}).get("metadata", {}).get("labels") or {})}
     labels[NAMESPACE_NAME_LABEL] = namespace

@@ -33,8 +33,9 @@ that fails once upstream kmock fills it, so that this module can shrink:
     ``sendInitialEvents`` with the closing bookmark, ``timeoutSeconds``;
 13. ``/api/v1/namespaces[/name]`` paths (stock kmock's path parser crashes or misreads them);
     ``keep_requests=False`` forgets served requests (kmock scans them all on every request);
-14. mutating admission of Pod creations, when an ``admission`` function is given (the local
-    cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS),
+14. mutating admission of Pod and Job creations, when an ``admission`` function is given (the local
+    cluster gives ``compilecache.local.admission``: the MutatingWebhookConfigurations over HTTPS for
+    Pods, the Kueue stand-in's suspension of queued Jobs),
     and validating admission of namespaced creations, when a ``validation`` function is given
     (``admission.validate``: the ValidatingWebhookConfigurations);
 15. validation and defaulting of the built-in fields the product's manifests could get wrong
@@ -75,6 +76,7 @@ from compilecache.local import validation
 
 Body = dict[str, Any]
 PODS = kmock.resource("", "v1", "pods")
+JOBS = kmock.resource("batch", "v1", "jobs")  # mutated at creation by the local Kueue stand-in's webhook
 
 # (the emulator, the namespace, the new pod) → the pod as admitted; raises a KubernetesError to refuse.
 Admission = Callable[["KubeEmulator", str, Body], Awaitable[Body]]
@@ -319,11 +321,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
         # Admission comes before the write and outside the lock: a webhook reads the API itself.
         # (kube-apiserver also runs mutating admission before it stores the object.)
-        admitting = request.action == kmock.action.CREATE and resource == PODS and self.admission is not None
+        admitting = request.action == kmock.action.CREATE and resource in (PODS, JOBS) and self.admission is not None
         if admitting and isinstance(request.data, dict) and request.namespace is not None:
             assert self.admission is not None
             body = copy.deepcopy(request.data)
             body.setdefault("metadata", {})["namespace"] = request.namespace
+            # Admission sees the decoded object, whose kind is the resource's (as in kube-apiserver).
+            body["apiVersion"], body["kind"] = self._api_version(resource), info.kind
             self._admitted[id(request)] = await self.admission(self, request.namespace, body)
         # Validating admission after mutating, as kube-apiserver runs them (creations only; see admission.py).
         validating = request.action == kmock.action.CREATE and self.validation is not None

@@ -11,8 +11,9 @@ not a way to run training: every container runs on this machine's CPU, in this P
 environment (see ``pods.py`` for what is and is not emulated). Multi-host Jobs (Indexed Jobs
 with a headless Service) run too: one pod per node where anti-affinity asks for it, their host
 names rewritten to this machine with a block of ports per Job (``dns.py``). Pools may scale from
-zero (``autoscaler.py``), ProvisioningRequests get their answer (``provisioning.py``), and a node may be
-reclaimed mid-run (:meth:`LocalCluster.reclaim`).
+zero (``autoscaler.py``), ProvisioningRequests get their answer (``provisioning.py``), a node may be
+reclaimed mid-run (:meth:`LocalCluster.reclaim`), and where a ClusterQueue exists a stand-in for Kueue
+queues Jobs that name a LocalQueue (``kueue.py``).
 """
 
 from __future__ import annotations
@@ -218,6 +219,13 @@ class LocalCluster:
         if self._controllers is None:
             raise RuntimeError("the cluster is not started")
         return self._controllers.reclaim(node)
+
+    def step(self) -> None:
+        """One pass of every controller, now, after the pass in flight: a test that must see that the
+        controllers left something as it was waits for this instead of sleeping."""
+        if self._controllers is None:
+            raise RuntimeError("the cluster is not started")
+        self._controllers.step()
 
     def logs(self, namespace: str, pod: str, container: str) -> str:
         """A container's output so far (``kubectl logs``)."""

@@ -9,7 +9,8 @@ against kube-apiserver:
   ``<job>-``, the ``job-name`` and ``controller-uid`` labels, an ownerReference), through the
   API and so through admission; it counts succeeded and failed pods, retries a failed one
   while ``failed <= backoffLimit`` (at once: the real controller backs off 10 s, 20 s, ...),
-  fails the Job at ``activeDeadlineSeconds`` (deleting its running pod), and writes
+  fails the Job at ``activeDeadlineSeconds`` (deleting its running pod; a suspended Job has no
+  ``startTime`` and loses its pods, so the deadline counts from its resume), and writes
   ``startTime``, ``completionTime``, ``active``/``succeeded``/``failed`` and the conditions
   (``SuccessCriteriaMet`` + ``Complete``, or ``FailureTarget`` + ``Failed``, as Kubernetes 1.31+).
   A Job's ``podFailurePolicy`` decides what a failed pod means (``failure_rule``: ``Ignore``,
@@ -31,6 +32,9 @@ against kube-apiserver:
   node to a pool for the ``Unschedulable`` pods it would take, ``scaleUpSeconds`` later, and tells each
   pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does; before
   that, it answers the ProvisioningRequests (``provisioning.py``): their conditions, their nodes;
+* **Kueue** (``kueue.py``, only where some ClusterQueue exists) makes a Workload for each Job that names
+  a LocalQueue, reserves quota for it, reads its admission checks, and unsuspends the Job once it is
+  admitted, as Kueue's controllers do;
 * the **cloud** reclaims a node (``reclaim``, or a pool's ``reclaimAfterSeconds``) as a spot
   termination does: its pods get ``DisruptionTarget`` and end ``Failed``, and the Node goes;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
@@ -52,7 +56,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compilecache.local import autoscaler, dns, provisioning
+from compilecache.local import autoscaler, dns, kueue, provisioning
 from compilecache.local import pods as podrun
 from compilecache.local.apiserver import now_rfc3339
 from compilecache.local.client import KubeClient, KubeError
@@ -194,7 +198,10 @@ def job_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: 
         }
         - set(done)
     )
-    start = old.get("startTime") or _format(now)
+    suspended = bool(spec.get("suspend"))
+    # A suspended Job has no startTime (cleared when it is suspended, set again when it resumes), so
+    # activeDeadlineSeconds counts from the resume (the Job API reference: status.startTime, spec.suspend).
+    start = None if suspended else old.get("startTime") or _format(now)
     status: dict[str, Any] = {"startTime": start, "active": len(active), "succeeded": succeeded, "failed": failed}
     if done:
         status["completedIndexes"] = format_indexes(done)
@@ -215,13 +222,13 @@ def job_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: 
         message = "Job has reached the specified backoff limit"
         status["conditions"] = _failed(stamp, "BackoffLimitExceeded", message)
         return {"status": status, "create": [], "kill": active}
-    if deadline is not None and (now - _parse(start)).total_seconds() >= float(deadline):
+    if deadline is not None and start is not None and (now - _parse(start)).total_seconds() >= float(deadline):
         message = "Job was active longer than specified deadline"
         status["conditions"] = _failed(stamp, "DeadlineExceeded", message)
         status["active"] = 0
         return {"status": status, "create": [], "kill": active}
-    if spec.get("suspend"):
-        return {"status": status, "create": [], "kill": []}
+    if suspended:  # the controller deletes a suspended Job's active pods (the Job docs' "Suspending a Job")
+        return {"status": status, "create": [], "kill": active}
     if not indexed:
         return {"status": status, "create": [] if active else [None], "kill": []}
     busy = (
@@ -369,6 +376,7 @@ class Controllers:
         """One pass of every controller."""
         with self._step_lock:
             self._bind_claims()
+            self._sync_kueue()
             self._sync_jobs()
             self._sync_pods()
             if any(pool.autoscaled or pool.reclaim_after_seconds is not None for pool in self.pools):
@@ -532,6 +540,69 @@ class Controllers:
             status = {"phase": "Bound", "accessModes": spec.get("accessModes") or [], "capacity": {"storage": size}}
             self.client.patch(PVCS, meta["name"], {"status": status}, meta["namespace"], subresource="status")
 
+    # --- the Kueue stand-in (kueue.py) -------------------------------------------------------------
+
+    def _sync_kueue(self) -> None:
+        """Kueue's Job integration, workload controller and scheduler, where some ClusterQueue exists."""
+        cluster_queues = self.client.list(kueue.CLUSTER_QUEUES)
+        if not cluster_queues:
+            return  # no Kueue here: queued Jobs stay suspended, as without Kueue's controllers
+        stamp = now_rfc3339()
+        jobs = [job for job in self.client.list(JOBS) if kueue.queue_name(job)]
+        workloads: dict[tuple[str, str], Mapping[str, Any]] = {_key(w): w for w in self.client.list(kueue.WORKLOADS)}
+        owned = kueue.by_uid(workloads.values())
+        priorities: dict[str, int] | None = None
+        workload: Mapping[str, Any] | None
+        for job in jobs:
+            meta = job["metadata"]
+            workload = owned.get(meta["uid"])
+            if workload is None and not is_finished(job):
+                if priorities is None:
+                    priorities = kueue.priority_values(self.client.list(kueue.PRIORITY_CLASSES))
+                try:
+                    workload = self.client.create(
+                        kueue.WORKLOADS, kueue.workload_for(job, priorities), meta["namespace"]
+                    )
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+                    continue  # made by an earlier pass whose list this one did not see: the next pass reads it
+            elif workload is not None and (status := kueue.finished_status(workload, job, stamp)) is not None:
+                workload = self._set_workload_status(workload, status)
+            if workload is not None:
+                workloads[_key(workload)] = owned[meta["uid"]] = workload
+        local = {_key(queue): queue for queue in self.client.list(kueue.LOCAL_QUEUES)}
+        queues = kueue.Queues(local=local, cluster={cq["metadata"]["name"]: cq for cq in cluster_queues})
+        for key, status in kueue.schedule(list(workloads.values()), queues, stamp).items():
+            workload = self._set_workload_status(workloads[key], status)
+            if kueue.is_rejected(workload):  # Kueue deactivates a Workload a check rejected
+                workload = self._patch_workload(workload, {"spec": {"active": False}})
+            workloads[key] = workload
+        owned = kueue.by_uid(workloads.values())
+        for job in jobs:
+            if is_finished(job):
+                continue
+            action = kueue.job_action(job, owned.get(job["metadata"]["uid"]))
+            if action is not None:
+                meta = job["metadata"]
+                self.client.patch(JOBS, meta["name"], {"spec": {"suspend": action == "suspend"}}, meta["namespace"])
+
+    def _set_workload_status(self, workload: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+        old = workload.get("status") or {}
+        patch = {**{k: None for k in old if k not in status}, **status}  # a merge patch drops a key with null
+        return self._patch_workload(workload, {"status": patch}, "status")
+
+    def _patch_workload(
+        self, workload: Mapping[str, Any], body: Mapping[str, Any], sub: str | None = None
+    ) -> dict[str, Any]:
+        meta = workload["metadata"]
+        try:
+            return self.client.patch(kueue.WORKLOADS, meta["name"], dict(body), meta["namespace"], sub)
+        except KubeError as exc:
+            if exc.status != 404:  # deleted meanwhile (its Job went): nothing to write
+                raise
+            return dict(workload)
+
     # --- the Job controller -----------------------------------------------------------------------
 
     def _sync_jobs(self) -> None:
@@ -655,6 +726,10 @@ class Controllers:
         self.client.patch(
             PODS, meta["name"], {"status": {"phase": "Pending", "conditions": [wanted]}}, meta["namespace"], "status"
         )
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(obj["metadata"].get("namespace")), str(obj["metadata"]["name"]))
 
 
 def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -61,6 +61,40 @@ RESOURCES: list[tuple[str, kmock.ResourceInfo]] = [
             subresources={"status"},
         ),
     ),
+    # Kueue's kinds (kubernetes-sigs/kueue v0.19, API v1beta2; its CRDs in config/components/crd): scopes,
+    # short names and status subresources as there (a check's controller writes a Workload's and an
+    # AdmissionCheck's status); the local cluster's Kueue stand-in (local/kueue.py) answers them.
+    # No schema: any body is stored.
+    (
+        "kueue.x-k8s.io/v1beta2/workloads",
+        kmock.ResourceInfo(
+            kind="Workload", singular="workload", namespaced=True, shortnames={"wl"}, subresources={"status"}
+        ),
+    ),
+    (
+        "kueue.x-k8s.io/v1beta2/localqueues",
+        kmock.ResourceInfo(
+            kind="LocalQueue",
+            singular="localqueue",
+            namespaced=True,
+            shortnames={"queue", "queues", "lq"},
+            subresources={"status"},
+        ),
+    ),
+    (
+        "kueue.x-k8s.io/v1beta2/clusterqueues",
+        kmock.ResourceInfo(
+            kind="ClusterQueue", singular="clusterqueue", namespaced=False, shortnames={"cq"}, subresources={"status"}
+        ),
+    ),
+    (
+        "kueue.x-k8s.io/v1beta2/admissionchecks",
+        kmock.ResourceInfo(kind="AdmissionCheck", singular="admissioncheck", namespaced=False, subresources={"status"}),
+    ),
+    (
+        "kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+        kmock.ResourceInfo(kind="WorkloadPriorityClass", singular="workloadpriorityclass", namespaced=False),
+    ),
     (
         "compilecache.dev/v1alpha1/compilecaches",
         kmock.ResourceInfo(
