@@ -20,7 +20,7 @@ CLAIM = {"metadata": {"name": "jax-cache", "labels": {"compilecache.dev/cache": 
 QUEUE = {"name": "gpu-queue", "expiryName": "cpu-queue", "priorityClass": "warmup-low"}
 # As Kueue writes a Workload that does not fit its ClusterQueue's quota (its QuotaReserved condition).
 NO_QUOTA = (
-    "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor default-flavor, "
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor default-flavor, "
     "8 more needed"
 )
 
