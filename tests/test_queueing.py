@@ -161,3 +161,32 @@ def test_a_queued_expiry_says_so() -> None:
     expired = next(c for c in third.status["conditions"] if c["type"] == expiryjob.EXPIRED_CONDITION)
     assert expired["reason"] == queueing.QUEUED and "LocalQueue cpu-queue" in expired["message"]
     assert third.status["phase"] == status.EXPIRING
+
+
+def test_a_job_whose_workload_kueue_deactivated_fails_the_pool_and_the_expiry() -> None:
+    # Kueue deactivates a Workload an admission check Rejected (spec.active: false): it admits it no
+    # more and the Job stays suspended, so the pool is not queued but failed, with Kueue's words.
+    obj = queued_cache()
+    first = decide(obj)
+    made = [copy.deepcopy(dict(c.manifest)) for c in first.creates if c.resource == JOBS]
+    for index, job in enumerate(made):
+        job["metadata"]["uid"] = f"job-uid-{index}"
+    said = "The workload is deactivated due to AdmissionCheck capacity: no such GPU"
+    rejected = workload(made[0], QuotaReserved=("False", "Pending", "x"), Evicted=("True", "InactiveWorkload", said))
+    rejected["spec"] = {"active": False}
+    recorded = obj | {"status": copy.deepcopy(dict(first.status))}
+    decided = decide(recorded, jobs=tuple(made), workloads=(rejected,))
+    failed, other = decided.status["pools"]
+    assert (failed["state"], failed["reason"]) == (status.POOL_FAILED, queueing.DEACTIVATED)
+    assert failed["message"].endswith(f"LocalQueue gpu-queue, and admits it no more: {said}")
+    assert other["reason"] == queueing.QUEUED  # its Workload is active: still queued
+    # The expiry Job's Workload deactivated: the expiry failed, it does not stay Expiring.
+    done = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
+    warmed = tuple(job | {"spec": {**job["spec"], "suspend": False}} | done for job in made)
+    second = decide(recorded, jobs=warmed)
+    [expiry] = [dict(c.manifest) for c in second.creates if c.resource == JOBS]
+    expiry["metadata"]["uid"] = "expiry-uid"
+    gone = workload(expiry, Evicted=("True", "InactiveWorkload", said)) | {"spec": {"active": False}}
+    third = decide(recorded | {"status": dict(second.status)}, jobs=warmed, expiry_jobs=(expiry,), workloads=(gone,))
+    expired = next(c for c in third.status["conditions"] if c["type"] == expiryjob.EXPIRED_CONDITION)
+    assert expired["reason"] == queueing.DEACTIVATED and expired["message"].startswith("expiry failed: Kueue")

@@ -594,8 +594,10 @@ def _expiry(
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)
     if job is not None:
         if queueing.queued(job):
-            said = queueing.waiting(job, queueing.workload_of(job, snapshot.workloads))["message"]
-            return expiryjob.Outcome(status.EXPIRING, queueing.QUEUED, f"expiring: {said}"), [], deletes
+            said = queueing.waiting(job, queueing.workload_of(job, snapshot.workloads))
+            failed = said["state"] == status.POOL_FAILED
+            phase, prefix = (status.FAILED, "expiry failed") if failed else (status.EXPIRING, "expiring")
+            return expiryjob.Outcome(phase, said["reason"], f"{prefix}: {said['message']}"), [], deletes
         pods = [pod for pod in snapshot.expiry_pods if _labels(pod).get("job-name") == job_name]
         capacity = spec.warmup.capacity_timeout_seconds
         return expiryjob.outcome(job, pods, now, snapshot.events, capacity), [], deletes

@@ -28,6 +28,11 @@ QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
 JOB_UID = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the Job it stands for
 QUEUED = status.QUEUED  # a pool's (or the expiry's) reason while its Job waits for Kueue's admission
+# A pool's (or the expiry's) reason when Kueue deactivated the Job's Workload (``spec.active: false``): an
+# admission check Rejected it, waitForPodsReady's requeuing limit ran out, or someone deactivated it. Kueue
+# then admits it no more and the Job stays suspended (Kueue's "Admission Check" concepts page: Rejected
+# "evicts the workload and deactivates it"; Workload API: ``spec.active``), so it waits for nothing.
+DEACTIVATED = "WorkloadDeactivated"
 
 
 def apply(job: Mapping[str, Any], spec: CacheSpec, *, expiry: bool = False) -> dict[str, Any]:
@@ -66,8 +71,16 @@ def workload_of(job: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]]) 
 
 
 def waiting(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The pool fields of a Job that waits for Kueue: Pending, ``Queued``, with Kueue's own words."""
+    """The pool fields of a Job that waits for Kueue: Pending, ``Queued``, with Kueue's own words; Failed,
+    ``WorkloadDeactivated``, when Kueue deactivated its Workload (it would stay suspended for ever)."""
     queue = ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME)
+    if workload is not None and (workload.get("spec") or {}).get("active") is False:
+        conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+        said = " ".join(str((conditions.get("Evicted") or {}).get("message") or "").split())
+        message = f"Kueue deactivated the Job's Workload in LocalQueue {queue}, and admits it no more" + (
+            f": {said}" if said else ""
+        )
+        return {"state": status.POOL_FAILED, "reason": DEACTIVATED, "message": message[: podstate.MESSAGE_MAX]}
     if workload is None:
         said = "no Workload yet (Kueue makes one for a Job with a queue; is Kueue running with the Job integration?)"
     else:
