@@ -115,6 +115,10 @@ def test_the_policy_bounds_queues_and_priority_classes() -> None:
     rules = policy.parse({"queues": {"allow": ["gpu-*"]}, "priorityClasses": {"allow": ["batch-*"]}})
     refused = dict(policy.violations(parse_cache(queued_cache()), rules))
     assert set(refused) == {"spec.warmup.queue.expiryName", "spec.warmup.queue.priorityClass"}
+    # Without expiryName the expiry joins name's queue: a refused name is named once, where it was written.
+    alone = queued_cache()
+    alone["spec"]["warmup"]["queue"] = {"name": "cpu-queue"}
+    assert [path for path, _ in policy.violations(parse_cache(alone), rules)] == ["spec.warmup.queue.name"]
 
 
 def test_a_queued_pool_says_what_kueue_says_and_warms_once_admitted() -> None:

@@ -247,7 +247,13 @@ def _queueing(spec: CacheSpec, policy: Policy) -> list[Violation]:
     if warmup.queue is not None:
         named += [
             ("spec.warmup.queue.name", warmup.queue.name, policy.queues, "queues"),
-            ("spec.warmup.queue.expiryName", warmup.queue.expiry_name, policy.queues, "queues"),
+            # Unset, expiryName is name's: then it is refused once, at the field the author wrote.
+            (
+                "spec.warmup.queue.expiryName",
+                warmup.queue.expiry_name if warmup.queue.expiry_name != warmup.queue.name else None,
+                policy.queues,
+                "queues",
+            ),
             (
                 "spec.warmup.queue.priorityClass",
                 warmup.queue.priority_class,
