@@ -123,6 +123,12 @@ ARG_MAX = 4096  # one argument of a script
 ENV_VALUE_MAX = 32768  # one environment variable's value (a JSON config fits)
 XLA_FLAGS_MAX = 8192
 LABEL_MAP_MAX = 32  # entries of a nodeSelector
+# A map of label keys to label values: a nodeSelector, a Job's labels. (Its keys have no schema in a CRD:
+# controller/api.py checks them.)
+LabelMap = dict[
+    str,
+    Annotated[str, Field(description="The label's value (at most 63 characters).", max_length=63, pattern=LABEL_VALUE)],
+]
 RESOURCE_MAP_MAX = 32  # entries of requests or limits
 # The status: what the operator writes, cut to these bounds before it is patched (api/bounds.py fit).
 MESSAGE_MAX = 32768  # a message for humans (metav1.Condition's bound)
@@ -678,15 +684,9 @@ class PodSelector(Model):
         }
     )
 
-    matchLabels: (
-        dict[
-            str,
-            Annotated[
-                str, Field(description="The label's value (at most 63 characters).", max_length=63, pattern=LABEL_VALUE)
-            ],
-        ]
-        | None
-    ) = Field(default=None, description="Labels a pod must have, all of them.", max_length=32)
+    matchLabels: LabelMap | None = Field(
+        default=None, description="Labels a pod must have, all of them.", max_length=32
+    )
     matchExpressions: list[LabelSelectorRequirement] | None = Field(
         default=None,
         description="Label requirements a pod must meet, all of them.",
@@ -951,15 +951,7 @@ class Discover(Model):
         }
     )
 
-    nodeSelector: (
-        dict[
-            str,
-            Annotated[
-                str, Field(description="The label's value (at most 63 characters).", max_length=63, pattern=LABEL_VALUE)
-            ],
-        ]
-        | None
-    ) = Field(
+    nodeSelector: LabelMap | None = Field(
         default=None,
         description=(
             "Node labels that candidate nodes must have. Unset, every node is a candidate; with "
@@ -1099,15 +1091,7 @@ class Pool(Model):
         pattern=DNS_LABEL,
         json_schema_extra={**doc("DNS label, required", "", "")},
     )
-    nodeSelector: (
-        dict[
-            str,
-            Annotated[
-                str, Field(description="The label's value (at most 63 characters).", max_length=63, pattern=LABEL_VALUE)
-            ],
-        ]
-        | None
-    ) = Field(
+    nodeSelector: LabelMap | None = Field(
         default=None,
         description=(
             "Node labels that select the pool's nodes, e.g. cloud.google.com/gke-accelerator: nvidia-h100-80gb."
@@ -1645,15 +1629,7 @@ class Queue(Model):
 class JobMetadata(Model):
     """Labels and annotations the platform's tooling expects on every Job (cost attribution, policy engines)."""
 
-    labels: (
-        dict[
-            str,
-            Annotated[
-                str, Field(description="The label's value (at most 63 characters).", max_length=63, pattern=LABEL_VALUE)
-            ],
-        ]
-        | None
-    ) = Field(
+    labels: LabelMap | None = Field(
         default=None,
         description=(
             "Labels of the warm-up and expiry Jobs and their pods. Keys of compilecache.dev, "
