@@ -475,6 +475,7 @@ def _warmups(
             request_key = PROVISIONING_REQUESTS.key(job_name)
             template_key = PODTEMPLATES.key(job_name)
             job = observed.get(job_name)
+            pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
             before = previous.get((pool.name, topology.hosts))
             if job is None and job_key in snapshot.rejected:
                 # The API refused the Job (e.g. 422): it fails the same way until the spec changes, and
@@ -487,7 +488,6 @@ def _warmups(
                 kind = "ProvisioningRequest" if request_key in snapshot.rejected else "PodTemplate"
                 entry = _refused(pool, job_name, topology, provisioning.REQUEST_REJECTED, kind, refusal)
             else:
-                pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
                 entry = status.pool_status(
                     pool,
                     job_name,
@@ -507,18 +507,18 @@ def _warmups(
                     entry |= provisioning.waiting(job_name, request, job, now, capacity)
                     if provisioning.provisioned(request):
                         patches.append(Patch(JOBS, job_name, {"spec": {"suspend": False}}, "its capacity came"))
-            if entry.pop(status.REGROUP, False) and job is not None and _owned(cache, job):
+            regrouping = bool(entry.pop(status.REGROUP, False)) and job is not None and _owned(cache, job)
+            if regrouping:
                 # Not kept as superseded would be: deleted, and the next pass makes it again (status.regrouped).
                 regroup.append(Delete(JOBS, job_name, "a disruption failed its process group: it starts again"))
-            if entry.get("job") == job_name and not any(d.name == job_name for d in regroup):
+            if entry.get("job") == job_name and not regrouping:
                 wanted.add(job_name)
                 # A finished record whose Job was cleaned up by its TTL is not re-run.
                 create = job is None and entry.get("reason") == "JobCreated" and job_key not in snapshot.created
                 running = job is not None and status.job_state(job)["state"] not in status.FINISHED
                 if asking is not None and (create or running):
                     waiting.add(job_name)
-                    job_pods = [pod for pod in snapshot.warmup_pods if _labels(pod).get("job-name") == job_name]
-                    if job is not None and running and provisioning.lost(requests.get(job_name), job, job_pods):
+                    if job is not None and running and provisioning.lost(requests.get(job_name), job, pods):
                         # Its retry consumes the same request, and a consuming pod makes no scale-up (Cluster
                         # Autoscaler's ProvisioningRequestPodsFilter): ask again, under the same name.
                         reask.append(Delete(PROVISIONING_REQUESTS, job_name, "its capacity was lost to a disruption"))
@@ -539,8 +539,14 @@ def _warmups(
             entries.append(entry)
     deletes = _superseded(cache, snapshot.jobs, keep=wanted | {d.name for d in regroup}, what="warm-up")
     deletes += regroup + reask
-    deletes += _idle_services(cache, snapshot.services, keep=serving)
-    deletes += _idle_requests(cache, snapshot.requests, keep=waiting)
+    # A multi-host Job's Service lives while the Job runs; a ProvisioningRequest (and its PodTemplate) while its
+    # Job waits or runs: a finished or superseded one leaves nothing behind (an autoscaler keeps provisioning
+    # for a request until it goes).
+    for name in _idle(cache, snapshot.services, keep=serving):
+        deletes.append(Delete(SERVICES, name, "warm-up Service of a finished or superseded Job"))
+    for name in _idle(cache, snapshot.requests, keep=waiting):
+        deletes.append(Delete(PROVISIONING_REQUESTS, name, "ProvisioningRequest of a finished or superseded Job"))
+        deletes.append(Delete(PODTEMPLATES, name, "PodTemplate of a finished or superseded Job's request"))
     return entries, creates, deletes, patches
 
 
@@ -548,16 +554,11 @@ def _owned(cache: Cache, obj: Obj) -> bool:
     return cache.uid in {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
 
 
-def _idle_requests(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> list[Delete]:
-    # A ProvisioningRequest (and its PodTemplate) lives while its Job waits or runs: a finished or superseded
-    # Job's capacity is no longer asked for (an autoscaler keeps provisioning for a request until it goes).
-    deletes = []
-    for request in observed:
-        name = str(request["metadata"]["name"])
-        if name not in keep and _owned(cache, request):
-            deletes.append(Delete(PROVISIONING_REQUESTS, name, "ProvisioningRequest of a finished or superseded Job"))
-            deletes.append(Delete(PODTEMPLATES, name, "PodTemplate of a finished or superseded Job's request"))
-    return deletes
+def _idle(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> list[str]:
+    """The names of the cache's own objects (by owner uid: not a deleted-and-recreated namesake's) not in ``keep``."""
+    return [
+        str(obj["metadata"]["name"]) for obj in observed if obj["metadata"]["name"] not in keep and _owned(cache, obj)
+    ]
 
 
 def _refused(pool: Pool, job_name: str, topology: Topology, reason: str, kind: str, answer: str) -> dict[str, Any]:
@@ -566,16 +567,6 @@ def _refused(pool: Pool, job_name: str, topology: Topology, reason: str, kind: s
         "reason": reason,
         "message": f"the API refused the warm-up {kind}: {answer}",
     }
-
-
-def _idle_services(cache: Cache, observed: Sequence[Obj], *, keep: set[str]) -> list[Delete]:
-    # A multi-host Job's Service lives while the Job runs: a finished or superseded one leaves nothing behind.
-    deletes = []
-    for service in observed:
-        name = str(service["metadata"]["name"])
-        if name not in keep and _owned(cache, service):
-            deletes.append(Delete(SERVICES, name, "warm-up Service of a finished or superseded Job"))
-    return deletes
 
 
 def _expiry(

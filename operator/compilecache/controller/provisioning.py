@@ -28,7 +28,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compilecache.controller import jobs, podstate
+from compilecache.controller import jobs, podstate, status
 from compilecache.controller.api import Provisioning
 
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
@@ -138,15 +138,11 @@ def waiting(
         klass = (obj.get("spec") or {}).get("provisioningClassName")
         message = f"waiting for capacity: ProvisioningRequest {name} ({klass}): {said}"
         since = str((obj.get("metadata") or {}).get("creationTimestamp") or "") or None
-    failed = condition(obj, FAILED)
-    if failed.get("status") == "True":
-        return {"state": "Failed", "reason": PROVISIONING_FAILED, "message": message[: podstate.MESSAGE_MAX]}
-    fields = {"state": "Pending", "reason": podstate.WAITING_FOR_CAPACITY, "message": message[: podstate.MESSAGE_MAX]}
-    found = podstate.Problem(podstate.WAITING_FOR_CAPACITY, message, since)
-    if now is not None and podstate.past_deadline(found, now, capacity_seconds):
-        minutes = f"{capacity_seconds / 60:g} min"
-        fields |= {"state": "Failed", "message": f"{message} (for more than {minutes} (capacityTimeout))"[:1024]}
-    return fields
+    message = message[: podstate.MESSAGE_MAX]
+    if condition(obj, FAILED).get("status") == "True":
+        return {"state": status.POOL_FAILED, "reason": PROVISIONING_FAILED, "message": message}
+    # The request waits as a pod waits for a node: the same reason, and the same capacityTimeout from its making.
+    return status.problem_fields(podstate.Problem(podstate.WAITING_FOR_CAPACITY, message, since), now, capacity_seconds)
 
 
 def _described(c: Mapping[str, Any]) -> str:

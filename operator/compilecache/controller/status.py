@@ -321,8 +321,14 @@ def stuck(
     the state: Pending while its pod cannot start, Failed once that lasted past its deadline
     (``podstate.deadline_seconds``: ``capacity_seconds`` for a pod that waits for a node)."""
     found = podstate.problem(pods, events)
-    if found is None:
-        return {}
+    return {} if found is None else problem_fields(found, now, capacity_seconds)
+
+
+def problem_fields(
+    found: podstate.Problem, now: str | None, capacity_seconds: float = podstate.STUCK_DEADLINE_SECONDS
+) -> dict[str, Any]:
+    """The pool fields of what a Job waits on (a stuck pod, a ProvisioningRequest): its reason and message,
+    Pending, and Failed once it lasted past its deadline (``podstate.deadline_seconds``)."""
     fields: dict[str, Any] = {"reason": found.reason, "message": found.message}
     if found.reason != podstate.OOM_KILLED:  # an earlier attempt's OOM kill: the Job's retry may run
         fields["state"] = POOL_PENDING
