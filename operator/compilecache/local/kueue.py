@@ -297,6 +297,13 @@ def _order(workload: Mapping[str, Any]) -> tuple[int, str, str]:
     return (-priority, str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
 
 
+def _no_reservation(conditions: Sequence[Mapping[str, Any]], now: str, generation: int) -> list[dict[str, Any]]:
+    """``Admitted=False`` as Kueue writes it once a Workload's quota reservation is gone."""
+    return set_condition(
+        conditions, "Admitted", "False", "NoReservation", "The workload has no reservation", now, generation
+    )
+
+
 def _pending_status(
     workload: Mapping[str, Any], reason: str, message: str, now: str, status: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -411,15 +418,7 @@ def _checks_pass(workload: Mapping[str, Any], now: str) -> dict[str, Any] | None
         status["conditions"] = set_condition(
             status["conditions"], "Evicted", "True", "InactiveWorkload", message, now, generation
         )
-        status["conditions"] = set_condition(
-            status["conditions"],
-            "Admitted",
-            "False",
-            "NoReservation",
-            "The workload has no reservation",
-            now,
-            generation,
-        )
+        status["conditions"] = _no_reservation(status["conditions"], now, generation)
     elif "Retry" in states:
         status = _pending_status(
             workload, "Pending", "The workload is requeued after an AdmissionCheck Retry", now, status
@@ -427,15 +426,7 @@ def _checks_pass(workload: Mapping[str, Any], now: str) -> dict[str, Any] | None
         status["admissionChecks"] = [
             {**c, "state": "Pending", "message": "", "lastTransitionTime": now} for c in checks
         ]
-        status["conditions"] = set_condition(
-            status["conditions"],
-            "Admitted",
-            "False",
-            "NoReservation",
-            "The workload has no reservation",
-            now,
-            generation,
-        )
+        status["conditions"] = _no_reservation(status["conditions"], now, generation)
     elif all(state == "Ready" for state in states):
         status["conditions"] = set_condition(
             conditions, "Admitted", "True", "Admitted", "The workload is admitted", now, generation
