@@ -69,6 +69,7 @@ NOT_REASONS = frozenset(
         "SuccessCriteriaMet",
         "True",
         "Warning",
+        "Workload",  # Kueue's kind (an Event's involvedObject)
     }
 )
 _CAMEL = re.compile(r"^(?=[A-Z]*[a-z])[A-Z][A-Za-z0-9]+$")  # a capital, then letters, some lower case

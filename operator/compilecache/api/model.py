@@ -186,9 +186,17 @@ class ConsumersStatus(Model):
     released: int | None = Field(
         default=None,
         description=(
-            "Pods whose gate the operator removed; the annotation compilecache.dev/released on "
-            "each tells why (CacheReady, CacheDegraded, CacheFailed, GateTimeout, GateDisabled, "
-            "CacheDeleted, CacheLabelRemoved) and when."
+            "Pods whose gate the operator removed, or that Kueue started through the operator's admission "
+            "check; the annotation compilecache.dev/released on each tells why (CacheReady, CacheDegraded, "
+            "CacheFailed, GateTimeout, GateDisabled, CacheDeleted, CacheLabelRemoved) and when."
+        ),
+        json_schema_extra={"format": "int64"},
+    )
+    workloads: int | None = Field(
+        default=None,
+        description=(
+            "Kueue Workloads whose pods use this cache and whose admission check (controllerName "
+            "compilecache.dev/warm) waits for it now: they hold quota and no pod yet."
         ),
         json_schema_extra={"format": "int64"},
     )
@@ -605,7 +613,9 @@ class Status(Model):
                 "`compilecache.dev/warm` scheduling gate) and `released` (gate removed by the "
                 "operator; the pod's `compilecache.dev/released` annotation says why: "
                 "`CacheReady`, `CacheDegraded`, `CacheFailed`, `GateTimeout`, `GateDisabled`, `CacheDeleted`, "
-                "`CacheLabelRemoved`, and when); `hits`, `requests` and `lastMissReason` from the finished training "
+                "`CacheLabelRemoved`, and when; or Kueue started it through the operator's admission check); "
+                "`workloads` (Kueue Workloads whose admission check waits for the cache: see [kueue](kueue.md)); "
+                "`hits`, `requests` and `lastMissReason` from the finished training "
                 "pods' own reports (see [observability](observability.md))"
             ),
         },

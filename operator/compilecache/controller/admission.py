@@ -29,6 +29,9 @@ from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, Spec
 from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, warmup_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
+# Why and when a pod's wait ended: written by a gate's release (gates.py), or by Kueue onto the pods of a
+# Workload our admission check let through (checks.py: podSetUpdates). A pod created with it is not gated.
+ANNOTATION_RELEASED = "compilecache.dev/released"
 ANNOTATION_SKIPPED = "compilecache.dev/skipped"  # what the mutation left as the user wrote it, and why
 VOLUME = "compilecache"  # the name of the cache volume in a training pod
 # A framework's local_copy_dir (PyTorch's): the emptyDir that holds the trainer's writable copy of the cache.
@@ -471,7 +474,11 @@ def mutate(
     containers = [c for kind in kinds for c in pod_spec.get(kind) or []]
     if image_note := image_difference(containers, spec.warmup.image, spec.framework):
         notes.append(image_note)
-    if spec.consumers.gate and not is_serving(cache):
+    released = (meta.get("annotations") or {}).get(ANNOTATION_RELEASED)
+    if spec.consumers.gate and not is_serving(cache) and released is not None:
+        # Its wait is over (Kueue's admission check let its Workload through, checks.py): not held again.
+        notes.append(f"the pod is not gated: {ANNOTATION_RELEASED}={str(released)[:128]}")
+    elif spec.consumers.gate and not is_serving(cache):
         gates = pod_spec.setdefault("schedulingGates", [])
         if not any(gate.get("name") == GATE for gate in gates):
             gates.append({"name": GATE})

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.controller import podstate, status
-from compilecache.controller.admission import GATE
+from compilecache.controller.admission import ANNOTATION_RELEASED, GATE
 from compilecache.controller.api import Consumers
 from compilecache.controller.jobs import LABEL_CACHE
 from compilecache.controller.kube import PODS, ApiError, Client
@@ -33,7 +33,6 @@ from compilecache.controller.metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
-ANNOTATION_RELEASED = "compilecache.dev/released"  # why and when the gate was removed
 
 # Why a gate is removed.
 CACHE_READY = "CacheReady"

@@ -29,6 +29,7 @@ import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import datetime
 import logging
 import os
 import random
@@ -41,6 +42,7 @@ from compilecache.api import bounds
 from compilecache.controller import (
     admission,
     api,
+    checks,
     expectations,
     expiryjob,
     indexes,
@@ -570,6 +572,73 @@ def _logged(fn: Any, *args: Any) -> None:
         fn(*args)
     except Exception:  # a worker has no caller to raise to
         logger.exception("A pass failed unexpectedly.")
+
+
+def serve_admission_checks(operator: kopf.OperatorRegistry) -> None:
+    """Register the Kueue AdmissionCheck controller (``checks.py``) in ``operator``: its indexes and handlers.
+
+    Only where ``COMPILECACHE_KUEUE`` is on (``runner.py`` asks; the chart sets it with ``kueue.enabled``):
+    kopf watches every kind a handler names, and without the chart's grants a watch of Workloads is
+    refused. Event handlers only, so no finalizer on Kueue's objects; kopf runs them in the active replica.
+    Registered once per process: a registry has no way to take handlers back.
+    """
+    for kind in indexes.KUEUE_KINDS:
+        kopf.index(*kind.resource, id=kind.index, registry=operator)(_indexing(kind.entries))
+    kueue = (checks.GROUP, checks.VERSION)
+    kopf.on.event(*kueue, "admissionchecks", when=_served, registry=operator)(admission_check_changed)
+    kopf.on.event(*kueue, "workloads", when=_checks_pending, registry=operator)(workload_changed)
+
+
+def _served(body: kopf.Body, **_: Any) -> bool:
+    return checks.is_ours(body)
+
+
+def _checks_pending(body: kopf.Body, **_: Any) -> bool:
+    return bool(indexes.workload_entries(body))
+
+
+async def admission_check_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """One of our AdmissionChecks was created or changed: keep its ``Active`` condition true."""
+    if type == "DELETED":
+        return
+    now = datetime.datetime.now(datetime.UTC)
+    _submit(memo, checks.activate_check, memo.client, copy.deepcopy(dict(body)), now)
+
+
+async def workload_changed(
+    type: str | None, body: kopf.Body, namespace: str | None, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    """A Workload with a Pending admission check changed: decide ours at once (a Workload whose pods use no
+    cache, or a cache that is Ready, goes now; the passes of the namespace's caches decide again each time,
+    which is how a timeout, a cache that turns Ready, or a write that failed here are handled).
+
+    In the loop (async): it reads kopf's index of our checks, which kopf changes in the loop.
+    """
+    assert namespace is not None  # Workloads are namespaced
+    if type == "DELETED":
+        return
+    served = kwargs["admission_check_index"].get((indexes.OUR_CHECKS, None, None), ())
+    ours = frozenset(str(entry["name"]) for entry in served)
+    workload = indexes.slim_workload(body)
+    if checks.pending(workload, ours):
+        _submit(memo, _check_workload, memo, namespace, workload, ours)
+
+
+def _check_workload(memo: kopf.Memo, namespace: str, workload: Mapping[str, Any], ours: frozenset[str]) -> None:
+    try:
+        caches = memo.client.list(COMPILECACHES, namespace)
+        checks.sync(
+            memo.client,
+            namespace,
+            [workload],
+            caches,
+            ours,
+            now=datetime.datetime.now(datetime.UTC),
+            policy=memo.policy,
+        )
+    except ApiError as exc:
+        name = (workload.get("metadata") or {}).get("name")
+        logger.error("Setting the admission check of Workload %s/%s failed, will retry: %s", namespace, name, exc)
 
 
 def _without_finalizers(operator: kopf.OperatorRegistry) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compilecache.controller import expiryjob, jobs, kube, reports, snapshot, template
+from compilecache.controller import checks, expiryjob, jobs, kube, reports, snapshot, template
 from compilecache.controller.api import TemplateRef
 from compilecache.controller.kube import Client, Resource
 from compilecache.controller.snapshot import ApiReader
@@ -71,6 +71,8 @@ SERVICES = "services"  # a cache's multi-host Services, by the cache's name
 CLAIM = "claim"  # a PersistentVolumeClaim, by its name
 POD_TEMPLATE = "pod-template"  # a PodTemplate, by its name
 NODES = "nodes"  # every Node, under one key
+WAITING_WORKLOADS = "waiting-workloads"  # Kueue Workloads with a Pending admission check, by namespace
+OUR_CHECKS = "our-checks"  # the names of the AdmissionChecks the operator serves, under one key
 
 Key = tuple[str, str | None, str | None]
 
@@ -231,6 +233,48 @@ def pod_template_entries(body: Obj) -> dict[Key, Obj]:
     return {(POD_TEMPLATE, _namespace(body), str((body.get("metadata") or {}).get("name"))): slim_pod_template(body)}
 
 
+def slim_workload(body: Obj) -> Obj:
+    """A Kueue Workload as ``checks.py`` reads it: each pod set's name and template labels (a podSelector may
+    match any) and our annotations, whether its quota is reserved, and its admission checks as they are (a
+    check's new state is a patch that tests the entry it read)."""
+    meta = body.get("metadata") or {}
+    pod_sets = []
+    for pod_set in list((body.get("spec") or {}).get("podSets") or ())[: checks.MAX_POD_SETS]:
+        template_meta = (pod_set.get("template") or {}).get("metadata") or {}
+        kept = {
+            "labels": dict(template_meta.get("labels") or {}),
+            **_ours({"annotations": template_meta.get("annotations") or {}}),
+        }
+        pod_sets.append({"name": pod_set.get("name"), "template": {"metadata": kept}})
+    status = body.get("status") or {}
+    conditions = [c for c in status.get("conditions") or () if c.get("type") == "QuotaReserved"]
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+        "spec": {"podSets": pod_sets},
+        "status": {
+            "conditions": copy.deepcopy(conditions),
+            "admissionChecks": copy.deepcopy(status.get("admissionChecks") or []),
+        },
+    }
+
+
+def workload_entries(body: Obj) -> dict[Key, Obj]:
+    """A Workload some of whose admission checks are Pending, under its namespace; others: none (most
+    Workloads, admitted or queued without quota, are no business of ours)."""
+    checks_now = (body.get("status") or {}).get("admissionChecks") or ()
+    if not any(check.get("state") == "Pending" for check in checks_now):
+        return {}
+    return {(WAITING_WORKLOADS, _namespace(body), None): slim_workload(body)}
+
+
+def admission_check_entries(body: Obj) -> dict[Key, Obj]:
+    """An AdmissionCheck the operator serves (``checks.is_ours``), its name under one key; others: none."""
+    name = (body.get("metadata") or {}).get("name")
+    return {(OUR_CHECKS, None, None): {"name": str(name)}} if name and checks.is_ours(body) else {}
+
+
 @dataclass(frozen=True)
 class Kind:
     """A kind passes read, and the kopf index that holds it (``index``: its id, the keyword handlers get it by)."""
@@ -248,6 +292,12 @@ KINDS = (  # in the order of the fields of Indexes
     Kind("service_index", ("v1", "services"), service_entries),
     Kind("pod_template_index", ("v1", "podtemplates"), pod_template_entries),
 )
+# Kueue's kinds, indexed only where the operator serves its AdmissionChecks (``checks.enabled``): kopf
+# watches every kind an index names, and the chart grants these only with ``kueue.enabled``.
+KUEUE_KINDS = (
+    Kind("workload_index", (checks.GROUP, checks.VERSION, "workloads"), workload_entries),
+    Kind("admission_check_index", (checks.GROUP, checks.VERSION, "admissionchecks"), admission_check_entries),
+)
 
 
 @dataclass(frozen=True)
@@ -260,11 +310,14 @@ class Indexes:
     claims: Mapping[Key, Any]
     services: Mapping[Key, Any]
     pod_templates: Mapping[Key, Any]
+    # Kueue's (KUEUE_KINDS), or None where the operator does not serve its AdmissionChecks.
+    workloads: Mapping[Key, Any] | None = None
+    admission_checks: Mapping[Key, Any] | None = None
 
     @classmethod
     def of(cls, handed: Mapping[str, Any]) -> Indexes:
         """The indexes among a kopf handler's keywords."""
-        return cls(*(handed[kind.index] for kind in KINDS))
+        return cls(*(handed[kind.index] for kind in KINDS), *(handed.get(kind.index) for kind in KUEUE_KINDS))
 
 
 class IndexedReader:
@@ -324,6 +377,27 @@ class IndexedReader:
     def training_pods(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """The pods labelled with the cache."""
         return self._entries(self._indexes.pods, (TRAINING_PODS, namespace, cache))
+
+    @property
+    def serves_checks(self) -> bool:
+        """Whether the operator serves its Kueue AdmissionChecks (their indexes exist)."""
+        return self._indexes.workloads is not None and self._indexes.admission_checks is not None
+
+    def waiting_workloads(self, namespace: str | None) -> tuple[Obj, ...]:
+        """The namespace's Workloads with a Pending admission check (none where checks are not served)."""
+        return (
+            ()
+            if self._indexes.workloads is None
+            else self._entries(self._indexes.workloads, (WAITING_WORKLOADS, namespace, None))
+        )
+
+    def our_checks(self) -> frozenset[str]:
+        """The names of the AdmissionChecks the operator serves."""
+        if self._indexes.admission_checks is None:
+            return frozenset()
+        return frozenset(
+            str(e["name"]) for e in self._entries(self._indexes.admission_checks, (OUR_CHECKS, None, None))
+        )
 
     def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """The cache's warm-up Jobs."""

@@ -98,6 +98,8 @@ SERVICES = Resource("v1", "services")  # the headless Services of multi-host war
 PROVISIONING_REQUESTS = Resource("autoscaling.x-k8s.io/v1", "provisioningrequests")
 # Kueue's Workloads (one per queued Job): read for a warm-up Job that waits in a queue (queueing.py).
 WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads")
+# Kueue's AdmissionChecks: the operator serves those whose controllerName is its own (checks.py).
+ADMISSION_CHECKS = Resource("kueue.x-k8s.io/v1beta2", "admissionchecks", namespaced=False)
 
 
 class Client:
@@ -234,12 +236,19 @@ class Client:
         return patched
 
     def json_patch(
-        self, resource: Resource, name: str, ops: Sequence[Mapping[str, Any]], namespace: str | None = None
+        self,
+        resource: Resource,
+        name: str,
+        ops: Sequence[Mapping[str, Any]],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
-        """Apply RFC 6902 operations; a failed ``test`` op is :class:`ApiError` 422 (the object changed)."""
+        """Apply RFC 6902 operations to an object or its sub-resource; a failed ``test`` op is :class:`ApiError`
+        422 (the object changed)."""
         body = [dict(op) for op in ops]
         patched: dict[str, Any] = self.request(
-            "PATCH", resource.path(namespace, name), body=body, content_type=JSON_PATCH
+            "PATCH", resource.path(namespace, name, subresource), body=body, content_type=JSON_PATCH
         )
         return patched
 

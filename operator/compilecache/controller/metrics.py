@@ -83,6 +83,7 @@ class CacheFigures:
     warmup: tuple[float, float] | None = None  # the last warm-up's (duration, end as epoch seconds)
     compile_seconds: float | None = None
     gated: int | None = None
+    waiting_workloads: int | None = None  # Kueue Workloads our admission check holds for the cache (checks.py)
     expired_at: str | None = None  # the last expiry run, counted once
     deleted: Mapping[str, int] = field(default_factory=dict)  # its deletions by rule label
     pods: Sequence[PodFigures] = ()
@@ -164,9 +165,16 @@ class Metrics:
         self.gated = Gauge(
             "compilecache_consumers_gated_pods", "Training pods held by the gate now.", CACHE, registry=r
         )
+        self.waiting_workloads = Gauge(
+            "compilecache_consumers_waiting_workloads",
+            "Kueue Workloads whose admission check waits for the cache now (quota held, no pod yet).",
+            CACHE,
+            registry=r,
+        )
         self.gate_timeouts = Counter(
             "compilecache_gate_timeouts",
-            "Training pods released by gateTimeout before the cache was ready.",
+            "Training pods, and Kueue Workloads of the admission check, released by gateTimeout before the cache "
+            "was ready.",
             CACHE,
             registry=r,
         )
@@ -225,6 +233,8 @@ class Metrics:
             self.stuck.labels(namespace, name, reason).set(float(count))
         if figures.gated is not None:
             self.gated.labels(*key).set(float(figures.gated))
+        if figures.waiting_workloads is not None:
+            self.waiting_workloads.labels(*key).set(float(figures.waiting_workloads))
         # Counters start at 0 for every cache (a series that appears late breaks rate() and alerts).
         for counter in (self.gate_timeouts, self.training_requests, self.training_hits):
             counter.labels(*key)
@@ -269,6 +279,7 @@ class Metrics:
             self.warmup_time,
             self.compile_seconds,
             self.gated,
+            self.waiting_workloads,
             self.gate_timeouts,
             self.training_requests,
             self.training_hits,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.api import bounds
-from compilecache.controller import act, expectations, gates, metrics, metricsfeed, reports
+from compilecache.controller import act, checks, expectations, gates, metrics, metricsfeed, reports
 from compilecache.controller.indexes import Audit, IndexedReader
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
@@ -92,6 +92,7 @@ def _reconcile(
         release_gates(
             client, namespace, name, None, phase=None, pods=[dict(pod) for pod in reader.training_pods(namespace, name)]
         )
+        release_workloads(client, reader, namespace, name, None, policy=policy)
         metrics.METRICS.forget(namespace, name)
         return Outcome(None)
     cache = Cache.read(obj)
@@ -114,6 +115,9 @@ def _reconcile(
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
         new["consumers"] = consumers | reports.totals(counted)
+    waiting = release_workloads(client, reader, namespace, name, {**obj, "status": new}, policy=policy)
+    if waiting is not None:  # the Workloads that wait on our Kueue admission check for this cache
+        new["consumers"] = {**(new.get("consumers") or {}), "workloads": waiting}
     # Each report was checked as it was read, and a message too long for its field is cut to it; a status
     # the API server would still refuse (a bug, or sums past int64) would fail every pass the same way:
     # the old value of that field stands.
@@ -213,6 +217,40 @@ def release_gates(
     except ApiError as exc:
         logger.warning("Releasing the pods of cache %s/%s failed, will retry: %s", namespace, name, exc)
         return None
+
+
+def release_workloads(
+    client: Client,
+    reader: Reader,
+    namespace: str,
+    name: str,
+    cache: Mapping[str, Any] | None,
+    *,
+    policy: Policy = DEFAULT,
+) -> int | None:
+    """Set our Kueue admission checks Ready on the namespace's Workloads that are due (``checks.py``); return
+    how many wait for this cache, or ``None`` where the operator does not serve checks or the API failed.
+
+    ``cache``: the cache with the status this pass records (``None``: it is gone). The namespace's other
+    caches are listed only when some Workload waits on one of our checks there (a podSelector chooses
+    among them all, as the webhook does).
+    """
+    if not isinstance(reader, IndexedReader) or not reader.serves_checks:
+        return None
+    ours = reader.our_checks()
+    workloads = [workload for workload in reader.waiting_workloads(namespace) if checks.pending(workload, ours)]
+    if not workloads:
+        return 0
+    try:
+        others = [c for c in client.list(COMPILECACHES, namespace) if c["metadata"]["name"] != name]
+        caches = others + ([dict(cache)] if cache is not None else [])
+        waiting = checks.sync(
+            client, namespace, workloads, caches, ours, now=datetime.datetime.now(datetime.UTC), policy=policy
+        )
+    except ApiError as exc:
+        logger.warning("Setting the admission checks of cache %s/%s failed, will retry: %s", namespace, name, exc)
+        return None
+    return waiting.get(name, 0)
 
 
 def utcnow() -> str:

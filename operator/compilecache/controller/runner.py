@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(problem)
     import kopf.cli  # here, not at the top: `compilecache warm` must not pay for kopf
 
-    from compilecache.controller import handlers, metrics
+    from compilecache.controller import checks, handlers, metrics
 
     # The handlers read the environment at start-up (as the chart sets it); a flag wins over it.
     if getattr(args, "metrics_port", None) is not None:
@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
 
     # The gate watchdog runs outside kopf (paused or not) and needs the namespaces kopf serves.
     os.environ[handlers.WATCHDOG_NAMESPACES_ENV] = json.dumps(served_namespaces(args.passthrough))
+    if checks.enabled(os.environ):  # the chart's kueue.enabled: serve our Kueue AdmissionChecks
+        handlers.serve_admission_checks(handlers.registry)
     priority = peering_priority(time.time_ns(), random.randrange(1000))
     controls = kopf.cli.CLIControls(registry=handlers.registry)
     try:
