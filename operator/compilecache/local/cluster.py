@@ -277,6 +277,7 @@ def run_operator(
     name: str = "operator",
     peering: bool = False,
     register_webhook: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Operator]:
     """Run the real ``compilecache operator`` on the cluster, serving its webhook over TLS on 127.0.0.1.
 
@@ -285,14 +286,16 @@ def run_operator(
     false (a second replica: one configuration each, as the chart has).
     ``policy``: the operator's policy (the chart's ``policy:`` values; default: the operator's default).
     ``peering``: run with ``--peering`` in the cluster's ClusterKopfPeering (``PEERING``) instead of
-    ``--standalone``, with ``name`` as the peering identity (the chart gives the pod name). Stops it
+    ``--standalone``, with ``name`` as the peering identity (the chart gives the pod name). ``env``: more of
+    the operator's environment, as the chart's Deployment sets it (``COMPILECACHE_KUEUE``). Stops it
     with SIGTERM at the end of the block, and raises if it did not exit cleanly (unless it was killed).
     """
     folder = cluster.root / name
     pem = certs.make(folder / "certs")
     port = free_port()
-    env = {
+    environ = {
         **os.environ,
+        **(env or {}),
         "KUBECONFIG": str(cluster.kubeconfig),
         "COMPILECACHE_RESYNC_SECONDS": str(resync_seconds),
         "COMPILECACHE_WEBHOOK": "tls",
@@ -304,12 +307,12 @@ def run_operator(
         "POD_ID": name,  # kopf's peering identity (the chart sets the pod's name)
     }
     if policy is not None:
-        env["COMPILECACHE_POLICY"] = json.dumps(policy)  # as the chart's Deployment sets it
+        environ["COMPILECACHE_POLICY"] = json.dumps(policy)  # as the chart's Deployment sets it
     mode = f"--peering={PEERING}" if peering else "--standalone"
     command = [sys.executable, "-m", "compilecache.cli", "operator", mode, "-A", *extra_args]
     log = folder / "operator.log"
     out: IO[bytes] = log.open("wb")
-    process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, env=environ, stdout=out, stderr=subprocess.STDOUT)
     operator = Operator(process, f"https://127.0.0.1:{port}{WEBHOOK_PATH}", log, name)
     try:
         _wait_tls(port, pem.ca, process, timeout)
