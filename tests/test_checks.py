@@ -20,6 +20,10 @@ from compilecache.controller import admission, checks, gates, handlers, indexes
 from compilecache.controller.kube import ADMISSION_CHECKS, WORKLOADS, Client
 from compilecache.controller.snapshot import Cache
 from specs import OPEN_POLICY, cache
+from test_indexes import (
+    held,
+    looping,  # noqa: F401  (a fixture: an event loop in its own thread, as kopf's)
+)
 
 NOW = datetime.datetime(2026, 11, 27, 10, 0, 0, tzinfo=datetime.UTC)
 OURS = frozenset({"compilecache-warm"})
@@ -426,3 +430,53 @@ def test_the_kueue_handlers_are_registered_only_on_demand_and_add_no_finalizer()
     assert watched == {"workloads", "admissionchecks"}
     assert indexed == {"workload_index", "admission_check_index"}
     assert not fresh._spawning.get_all_handlers()
+
+
+# --- a pass of the cache, reading the operator's indexes --------------------------------------------------
+
+
+def test_a_pass_counts_the_workloads_that_wait_for_its_cache_and_an_audit_forgets_one_deleted_unseen(
+    kube_env: Any,
+    looping: Any,  # noqa: F811  (the fixture imported above)
+) -> None:
+    from compilecache.controller.reconcile import reconcile
+
+    loop, _ = looping
+    kube_env.create(
+        "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": cache()["spec"]}, NS
+    )
+    stored = create_workload(kube_env, workload())
+    client = Client.from_environment()
+    ours = {"metadata": {"name": "compilecache-warm"}, "spec": {"controllerName": checks.CONTROLLER_NAME}}
+
+    def reader(workloads: list[dict[str, Any]]) -> indexes.IndexedReader:
+        found = indexes.Indexes(
+            {},
+            {},
+            {},
+            {},
+            {},
+            {},
+            held(workloads, indexes.workload_entries),
+            held([ours], indexes.admission_check_entries),
+        )
+        return indexes.IndexedReader(found, loop, client)
+
+    first = reconcile(client, NS, "llama", reader=reader([stored]), policy=OPEN_POLICY)
+    assert first.status is not None and first.status["consumers"]["workloads"] == 1, first.status
+    message = kube_env.get("kueue.x-k8s.io/v1beta2/workloads", stored["metadata"]["name"], NS)["status"][
+        "admissionChecks"
+    ][0]["message"]
+    assert message.startswith("waiting for CompileCache llama ("), message
+    # The Workload is deleted while the watch is down: memory still holds it, as kopf's index would.
+    kube_env.delete("kueue.x-k8s.io/v1beta2/workloads", stored["metadata"]["name"], NS)
+    stale = reader([stored])
+    assert reconcile(client, NS, "llama", reader=stale, policy=OPEN_POLICY).status["consumers"]["workloads"] == 1  # type: ignore[index]
+    audited = reconcile(client, NS, "llama", reader=stale, policy=OPEN_POLICY, audit=True)
+    assert audited.status is not None and audited.status["consumers"]["workloads"] == 0, audited.status
+    # Without Kueue's indexes (the operator does not serve checks) the status has no such count.
+    plain = indexes.IndexedReader(indexes.Indexes({}, {}, {}, {}, {}, {}), loop, client)
+    assert "workloads" not in (reconcile(client, NS, "llama", reader=plain, policy=OPEN_POLICY).status or {}).get(
+        "consumers", {}
+    )
+    client.close()

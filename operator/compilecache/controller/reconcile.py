@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.api import bounds
-from compilecache.controller import act, checks, expectations, gates, metrics, metricsfeed, reports
+from compilecache.controller import act, checks, expectations, gates, indexes, metrics, metricsfeed, reports
 from compilecache.controller.indexes import Audit, IndexedReader
-from compilecache.controller.kube import COMPILECACHES, ApiError, Client
+from compilecache.controller.kube import COMPILECACHES, WORKLOADS, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
 from compilecache.controller.policy import DEFAULT, Policy, bounded
 from compilecache.controller.snapshot import ApiReader, Cache, Obj, Reader, Snapshot, observe, observe_pods
@@ -115,7 +115,7 @@ def _reconcile(
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
         new["consumers"] = consumers | reports.totals(counted)
-    waiting = release_workloads(client, reader, namespace, name, {**obj, "status": new}, policy=policy)
+    waiting = release_workloads(client, reader, namespace, name, {**obj, "status": new}, policy=policy, audit=audit)
     if waiting is not None:  # the Workloads that wait on our Kueue admission check for this cache
         new["consumers"] = {**(new.get("consumers") or {}), "workloads": waiting}
     # Each report was checked as it was read, and a message too long for its field is cut to it; a status
@@ -227,13 +227,15 @@ def release_workloads(
     cache: Mapping[str, Any] | None,
     *,
     policy: Policy = DEFAULT,
+    audit: bool = False,
 ) -> int | None:
     """Set our Kueue admission checks Ready on the namespace's Workloads that are due (``checks.py``); return
     how many wait for this cache, or ``None`` where the operator does not serve checks or the API failed.
 
     ``cache``: the cache with the status this pass records (``None``: it is gone). The namespace's other
     caches are listed only when some Workload waits on one of our checks there (a podSelector chooses
-    among them all, as the webhook does).
+    among them all, as the webhook does). ``audit``: first read each such Workload by name, and forget those
+    that are gone (deleted while a watch was down: ``indexes.py``), or they would be counted as waiting for ever.
     """
     if not isinstance(reader, IndexedReader) or not reader.serves_checks:
         return None
@@ -242,6 +244,14 @@ def release_workloads(
     if not workloads:
         return 0
     try:
+        if audit:
+            gone = [
+                w
+                for w in workloads
+                if indexes.uid(client.get(WORKLOADS, w["metadata"]["name"], namespace)) != indexes.uid(w)
+            ]
+            reader.forget(indexes.uid(w) for w in gone)
+            workloads = [w for w in workloads if w not in gone]
         others = [c for c in client.list(COMPILECACHES, namespace) if c["metadata"]["name"] != name]
         caches = others + ([dict(cache)] if cache is not None else [])
         waiting = checks.sync(
