@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,7 @@ from chartrender import (
     render,
     wildcards,
 )
-from compilecache.controller import admission, expiryjob, plan, policy, webhook
+from compilecache.controller import checks, expiryjob, plan, policy, webhook
 from compilecache.controller.admission import selector_matches
 from compilecache.controller.api import parse_cache
 from compilecache.controller.snapshot import Cache, Snapshot
@@ -1302,21 +1305,21 @@ def test_the_operator_runs_the_admission_check_controller_exactly_when_enabled(r
 def test_the_admission_check_is_rendered_when_enabled_and_created_and_validates(rendered, name: str):
     jsonschema = pytest.importorskip("jsonschema")
     objects = rendered[name]
-    checks = only(objects, "AdmissionCheck")
+    rendered_checks = only(objects, "AdmissionCheck")
     kueue = kueue_values(name)
     if not (kueue["enabled"] and kueue["admissionCheck"]["create"]):
-        assert checks == []
+        assert rendered_checks == []
         return
-    [check] = checks
+    [check] = rendered_checks
     jsonschema.validate(check, KUEUE_ADMISSION_CHECK)
     assert check["apiVersion"] == f"{KUEUE}/v1beta2"
     assert check["metadata"]["name"] == kueue["admissionCheck"]["name"]
-    assert check["spec"] == {"controllerName": admission.GATE}  # no parameters: the cache is in the pod sets
+    assert check["spec"] == {"controllerName": checks.CONTROLLER_NAME}  # no parameters: the cache is in the pod sets
     assert check["metadata"]["labels"] == one(objects, "ClusterRole")["metadata"]["labels"]
     # The schema above can fail: what Kueue's CRD refuses, it refuses.
     refused = [
         {**check, "spec": {}},
-        {**check, "spec": {"controllerName": admission.GATE, "parameters": {"kind": "X", "name": "y"}}},
+        {**check, "spec": {"controllerName": checks.CONTROLLER_NAME, "parameters": {"kind": "X", "name": "y"}}},
         {**check, "metadata": {"name": "Warm_Check"}},
         {**check, "metadata": {"name": "warm", "namespace": NAMESPACE}},
     ]
@@ -1340,3 +1343,107 @@ def test_notes_say_how_a_cluster_queue_lists_the_check(tmp_path: Path):
     assert "[{name: gpu-warm}]" in notes and "created" not in notes
     off = helm("install", "cc", "--namespace", NAMESPACE, "--dry-run=client", values={}, tmp=tmp_path)
     assert "Kueue" not in off.stdout.split("NOTES:", 1)[1]
+
+
+# The AdmissionCheck controller registers its handlers once per process (handlers.serve_admission_checks),
+# so its session runs `compilecache operator` as the chart's Deployment does, in a process of its own.
+def _kueue_session(tmp: Path, argv: list[str], namespace: str, prepare: Any) -> set[ApiCall]:
+    """The calls of the operator with COMPILECACHE_KUEUE=true while it activates our AdmissionCheck and
+    lets through a Workload whose pods opt into no existing cache (its check goes Ready at once)."""
+    workloads = "kueue.x-k8s.io/v1beta2/workloads"
+    with running_emulator(tmp, _add_resources(KubeEmulator())) as runner:
+        kubeconfig = tmp / "kubeconfig"
+        write_kubeconfig(kubeconfig, runner.url)
+        kube = KubeClient(runner)
+        prepare(kube)
+        env = os.environ | {
+            "KUBECONFIG": str(kubeconfig),
+            "COMPILECACHE_KUEUE": "true",
+            "COMPILECACHE_METRICS_PORT": "0",
+        }
+        command = [str(Path(sys.executable).parent / "compilecache"), "operator", *argv]
+        log = tmp / "operator.log"
+        with log.open("w") as out, subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT) as operator:
+            try:
+                check = {"metadata": {"name": DEFAULT_CHECK}, "spec": {"controllerName": checks.CONTROLLER_NAME}}
+                kube.create("kueue.x-k8s.io/v1beta2/admissionchecks", check)
+                kube.wait_for(
+                    lambda: (kube.get("kueue.x-k8s.io/v1beta2/admissionchecks", DEFAULT_CHECK) or {})["status"],
+                    timeout=60,
+                )
+                pod_set = {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "metadata": {"labels": {"compilecache.dev/cache": "nowhere"}},
+                        "spec": {"containers": [{"name": "train", "image": "trainer:1"}]},
+                    },
+                }
+                body = {"metadata": {"name": "job-train"}, "spec": {"queueName": "training", "podSets": [pod_set]}}
+                kube.create(workloads, body, namespace)
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                reserved = {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": ""}
+                pending = {"name": DEFAULT_CHECK, "state": "Pending", "message": "", "lastTransitionTime": now}
+                status = {"conditions": [reserved | {"lastTransitionTime": now}], "admissionChecks": [pending]}
+                kube.patch(workloads, "job-train", {"status": status}, namespace, "status")
+                kube.wait_for(
+                    lambda: (
+                        kube.get(workloads, "job-train", namespace)["status"]["admissionChecks"][0]["state"] == "Ready"
+                    ),
+                    timeout=60,
+                )
+            finally:
+                operator.terminate()
+                operator.wait(timeout=30)
+        assert "Traceback" not in log.read_text(), log.read_text()
+
+        async def requests() -> list[Any]:
+            return list(runner.emulator)
+
+        return _calls_of(runner.call(requests))
+
+
+@pytest.fixture(scope="module")
+def recorded_kueue(tmp_path_factory: pytest.TempPathFactory, peering_name: str) -> dict[str, set[ApiCall]]:
+    """The AdmissionCheck controller's calls: in all namespaces (ClusterRole) and in one (Roles)."""
+
+    def cluster_peering(kube: KubeClient) -> None:
+        kube.create("kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": peering_name}})
+
+    def namespace_and_peering(kube: KubeClient) -> None:
+        kube.create(
+            "v1/namespaces", {"metadata": {"name": WATCHED, "labels": {"kubernetes.io/metadata.name": WATCHED}}}
+        )
+        kube.create("kopf.dev/v1/kopfpeerings", {"metadata": {"name": peering_name}}, WATCHED)
+
+    all_namespaces = [f"--peering={peering_name}", "-A"]
+    one_namespace = [f"--peering={peering_name}", f"--namespace={WATCHED}"]
+    return {
+        "kueue-all-namespaces": _kueue_session(
+            tmp_path_factory.mktemp("kueue-all"), all_namespaces, "default", cluster_peering
+        ),
+        "kueue": _kueue_session(tmp_path_factory.mktemp("kueue-one"), one_namespace, WATCHED, namespace_and_peering),
+    }
+
+
+# Kueue grants no recorded session uses, each with why it stays.
+KUEUE_NOT_RECORDED: dict[tuple[str, str, str], str] = {
+    ("get", KUEUE, "workloads"): "the shared design's grant (a read by name); the controller reads kopf's index",
+    ("get", KUEUE, "admissionchecks"): "the shared design's grant (a read by name); the controller reads kopf's index",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize("name", ["kueue-all-namespaces", "kueue"])
+def test_kueue_rbac_allows_every_call_of_the_admission_check_controller_and_nothing_unused(
+    recorded_kueue, rendered, name: str
+):
+    calls = recorded_kueue[name]
+    used = {call.rule for call in calls}
+    assert {rule for rule in used if rule[1] == KUEUE} <= KUEUE_NAMESPACED | KUEUE_CLUSTER
+    assert {("patch", KUEUE, "workloads/status"), ("patch", KUEUE, "admissionchecks/status")} <= used
+    grants = grants_of(rendered[name], "cc-compilecache-operator", NAMESPACE)
+    assert sorted(str(call) for call in calls if not grants.allows(call)) == []
+    granted = {rule for _, rule in grants.rules() if rule[1] == KUEUE}
+    assert sorted(granted - used - set(KUEUE_NOT_RECORDED)) == []
