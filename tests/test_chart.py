@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import kmock
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import podsecurity
 from chartrender import (
@@ -35,11 +40,12 @@ from chartrender import (
     render,
     wildcards,
 )
-from compilecache.controller import expiryjob, plan, policy, webhook
+from compilecache.controller import checks, expiryjob, plan, policy, webhook
 from compilecache.controller.admission import selector_matches
 from compilecache.controller.api import parse_cache
 from compilecache.controller.snapshot import Cache, Snapshot
 from compilecache.local.apiserver import KubeEmulator
+from compilecache.local.validation import DNS1123_LABEL
 from conftest import SESSION_KUBECONFIG, KubeClient, running_emulator, write_kubeconfig
 from k8snames import KUBERNETES_VERSIONS
 from specs import PRODUCT, cache, cache_spec, cluster
@@ -97,6 +103,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
     "metrics-off": {"metrics": {"enabled": False, "port": 8000}},
     "kueue": {"kueue": {"enabled": True}, "watchNamespaces": [WATCHED]},
+    "kueue-all-namespaces": {"kueue": {"enabled": True, "admissionCheck": {"name": "ml.compilecache-warm"}}},
     "pinned-image": {
         "image": {"repository": "registry.example:5000/ml/compilecache-operator", "tag": "v0.1.0-rc.1"},
         "imagePullSecrets": [{"name": "pull"}],
@@ -137,6 +144,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         }
     },
 }
+# The platform team's values with Kueue, whose AdmissionCheck that team manages itself.
+VALUE_SETS["platform-kueue"] = VALUE_SETS["platform"] | {
+    "watchNamespaces": [WATCHED, "team-b"],
+    "kueue": {"enabled": True, "admissionCheck": {"create": False, "name": "gpu-caches-warm"}},
+}
 
 # Values values.schema.json must reject, and a word its message must name.
 BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
@@ -165,6 +177,8 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "misspelt-security-context": ({"podSecurityContext": {"runAsUsr": 1000}}, "runAsUsr"),
     "negative-uid": ({"securityContext": {"runAsUser": -1}}, "runAsUser"),
     "env-the-chart-sets": ({"extraEnv": [{"name": "COMPILECACHE_WEBHOOK", "value": "off"}]}, "extraEnv"),
+    # The AdmissionCheck controller without its RBAC: kopf would fail on the denied watches.
+    "env-kueue-the-chart-sets": ({"extraEnv": [{"name": "COMPILECACHE_KUEUE", "value": "true"}]}, "extraEnv"),
     "env-value-and-value-from": (
         {"extraEnv": [{"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
         "extraEnv",
@@ -299,7 +313,7 @@ def env_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # kubernetes-validate ships no schema for custom resources other than the CRD kind itself.
-CUSTOM_KINDS = {"Certificate", "Issuer", "KopfPeering", "ClusterKopfPeering", "ServiceMonitor"}
+CUSTOM_KINDS = {"Certificate", "Issuer", "KopfPeering", "ClusterKopfPeering", "ServiceMonitor", "AdmissionCheck"}
 
 
 @pytest.mark.slow
@@ -1157,10 +1171,279 @@ def test_rbac_grants_nothing_unused(recorded, rendered, session: str, values: st
     assert unused == []
 
 
-def test_kueue_workloads_are_readable_only_when_kueue_is_enabled(rendered):
-    """``kueue.enabled`` grants list on Kueue's Workloads (a queued pool says Kueue's reason); off, nothing."""
-    for name, values in VALUE_SETS.items():
-        rules = grants_of(rendered[name], "cc-compilecache-operator", NAMESPACE)
-        found = {rule for _, rule in rules.rules() if rule[1] == "kueue.x-k8s.io"}
-        wanted = {("list", "kueue.x-k8s.io", "workloads")} if values.get("kueue", {}).get("enabled") else set()
-        assert found == wanted, name
+# --- Kueue (kueue.enabled): the AdmissionCheck controller's environment, RBAC and AdmissionCheck -----------
+
+KUEUE = "kueue.x-k8s.io"
+DEFAULT_CHECK = "compilecache-warm"
+# What the operator does with Workloads (namespaced) and AdmissionChecks (cluster-scoped): read and
+# watch them, and patch their status; never create, update or delete either.
+KUEUE_NAMESPACED = {("get", KUEUE, "workloads"), ("list", KUEUE, "workloads"), ("watch", KUEUE, "workloads")}
+KUEUE_NAMESPACED |= {("patch", KUEUE, "workloads/status")}
+KUEUE_CLUSTER = {("get", KUEUE, "admissionchecks"), ("list", KUEUE, "admissionchecks")}
+KUEUE_CLUSTER |= {("watch", KUEUE, "admissionchecks"), ("patch", KUEUE, "admissionchecks/status")}
+
+# Kueue v0.19's AdmissionCheck as its CRD validates it (config/components/crd/bases/
+# kueue.x-k8s.io_admissionchecks.yaml, from apis/kueue/v1beta2/admissioncheck_types.go): spec.controllerName
+# required, parameters optional with apiGroup, kind and name all required; metadata.name, as for every
+# object, a DNS-1123 subdomain. Unknown fields are refused here, where the API server would prune them.
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+KUEUE_ADMISSION_CHECK = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"enum": [f"{KUEUE}/v1beta2", f"{KUEUE}/v1beta1"]},
+        "kind": {"const": "AdmissionCheck"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "not": {"required": ["namespace"]},  # cluster-scoped
+            "properties": {
+                "name": {"type": "string", "maxLength": 253, "pattern": _SUBDOMAIN},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["controllerName"],
+            "additionalProperties": False,
+            "properties": {
+                "controllerName": {"type": "string", "minLength": 1},
+                "retryDelayMinutes": {"type": "integer"},
+                "parameters": {
+                    "type": "object",
+                    "required": ["apiGroup", "kind", "name"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "apiGroup": {"type": "string", "maxLength": 253, "pattern": _SUBDOMAIN},
+                        "kind": {"type": "string", "maxLength": 63, "pattern": "^[A-Za-z]([-A-Za-z0-9]*[A-Za-z0-9])?$"},
+                        "name": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def kueue_values(name: str) -> dict[str, Any]:
+    """The set's kueue values with the chart's defaults filled in."""
+    values = VALUE_SETS[name].get("kueue", {})
+    check = {"create": True, "name": DEFAULT_CHECK} | values.get("admissionCheck", {})
+    return {"enabled": bool(values.get("enabled")), "admissionCheck": check}
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """Kubernetes' IsDNS1123Subdomain, stated apart from the schema's regex: at most 253 characters, and
+    dot-separated parts that are each a DNS-1123 label's characters (no 63-character cap per part)."""
+    return 0 < len(name) <= 253 and all(DNS1123_LABEL.fullmatch(part) for part in name.split("."))
+
+
+# Names near and past the 253 limit, and short ones of every character that matters.
+_NAMES = st.one_of(
+    st.text(alphabet="az09-.A_ ", max_size=12),
+    st.builds(lambda n, tail: "a" * n + tail, st.integers(240, 260), st.sampled_from(["", "b", ".c", "-", "."])),
+)
+
+
+@given(_NAMES)
+@settings(max_examples=300, deadline=None)
+def test_values_schema_takes_an_admission_check_name_exactly_when_kubernetes_would(name: str):
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft7Validator(json.loads((CHART / "values.schema.json").read_text()))
+    values = {"kueue": {"enabled": True, "admissionCheck": {"create": True, "name": name}}}
+    errors = list(validator.iter_errors(values))
+    assert (errors == []) == is_dns_subdomain(name), [e.message for e in errors]
+    assert all(list(error.absolute_path) == ["kueue", "admissionCheck", "name"] for error in errors)
+
+
+def test_values_schema_types_the_kueue_keys():
+    """The AdmissionCheck's controllerName is the chart's, not a value; create is a boolean."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft7Validator(json.loads((CHART / "values.schema.json").read_text()))
+    assert list(validator.iter_errors({"kueue": {"enabled": True, "admissionCheck": {"create": False}}})) == []
+    for check in ({"controllerName": "someone-else/warm"}, {"create": "yes"}, {"name": 7}):
+        assert list(validator.iter_errors({"kueue": {"enabled": True, "admissionCheck": check}})), check
+
+
+@pytest.mark.slow
+def test_helm_refuses_an_admission_check_name_that_is_no_dns_subdomain(tmp_path: Path):
+    good = {"kueue": {"enabled": True, "admissionCheck": {"name": "team-a.warm"}}}
+    assert one(render(good, tmp_path), "AdmissionCheck")["metadata"]["name"] == "team-a.warm"
+    for bad in ("Compile_Warm", "", "a" * 254, "-warm"):
+        values = {"kueue": {"enabled": True, "admissionCheck": {"name": bad}}}
+        done = helm("template", "cc", values=values, tmp=tmp_path)
+        output = done.stdout + done.stderr
+        assert done.returncode != 0, f"helm template accepted the name {bad!r}"
+        assert "schema" in output and "/kueue/admissionCheck/name" in output, output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_kueue_rbac_is_granted_exactly_when_enabled(rendered, name: str):
+    """Workloads where the operator serves caches (the ClusterRole, or the watched namespaces' Roles),
+    AdmissionChecks cluster-wide (they are cluster-scoped); nothing of Kueue's when it is off."""
+    grants = grants_of(rendered[name], "cc-compilecache-operator", NAMESPACE)
+    found = {(namespace, rule) for namespace, rule in grants.rules() if rule[1] == KUEUE}
+    wanted: set[tuple[str | None, tuple[str, str, str]]] = set()
+    if kueue_values(name)["enabled"]:
+        namespaces: list[str | None] = list(VALUE_SETS[name].get("watchNamespaces") or [None])
+        wanted = {(None, rule) for rule in KUEUE_CLUSTER}
+        wanted |= {(namespace, rule) for namespace in namespaces for rule in KUEUE_NAMESPACED}
+    assert found == wanted
+    assert not {rule[0] for _, rule in found} & {"create", "update", "delete", "deletecollection"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_the_operator_runs_the_admission_check_controller_exactly_when_enabled(rendered, name: str):
+    assert env_of(rendered[name])["COMPILECACHE_KUEUE"] == ("true" if kueue_values(name)["enabled"] else "false")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_the_admission_check_is_rendered_when_enabled_and_created_and_validates(rendered, name: str):
+    jsonschema = pytest.importorskip("jsonschema")
+    objects = rendered[name]
+    rendered_checks = only(objects, "AdmissionCheck")
+    kueue = kueue_values(name)
+    if not (kueue["enabled"] and kueue["admissionCheck"]["create"]):
+        assert rendered_checks == []
+        return
+    [check] = rendered_checks
+    jsonschema.validate(check, KUEUE_ADMISSION_CHECK)
+    assert check["apiVersion"] == f"{KUEUE}/v1beta2"
+    assert check["metadata"]["name"] == kueue["admissionCheck"]["name"]
+    assert check["spec"] == {"controllerName": checks.CONTROLLER_NAME}  # no parameters: the cache is in the pod sets
+    assert check["metadata"]["labels"] == one(objects, "ClusterRole")["metadata"]["labels"]
+    # The schema above can fail: what Kueue's CRD refuses, it refuses.
+    refused = [
+        {**check, "spec": {}},
+        {**check, "spec": {"controllerName": checks.CONTROLLER_NAME, "parameters": {"kind": "X", "name": "y"}}},
+        {**check, "metadata": {"name": "Warm_Check"}},
+        {**check, "metadata": {"name": "warm", "namespace": NAMESPACE}},
+    ]
+    for body in refused:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(body, KUEUE_ADMISSION_CHECK)
+
+
+@pytest.mark.slow
+def test_notes_say_how_a_cluster_queue_lists_the_check(tmp_path: Path):
+    values = {"kueue": {"enabled": True, "admissionCheck": {"name": "gpu-warm"}}}
+    done = helm("install", "cc", "--namespace", NAMESPACE, "--dry-run=client", values=values, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "spec.admissionChecksStrategy.admissionChecks: [{name: gpu-warm}]" in notes
+    assert "spec.admissionChecks: [gpu-warm]" in notes and 'created "gpu-warm"' in notes
+    own = {"kueue": {"enabled": True, "admissionCheck": {"create": False, "name": "gpu-warm"}}}
+    done = helm("install", "cc", "--namespace", NAMESPACE, "--dry-run=client", values=own, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "[{name: gpu-warm}]" in notes and "created" not in notes
+    off = helm("install", "cc", "--namespace", NAMESPACE, "--dry-run=client", values={}, tmp=tmp_path)
+    assert "Kueue" not in off.stdout.split("NOTES:", 1)[1]
+
+
+# The AdmissionCheck controller registers its handlers once per process (handlers.serve_admission_checks),
+# so its session runs `compilecache operator` as the chart's Deployment does, in a process of its own.
+def _kueue_session(tmp: Path, argv: list[str], namespace: str, prepare: Any) -> set[ApiCall]:
+    """The calls of the operator with COMPILECACHE_KUEUE=true while it activates our AdmissionCheck and
+    lets through a Workload whose pods opt into no existing cache (its check goes Ready at once)."""
+    workloads = "kueue.x-k8s.io/v1beta2/workloads"
+    with running_emulator(tmp, _add_resources(KubeEmulator())) as runner:
+        kubeconfig = tmp / "kubeconfig"
+        write_kubeconfig(kubeconfig, runner.url)
+        kube = KubeClient(runner)
+        prepare(kube)
+        env = os.environ | {
+            "KUBECONFIG": str(kubeconfig),
+            "COMPILECACHE_KUEUE": "true",
+            "COMPILECACHE_METRICS_PORT": "0",
+        }
+        command = [str(Path(sys.executable).parent / "compilecache"), "operator", *argv]
+        log = tmp / "operator.log"
+        with log.open("w") as out, subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT) as operator:
+            try:
+                check = {"metadata": {"name": DEFAULT_CHECK}, "spec": {"controllerName": checks.CONTROLLER_NAME}}
+                kube.create("kueue.x-k8s.io/v1beta2/admissionchecks", check)
+                kube.wait_for(
+                    lambda: (kube.get("kueue.x-k8s.io/v1beta2/admissionchecks", DEFAULT_CHECK) or {})["status"],
+                    timeout=60,
+                )
+                pod_set = {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "metadata": {"labels": {"compilecache.dev/cache": "nowhere"}},
+                        "spec": {"containers": [{"name": "train", "image": "trainer:1"}]},
+                    },
+                }
+                body = {"metadata": {"name": "job-train"}, "spec": {"queueName": "training", "podSets": [pod_set]}}
+                kube.create(workloads, body, namespace)
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                reserved = {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": ""}
+                pending = {"name": DEFAULT_CHECK, "state": "Pending", "message": "", "lastTransitionTime": now}
+                status = {"conditions": [reserved | {"lastTransitionTime": now}], "admissionChecks": [pending]}
+                kube.patch(workloads, "job-train", {"status": status}, namespace, "status")
+                kube.wait_for(
+                    lambda: (
+                        kube.get(workloads, "job-train", namespace)["status"]["admissionChecks"][0]["state"] == "Ready"
+                    ),
+                    timeout=60,
+                )
+            finally:
+                operator.terminate()
+                operator.wait(timeout=30)
+        assert "Traceback" not in log.read_text(), log.read_text()
+
+        async def requests() -> list[Any]:
+            return list(runner.emulator)
+
+        return _calls_of(runner.call(requests))
+
+
+@pytest.fixture(scope="module")
+def recorded_kueue(tmp_path_factory: pytest.TempPathFactory, peering_name: str) -> dict[str, set[ApiCall]]:
+    """The AdmissionCheck controller's calls: in all namespaces (ClusterRole) and in one (Roles)."""
+
+    def cluster_peering(kube: KubeClient) -> None:
+        kube.create("kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": peering_name}})
+
+    def namespace_and_peering(kube: KubeClient) -> None:
+        kube.create(
+            "v1/namespaces", {"metadata": {"name": WATCHED, "labels": {"kubernetes.io/metadata.name": WATCHED}}}
+        )
+        kube.create("kopf.dev/v1/kopfpeerings", {"metadata": {"name": peering_name}}, WATCHED)
+
+    all_namespaces = [f"--peering={peering_name}", "-A"]
+    one_namespace = [f"--peering={peering_name}", f"--namespace={WATCHED}"]
+    return {
+        "kueue-all-namespaces": _kueue_session(
+            tmp_path_factory.mktemp("kueue-all"), all_namespaces, "default", cluster_peering
+        ),
+        "kueue": _kueue_session(tmp_path_factory.mktemp("kueue-one"), one_namespace, WATCHED, namespace_and_peering),
+    }
+
+
+# Kueue grants no recorded session uses, each with why it stays.
+KUEUE_NOT_RECORDED: dict[tuple[str, str, str], str] = {
+    ("get", KUEUE, "workloads"): "the shared design's grant (a read by name); the controller reads kopf's index",
+    ("get", KUEUE, "admissionchecks"): "the shared design's grant (a read by name); the controller reads kopf's index",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize("name", ["kueue-all-namespaces", "kueue"])
+def test_kueue_rbac_allows_every_call_of_the_admission_check_controller_and_nothing_unused(
+    recorded_kueue, rendered, name: str
+):
+    calls = recorded_kueue[name]
+    used = {call.rule for call in calls}
+    assert {rule for rule in used if rule[1] == KUEUE} <= KUEUE_NAMESPACED | KUEUE_CLUSTER
+    assert {("patch", KUEUE, "workloads/status"), ("patch", KUEUE, "admissionchecks/status")} <= used
+    grants = grants_of(rendered[name], "cc-compilecache-operator", NAMESPACE)
+    assert sorted(str(call) for call in calls if not grants.allows(call)) == []
+    granted = {rule for _, rule in grants.rules() if rule[1] == KUEUE}
+    assert sorted(granted - used - set(KUEUE_NOT_RECORDED)) == []

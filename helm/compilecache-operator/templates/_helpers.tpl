@@ -136,11 +136,17 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
   resources: [provisioningrequests]
   verbs: [list, create, delete]
 {{- if .Values.kueue.enabled }}
-# Kueue's Workload of a warm-up or expiry Job that waits in a queue (spec.warmup.queue): listed by the
-# Job's uid at each pass while the Job is suspended, so the pool says why it is not admitted yet.
+# Kueue's Workloads: of a warm-up or expiry Job that waits in a queue (spec.warmup.queue), listed by
+# the Job's uid at each pass while the Job is suspended, so the pool says why it is not admitted yet;
+# of training Jobs, listed and watched by kopf for the AdmissionCheck controller (get: a read by name),
+# which patches only a Workload's status: a JSON patch that tests, then replaces, its own check's entry
+# in status.admissionChecks. Never the spec, nor create or delete: Kueue owns admission.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [list]
+  verbs: [get, list, watch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
 {{- end }}
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
