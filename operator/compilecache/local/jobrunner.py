@@ -33,8 +33,9 @@ against kube-apiserver:
   pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does; before
   that, it answers the ProvisioningRequests (``provisioning.py``): their conditions, their nodes;
 * **Kueue** (``kueue.py``, only where some ClusterQueue exists) makes a Workload for each Job that names
-  a LocalQueue, reserves quota for it, reads its admission checks, and unsuspends the Job once it is
-  admitted, as Kueue's controllers do;
+  a LocalQueue, reserves quota for it, reads its admission checks (and whether each is ``Active``), and
+  unsuspends the Job once it is admitted, its template given the checks' ``podSetUpdates``, as Kueue's
+  controllers do;
 * the **cloud** reclaims a node (``reclaim``, or a pool's ``reclaimAfterSeconds``) as a spot
   termination does: its pods get ``DisruptionTarget`` and end ``Failed``, and the Node goes;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
