@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compilecache.local import jobrunner, kueue
+from compilecache.local.apiserver import merge_patch
 
 NOW = "2026-01-01T00:00:00Z"
 GPU = "nvidia.com/gpu"
@@ -37,9 +38,19 @@ def cluster_queue(gpus: str = "8", checks: list[str] | None = None, **extra: Any
     return {"metadata": {"name": "cq"}, "spec": spec}
 
 
-def queues(cq: dict[str, Any] | None = None) -> kueue.Queues:
+def admission_check(name: str, active: bool = True) -> dict[str, Any]:
+    """An AdmissionCheck; ``active``: its controller has written ``Active=True``."""
+    conditions = [{"type": "Active", "status": "True", "reason": "Active"}] if active else []
+    return {"metadata": {"name": name}, "spec": {"controllerName": "x/y"}, "status": {"conditions": conditions}}
+
+
+def queues(cq: dict[str, Any] | None = None, checks: dict[str, dict[str, Any]] | None = None) -> kueue.Queues:
+    """The queues; ``checks`` by name, by default an active one for each check the ClusterQueue lists."""
+    cq = cq or cluster_queue()
     local = {("ns", "q"): {"metadata": {"name": "q", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}}
-    return kueue.Queues(local=local, cluster={"cq": cq or cluster_queue()})
+    if checks is None:
+        checks = {name: admission_check(name) for name in kueue.check_names(cq)}
+    return kueue.Queues(local=local, cluster={"cq": cq}, checks=checks)
 
 
 def workload(name: str, gpus: int = 8, priority: int = 0, created: str = NOW, queue: str = "q") -> dict[str, Any]:
@@ -245,3 +256,190 @@ def test_a_suspended_job_has_no_start_time_nor_deadline_and_loses_its_pods() -> 
     verdict = jobrunner.job_verdict(queued, [pod], now)
     assert verdict["status"]["startTime"] is None and "conditions" not in verdict["status"]
     assert verdict["kill"] == ["j-abc"] and verdict["create"] == []
+
+
+def test_a_cluster_queue_with_a_missing_or_inactive_check_admits_nothing_until_all_are_active() -> None:
+    cq = cluster_queue(checks=["warm-cache", "capacity", "zeta"])
+    checks = {"warm-cache": admission_check("warm-cache", active=False), "capacity": admission_check("capacity")}
+    assert kueue.inactive_reason(cq, checks) == (
+        "AdmissionCheckNotFound",
+        "Can't admit new workloads: references missing AdmissionCheck(s): zeta, "
+        "references inactive AdmissionCheck(s): warm-cache.",
+    )
+    (w,) = apply([workload("w")], queues(cq, checks))
+    assert reserved(w) == ("False", "Inadmissible", "ClusterQueue cq is inactive")
+    status = kueue.cluster_queue_status(cq, checks, NOW)
+    assert status is not None
+    active = kueue.condition(status["conditions"], "Active")
+    assert active is not None and (active["status"], active["reason"]) == ("False", "AdmissionCheckNotFound")
+
+    checks["zeta"] = admission_check("zeta")
+    assert kueue.inactive_reason(cq, checks) == (
+        "AdmissionCheckInactive",
+        "Can't admit new workloads: references inactive AdmissionCheck(s): warm-cache.",
+    )
+    checks["warm-cache"] = admission_check("warm-cache")  # its controller says Active
+    assert kueue.inactive_reason(cq, checks) is None
+    (w,) = apply([w], queues(cq, checks))
+    assert reserved(w)[0] == "True"
+    status = kueue.cluster_queue_status({**cq, "status": status}, checks, NOW)
+    assert status is not None
+    active = kueue.condition(status["conditions"], "Active")
+    assert active is not None and (active["status"], active["reason"], active["message"]) == (
+        "True",
+        "Ready",
+        "Can admit new workloads",
+    )
+    assert kueue.cluster_queue_status({**cq, "status": status}, checks, NOW) is None  # nothing to write again
+    # A check that goes inactive stops new admissions only: a Workload holding quota keeps it.
+    checks["warm-cache"] = admission_check("warm-cache", active=False)
+    held, waiting = apply([w, workload("v", created="2026-01-01T00:00:01Z")], queues(cq, checks))
+    assert kueue.holds_quota(held) and reserved(waiting) == ("False", "Inadmissible", "ClusterQueue cq is inactive")
+
+
+def admitted_with(updates: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """An admitted Workload whose checks (name, podSetUpdate for ``main``) are all Ready."""
+    cq = cluster_queue(checks=[name for name, _ in updates])
+    (w,) = apply([workload("w")], queues(cq))
+    w["status"]["admissionChecks"] = [
+        {"name": name, "state": "Ready", "podSetUpdates": [{"name": "main", **update}]} for name, update in updates
+    ]
+    (w,) = apply([w], queues(cq))
+    assert kueue.is_true(w, "Admitted")
+    return w
+
+
+def test_start_merges_the_checks_pod_set_updates_into_the_template_and_stop_restores_it() -> None:
+    queued = job(suspend=True)
+    queued["spec"]["template"]["metadata"] = {"labels": {"app": "train", "job-name": "warm"}}
+    queued["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    w = kueue.workload_for(queued, {})  # the Workload keeps the template as the Job was made
+    update = {
+        "annotations": {"compilecache.dev/released": "Ready 2026-01-01T00:00:00Z"},
+        "labels": {"app": "train", "tier": "gold"},  # the same value as the template's: no conflict
+        "nodeSelector": {"pool": "h100"},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}, {"key": "spot", "operator": "Exists"}],
+    }
+    w = {**w, **{k: v for k, v in admitted_with([("warm-cache", update)]).items() if k == "status"}}
+    started = merge_patch(queued, kueue.start_patch(queued, w))
+    template = started["spec"]["template"]
+    assert started["spec"]["suspend"] is False
+    assert template["metadata"]["annotations"] == {"compilecache.dev/released": "Ready 2026-01-01T00:00:00Z"}
+    assert template["metadata"]["labels"] == {
+        "app": "train",
+        "job-name": "warm",
+        "tier": "gold",
+        kueue.PODSET_LABEL: "main",
+    }
+    assert template["spec"]["nodeSelector"] == {"pool": "h100"}
+    assert template["spec"]["tolerations"] == [
+        {"key": "gpu", "operator": "Exists"},
+        {"key": "spot", "operator": "Exists"},
+    ]
+    assert template["spec"]["containers"] == queued["spec"]["template"]["spec"]["containers"]
+    # Evicted (a Retry, a lost reservation): suspended, and the template is the Workload's again.
+    stopped = merge_patch(started, kueue.stop_patch(started, w))
+    assert stopped["spec"]["suspend"] is True
+    assert stopped["spec"]["template"]["metadata"]["labels"] == {"app": "train", "job-name": "warm"}
+    assert not stopped["spec"]["template"]["metadata"].get("annotations")
+    assert not stopped["spec"]["template"]["spec"].get("nodeSelector")
+    assert stopped["spec"]["template"]["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+
+
+def test_an_update_that_conflicts_fails_the_start_for_good_with_kueues_error() -> None:
+    queued = job(suspend=True)
+    queued["spec"]["template"]["metadata"] = {"annotations": {"compilecache.dev/released": "mine"}}
+    w = admitted_with([("warm-cache", {"annotations": {"compilecache.dev/released": "Ready now"}})])
+    try:
+        kueue.start_patch(queued, w)
+    except kueue.CannotStart as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a conflicting podSetUpdate started the Job")
+    assert message == (
+        "invalid admission check PodSetUpdate: conflict for annotations: "
+        "conflict for key=compilecache.dev/released, value1=mine, value2=Ready now"
+    )
+    status = kueue.failed_to_start_status(w, message, NOW)
+    finished = kueue.condition(status["conditions"], "Finished")
+    assert finished is not None and (finished["status"], finished["reason"]) == ("True", "FailedToStart")
+    failed = {**w, "status": status}
+    assert not kueue.holds_quota(failed) and kueue.job_action(queued, failed) is None  # quota freed, Job left
+    # Two checks that disagree: the later one is named.
+    w = admitted_with([("a", {"labels": {"k": "1"}}), ("b", {"labels": {"k": "2"}})])
+    try:
+        kueue.admitted_info(w)
+    except kueue.CannotStart as exc:
+        assert str(exc) == (
+            'in admission check "b": invalid admission check PodSetUpdate: conflict for labels: '
+            "conflict for key=k, value1=1, value2=2"
+        )
+    else:
+        raise AssertionError("two checks' conflicting updates were merged")
+
+
+KEYS = st.sampled_from(["a", "b", "c", "compilecache.dev/released"])
+VALUES = st.sampled_from(["x", "y"])
+MAPS = st.dictionaries(KEYS, VALUES, max_size=4)
+TOLERATIONS = st.lists(st.fixed_dictionaries({"key": KEYS, "operator": st.just("Exists")}), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(MAPS, MAPS, MAPS, TOLERATIONS, MAPS, MAPS, MAPS, TOLERATIONS)
+def test_pod_set_updates_are_additive_only_and_a_stop_restores_the_template_exactly(
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    selector: dict[str, str],
+    tolerations: list[dict[str, str]],
+    new_labels: dict[str, str],
+    new_annotations: dict[str, str],
+    new_selector: dict[str, str],
+    new_tolerations: list[dict[str, str]],
+) -> None:
+    queued = job(suspend=True)
+    queued["spec"]["template"]["metadata"] = {"labels": labels, "annotations": annotations}
+    queued["spec"]["template"]["spec"] |= {"nodeSelector": selector, "tolerations": tolerations}
+    w = kueue.workload_for(queued, {})
+    update = {
+        "labels": new_labels,
+        "annotations": new_annotations,
+        "nodeSelector": new_selector,
+        "tolerations": new_tolerations,
+    }
+    w["status"] = admitted_with([("warm-cache", update)])["status"]
+    pairs = [
+        (annotations, new_annotations),
+        ({**labels}, {**new_labels, kueue.PODSET_LABEL: "main"}),
+        (selector, new_selector),
+    ]
+    clashes = [(old, new) for old, new in pairs if any(k in new and new[k] != v for k, v in old.items())]
+    try:
+        started = merge_patch(queued, kueue.start_patch(queued, w))
+    except kueue.CannotStart as exc:
+        assert clashes, f"no conflict, yet: {exc}"
+        key, first, second = re.fullmatch(r".*key=(.*), value1=(.*), value2=(.*)", str(exc)).groups()  # type: ignore[union-attr]
+        assert any(old.get(key) == first and new.get(key) == second != first for old, new in clashes)
+        return
+    assert not clashes
+    template = started["spec"]["template"]
+    # Every update lands, and nothing the template had is overwritten.
+    for before, update_map, after in (
+        (labels, new_labels, template["metadata"].get("labels") or {}),
+        (annotations, new_annotations, template["metadata"].get("annotations") or {}),
+        (selector, new_selector, template["spec"].get("nodeSelector") or {}),
+    ):
+        assert after.items() >= before.items() and after.items() >= update_map.items()
+    assert template["metadata"]["labels"][kueue.PODSET_LABEL] == "main"
+    merged = template["spec"].get("tolerations") or []
+    assert merged[: len(tolerations)] == tolerations and all(t in merged for t in new_tolerations)
+    # A stop puts the template back as the Job was made.
+    stopped = merge_patch(started, kueue.stop_patch(started, w))
+    for path in (
+        ("metadata", "labels"),
+        ("metadata", "annotations"),
+        ("spec", "nodeSelector"),
+        ("spec", "tolerations"),
+    ):
+        got = stopped["spec"]["template"][path[0]].get(path[1])
+        want = queued["spec"]["template"][path[0]].get(path[1])
+        assert (got or None) == (want or None), path

@@ -33,8 +33,9 @@ against kube-apiserver:
   pod so in an Event (``TriggeredScaleUp``/``NotTriggerScaleUp``), as Cluster Autoscaler does; before
   that, it answers the ProvisioningRequests (``provisioning.py``): their conditions, their nodes;
 * **Kueue** (``kueue.py``, only where some ClusterQueue exists) makes a Workload for each Job that names
-  a LocalQueue, reserves quota for it, reads its admission checks, and unsuspends the Job once it is
-  admitted, as Kueue's controllers do;
+  a LocalQueue, reserves quota for it, reads its admission checks (and whether each is ``Active``), and
+  unsuspends the Job once it is admitted, its template given the checks' ``podSetUpdates``, as Kueue's
+  controllers do;
 * the **cloud** reclaims a node (``reclaim``, or a pool's ``reclaimAfterSeconds``) as a spot
   termination does: its pods get ``DisruptionTarget`` and end ``Failed``, and the Node goes;
 * the **kubelet** runs the pod's init containers in order, then its containers, each as a
@@ -572,7 +573,9 @@ class Controllers:
             if workload is not None:
                 workloads[_key(workload)] = owned[meta["uid"]] = workload
         local = {_key(queue): queue for queue in self.client.list(kueue.LOCAL_QUEUES)}
-        queues = kueue.Queues(local=local, cluster={cq["metadata"]["name"]: cq for cq in cluster_queues})
+        checks = self._sync_cluster_queues(cluster_queues, stamp)
+        cluster = {cq["metadata"]["name"]: cq for cq in cluster_queues}
+        queues = kueue.Queues(local=local, cluster=cluster, checks=checks)
         for key, status in kueue.schedule(list(workloads.values()), queues, stamp).items():
             workload = self._set_workload_status(workloads[key], status)
             if kueue.is_rejected(workload):  # Kueue deactivates a Workload a check rejected
@@ -580,12 +583,33 @@ class Controllers:
             workloads[key] = workload
         owned = kueue.by_uid(workloads.values())
         for job in jobs:
-            if is_finished(job):
+            workload = owned.get(job["metadata"]["uid"])
+            if is_finished(job) or workload is None or (action := kueue.job_action(job, workload)) is None:
                 continue
-            action = kueue.job_action(job, owned.get(job["metadata"]["uid"]))
-            if action is not None:
-                meta = job["metadata"]
-                self.client.patch(JOBS, meta["name"], {"spec": {"suspend": action == "suspend"}}, meta["namespace"])
+            meta = job["metadata"]
+            try:
+                body = kueue.start_patch(job, workload) if action == "unsuspend" else kueue.stop_patch(job, workload)
+            except kueue.CannotStart as exc:  # Kueue gives up on the Job: its Workload finishes, the Job stays
+                self._set_workload_status(workload, kueue.failed_to_start_status(workload, str(exc), stamp))
+                continue
+            self.client.patch(JOBS, meta["name"], body, meta["namespace"])
+
+    def _sync_cluster_queues(
+        self, cluster_queues: Sequence[Mapping[str, Any]], stamp: str
+    ) -> dict[str, Mapping[str, Any]]:
+        """Each ClusterQueue's ``Active`` condition, from its AdmissionChecks; answers the checks by name."""
+        named = any(kueue.check_names(cq) for cq in cluster_queues)
+        listed = self.client.list(kueue.ADMISSION_CHECKS) if named else []
+        checks: dict[str, Mapping[str, Any]] = {check["metadata"]["name"]: check for check in listed}
+        for cq in cluster_queues:
+            if (status := kueue.cluster_queue_status(cq, checks, stamp)) is not None:
+                name = cq["metadata"]["name"]
+                try:
+                    self.client.patch(kueue.CLUSTER_QUEUES, name, {"status": status}, subresource="status")
+                except KubeError as exc:
+                    if exc.status != 404:  # deleted meanwhile: nothing to write
+                        raise
+        return checks
 
     def _set_workload_status(self, workload: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
         old = workload.get("status") or {}

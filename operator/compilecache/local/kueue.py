@@ -27,15 +27,24 @@ What it stands for, and how each part is known to be Kueue's (its docs' concepts
   ``Ready``; ``Retry`` gives the quota back and the checks start again at ``Pending``; ``Rejected``
   deactivates the Workload (``spec.active: false``, ``Evicted``, reason ``InactiveWorkload``). The
   checks' controller (here, the operator) writes their states; this only reads them;
+* a ClusterQueue whose admission checks are missing, or not ``Active`` (the condition each check's
+  controller keeps ``True``), is **inactive** and admits nothing: ``Active=False`` in its status with
+  Kueue's reason and message, its pending Workloads ``Inadmissible`` (``ClusterQueue <name> is
+  inactive``): :func:`inactive_reason`, :func:`cluster_queue_status`;
 * the Job reconciler **unsuspends** a Job whose Workload is admitted, and **finishes** the Workload
-  (``Finished=True``) of a finished Job, which frees its quota: :func:`job_action`.
+  (``Finished=True``) of a finished Job, which frees its quota: :func:`job_action`. Unsuspending, it
+  merges every check's ``podSetUpdates`` into the Job's pod template, additive only (a key already set
+  to another value fails the start for good: the Workload finishes, ``FailedToStart``); suspending, it
+  restores the template the Workload was made from: :func:`start_patch`, :func:`stop_patch`.
 
 Not simulated: cohorts, borrowing, preemption, ``waitForPodsReady``, partial admission, fair sharing,
-topology-aware scheduling, flavors beyond quota (no node selectors or tolerations are injected), more
-than one flavor per resource as a choice (their quotas are summed), LimitRanges and pod overhead,
-``manageJobsWithoutQueueName``, the LocalQueue and ClusterQueue status counters, ``StrictFIFO``'s
-head-of-line blocking (every queue is served as ``BestEffortFIFO``: a Workload that does not fit does
-not hold back smaller ones behind it).
+topology-aware scheduling, flavors beyond quota (no node selectors or tolerations are injected, missing
+ResourceFlavors do not make a ClusterQueue inactive), more than one flavor per resource as a choice
+(their quotas are summed), LimitRanges and pod overhead, ``manageJobsWithoutQueueName``, stopped queues
+(``stopPolicy``), the LocalQueue and ClusterQueue status counters, ``StrictFIFO``'s head-of-line blocking
+(every queue is served as ``BestEffortFIFO``: a Workload that does not fit does not hold back smaller
+ones behind it), the Workload webhook's checks of ``podSetUpdates`` (a pod set name the Workload lacks,
+invalid label or annotation keys: the local API server stores any status).
 """
 
 from __future__ import annotations
@@ -59,6 +68,16 @@ ADMISSION_CHECKS = f"{API_VERSION}/admissionchecks"
 PRIORITY_CLASSES = f"{API_VERSION}/workloadpriorityclasses"
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PODSET_LABEL = "kueue.x-k8s.io/podset"  # constants.PodSetLabel: set on the template at start, gone at stop
+# The batch/v1 Job controller's own template labels: Kueue keeps them when it restores a template
+# (jobs/job ``ManagedLabels``, ``RestorePodSetsInfo``).
+JOB_MANAGED_LABELS = (
+    "job-name",
+    "controller-uid",
+    "batch.kubernetes.io/job-name",
+    "batch.kubernetes.io/controller-uid",
+)
+FAILED_TO_START = "FailedToStart"  # jobframework.FailedToStartFinishedReason
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 MAIN = "main"  # kueue.DefaultPodSetName: a batch/v1 Job has one pod set
@@ -285,10 +304,57 @@ def set_condition(
 
 @dataclass
 class Queues:
-    """What the scheduler reads besides the Workloads: LocalQueues by (namespace, name), ClusterQueues by name."""
+    """What the scheduler reads besides the Workloads: LocalQueues by (namespace, name), ClusterQueues and
+    AdmissionChecks by name."""
 
     local: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     cluster: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    checks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def inactive_reason(
+    cluster_queue: Mapping[str, Any], checks: Mapping[str, Mapping[str, Any]]
+) -> tuple[str, str] | None:
+    """Why a ClusterQueue admits nothing, as Kueue's ``Active=False`` says it (reason, message); ``None``: active.
+
+    Kueue's cache (``clusterQueue.updateWithAdmissionChecks``, ``inactiveReason``) finds the checks the
+    queue lists that do not exist, then those whose ``Active`` condition is not ``True`` (an
+    AdmissionCheck is active only once its controller says so), each list sorted and joined by commas; the
+    reason is the first that applies, the message all of them: ``Can't admit new workloads: references
+    missing AdmissionCheck(s): a,b, references inactive AdmissionCheck(s): c.``
+    """
+    names = check_names(cluster_queue)
+    missing = sorted(name for name in names if name not in checks)
+    inactive = sorted(name for name in names if name in checks and not is_true(checks[name], "Active"))
+    reasons: list[str] = []
+    messages: list[str] = []
+    if missing:
+        reasons.append("AdmissionCheckNotFound")
+        messages.append(f"references missing AdmissionCheck(s): {','.join(missing)}")
+    if inactive:
+        reasons.append("AdmissionCheckInactive")
+        messages.append(f"references inactive AdmissionCheck(s): {','.join(inactive)}")
+    if not reasons:
+        return None
+    return reasons[0], f"Can't admit new workloads: {', '.join(messages)}."
+
+
+def cluster_queue_status(
+    cluster_queue: Mapping[str, Any], checks: Mapping[str, Mapping[str, Any]], now: str
+) -> dict[str, Any] | None:
+    """The ClusterQueue's status with its ``Active`` condition as Kueue writes it; ``None``: unchanged.
+
+    Active: reason ``Ready``, ``Can admit new workloads`` (``inactiveReason``'s words).
+    """
+    why = inactive_reason(cluster_queue, checks)
+    status, (reason, message) = ("True", ("Ready", "Can admit new workloads")) if why is None else ("False", why)
+    old = dict(cluster_queue.get("status") or {})
+    generation = int((cluster_queue.get("metadata") or {}).get("generation") or 1)
+    new = {
+        **old,
+        "conditions": set_condition(old.get("conditions") or [], "Active", status, reason, message, now, generation),
+    }
+    return None if new == old else new
 
 
 def _order(workload: Mapping[str, Any]) -> tuple[int, str, str]:
@@ -351,6 +417,10 @@ def schedule(workloads: Sequence[Mapping[str, Any]], queues: Queues, now: str) -
             new = _pending_status(workload, "Inadmissible", f"LocalQueue {queue} doesn't exist", now)
         elif (cq_name := str((local.get("spec") or {}).get("clusterQueue") or "")) not in queues.cluster:
             new = _pending_status(workload, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist", now)
+        elif inactive_reason(queues.cluster[cq_name], queues.checks) is not None:
+            # The workload controller's words for a Workload without quota whose ClusterQueue is inactive; one
+            # already holding quota keeps it (Kueue stops nothing running when a check goes inactive).
+            new = _pending_status(workload, "Inadmissible", f"ClusterQueue {cq_name} is inactive", now)
         else:
             cluster_queue = queues.cluster[cq_name]
             why = fit(workload_requests(workload), quotas(cluster_queue), used.get(cq_name, {}))
@@ -451,7 +521,10 @@ def is_rejected(workload: Mapping[str, Any]) -> bool:
 
 
 def job_action(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
-    """What Kueue's Job reconciler does to ``job`` now (pure): ``"unsuspend"``, ``"suspend"`` or ``None``."""
+    """What Kueue's Job reconciler does to ``job`` now (pure): ``"unsuspend"``, ``"suspend"`` or ``None``.
+
+    The writes that do it: :func:`start_patch` and :func:`stop_patch`.
+    """
     suspended = bool((job.get("spec") or {}).get("suspend"))
     if workload is None:
         return None
@@ -461,6 +534,195 @@ def job_action(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> st
     if not suspended and not admitted and not is_true(workload, "Finished"):
         return "suspend"  # evicted, or not yet admitted: Kueue stops the Job (its pods go)
     return None
+
+
+class CannotStart(ValueError):
+    """Kueue cannot start the Job, for good (``podset.IsPermanent``): the message is Kueue's error."""
+
+
+@dataclass(frozen=True)
+class PodSetInfo:
+    """What Kueue writes into a pod template at start and restores at stop (``podset.PodSetInfo``)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    scheduling_gates: Sequence[Mapping[str, Any]] = ()
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def info_from_update(update: Mapping[str, Any]) -> PodSetInfo:
+    """A check's ``podSetUpdates[]`` entry as Kueue reads it (``podset.FromUpdate``)."""
+    return PodSetInfo(
+        labels=_strings(update.get("labels")),
+        annotations=_strings(update.get("annotations")),
+        node_selector=_strings(update.get("nodeSelector")),
+        tolerations=_items(update.get("tolerations")),
+    )
+
+
+def info_from_template(template: Mapping[str, Any]) -> PodSetInfo:
+    """A pod template's part that Kueue may change (``podset.FromPodSet``)."""
+    meta, spec = template.get("metadata") or {}, template.get("spec") or {}
+    return PodSetInfo(
+        labels=_strings(meta.get("labels")),
+        annotations=_strings(meta.get("annotations")),
+        node_selector=_strings(spec.get("nodeSelector")),
+        tolerations=_items(spec.get("tolerations")),
+        scheduling_gates=_items(spec.get("schedulingGates")),
+    )
+
+
+def merge_info(first: PodSetInfo, then: PodSetInfo) -> PodSetInfo:
+    """``then`` added to ``first``, additive only (``PodSetInfo.Merge``); :class:`CannotStart` on a conflict.
+
+    A key both set to different values is a conflict, checked annotations, labels, then nodeSelector
+    (``utilmaps.HaveConflict``; Kueue names whichever conflicting key Go's map order gives first, this the
+    first in sorted order); nothing is overwritten. Tolerations and scheduling gates are appended unless
+    already there.
+    """
+    for name, old, new in (
+        ("annotations", first.annotations, then.annotations),
+        ("labels", first.labels, then.labels),
+        ("nodeSelector", first.node_selector, then.node_selector),
+    ):
+        clash = next((key for key in sorted(old) if key in new and old[key] != new[key]), None)
+        if clash is not None:
+            raise CannotStart(
+                f"invalid admission check PodSetUpdate: conflict for {name}: "
+                f"conflict for key={clash}, value1={old[clash]}, value2={new[clash]}"
+            )
+    return PodSetInfo(
+        labels={**then.labels, **first.labels},
+        annotations={**then.annotations, **first.annotations},
+        node_selector={**then.node_selector, **first.node_selector},
+        tolerations=[*first.tolerations, *(t for t in then.tolerations if t not in first.tolerations)],
+        scheduling_gates=[
+            *first.scheduling_gates,
+            *(g for g in then.scheduling_gates if g not in first.scheduling_gates),
+        ],
+    )
+
+
+def admitted_info(workload: Mapping[str, Any]) -> PodSetInfo:
+    """What Kueue puts into a batch/v1 Job's template at start (``getPodSetsInfoFromStatus``).
+
+    The ``kueue.x-k8s.io/podset`` label, then each check's ``podSetUpdates`` for the pod set, in the order
+    of ``status.admissionChecks`` (the first update of a check naming the pod set counts). A conflict
+    between two checks names the later one: ``in admission check "<name>": ...``.
+    """
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    if len(assignments) != 1:  # a Job has one pod set; Kueue's words, its arguments swapped as in its source
+        raise CannotStart(f"invalid podset infos: expecting {len(assignments)} podset, got 1")
+    name = str(assignments[0].get("name") or MAIN)
+    info = PodSetInfo(labels={PODSET_LABEL: name})
+    for check in (workload.get("status") or {}).get("admissionChecks") or []:
+        update = next((u for u in _items(check.get("podSetUpdates")) if u.get("name") == name), None)
+        if update is not None:
+            try:
+                info = merge_info(info, info_from_update(update))
+            except CannotStart as exc:
+                raise CannotStart(f'in admission check "{check.get("name")}": {exc}') from None
+    return info
+
+
+def _template_patch(template: Mapping[str, Any], info: PodSetInfo) -> dict[str, Any]:
+    """A merge patch that makes ``template`` carry exactly ``info`` (a key it drops is written ``null``)."""
+    old = info_from_template(template)
+
+    def mapping(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str | None] | None:
+        if dict(before) == dict(after):
+            return None
+        return {**{key: None for key in before if key not in after}, **after}
+
+    def listing(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> list[Any] | None:
+        return None if list(before) == list(after) else [dict(item) for item in after]
+
+    meta = {
+        key: value
+        for key, value in (
+            ("labels", mapping(old.labels, info.labels)),
+            ("annotations", mapping(old.annotations, info.annotations)),
+        )
+        if value is not None
+    }
+    spec = {
+        key: value
+        for key, value in (
+            ("nodeSelector", mapping(old.node_selector, info.node_selector)),
+            ("tolerations", listing(old.tolerations, info.tolerations)),
+            ("schedulingGates", listing(old.scheduling_gates, info.scheduling_gates)),
+        )
+        if value is not None
+    }
+    return {**({"metadata": meta} if meta else {}), **({"spec": spec} if spec else {})}
+
+
+def start_patch(job: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that starts an admitted ``job``: unsuspended, its template merged with :func:`admitted_info`.
+
+    Kueue's ``startJob`` → batch/v1 ``Job.RunWithPodSetsInfo`` → ``podset.Merge``: the template's own
+    values come first, so an update that sets a key the template has to another value fails
+    (:class:`CannotStart`; Kueue then finishes the Workload, reason ``FailedToStart``). One write, as
+    Kueue's: the Job API lets a template's labels, annotations, nodeSelector and tolerations change only
+    while the Job is suspended and never started (KEP-2926), which it is until this very patch.
+    """
+    template = (job.get("spec") or {}).get("template") or {}
+    merged = merge_info(info_from_template(template), admitted_info(workload))
+    body: dict[str, Any] = {"suspend": False}
+    if changes := _template_patch(template, merged):
+        body["template"] = changes
+    return {"spec": body}
+
+
+def stop_patch(job: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that stops ``job``: suspended, its template back to the Workload's pod set.
+
+    Kueue's ``Job.Stop`` with ``RestorePodSetsInfo`` (``podset.RestorePodSpec``) from the Workload's
+    ``spec.podSets`` (``GetPodSetsInfoFromWorkload``), keeping the Job controller's own labels. Kueue
+    writes it in three steps (suspend with the ``kueue.x-k8s.io/stopping`` annotation, clear
+    ``status.startTime``, restore) because of the Job API's rule above; the local API server does not
+    check that rule, and its Job controller clears ``startTime`` of a suspended Job itself, so one patch.
+    """
+    template = (job.get("spec") or {}).get("template") or {}
+    pod_sets = (workload.get("spec") or {}).get("podSets") or []
+    body: dict[str, Any] = {"suspend": True}
+    if pod_sets:
+        original = info_from_template(pod_sets[0].get("template") or {})
+        current = info_from_template(template).labels
+        kept = {key: current[key] for key in JOB_MANAGED_LABELS if key in current}
+        restored = PodSetInfo(
+            labels={**original.labels, **kept},
+            annotations=original.annotations,
+            node_selector=original.node_selector,
+            tolerations=original.tolerations,
+            scheduling_gates=original.scheduling_gates,
+        )
+        if changes := _template_patch(template, restored):
+            body["template"] = changes
+    return {"spec": body}
+
+
+def failed_to_start_status(workload: Mapping[str, Any], message: str, now: str) -> dict[str, Any]:
+    """The Workload's status once its Job cannot start for good: ``Finished=True``, ``FailedToStart``, Kueue's error.
+
+    The reconciler's answer to a permanent ``startJob`` error (``podset.IsPermanent``: "no point to
+    retry"); finished, the Workload frees its quota and the Job stays suspended.
+    """
+    generation = int(workload["metadata"].get("generation") or 1)
+    status = dict(workload.get("status") or {})
+    status["conditions"] = set_condition(
+        status.get("conditions") or [], "Finished", "True", FAILED_TO_START, message, now, generation
+    )
+    return status
 
 
 def finished_status(workload: Mapping[str, Any], job: Mapping[str, Any], now: str) -> dict[str, Any] | None:
