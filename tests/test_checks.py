@@ -75,7 +75,8 @@ def workload(
                     "status": "True" if reserved else "False",
                     "reason": "QuotaReserved" if reserved else "Pending",
                     "message": "",
-                    "lastTransitionTime": stamp(60),
+                    # Reserved before the check turned Pending (as after an eviction's reset): the check's time counts.
+                    "lastTransitionTime": stamp(3600),
                 }
             ],
             "admissionChecks": checks_
@@ -136,6 +137,22 @@ def test_past_gate_timeout_the_check_turns_ready_anyway_counted_from_when_it_tur
     decision = decide_first(old, [warming])
     assert decision.reason == gates.GATE_TIMEOUT
     assert "was not Ready within gateTimeout (600s)" in decision.entry["message"]  # type: ignore[index]
+
+
+def test_gate_timeout_counts_from_the_quota_reservation_not_from_when_kueue_listed_the_check() -> None:
+    # Kueue lists a ClusterQueue's checks Pending as soon as it knows the Workload's ClusterQueue, before any
+    # quota (workload_controller.go: reconcileSyncAdmissionChecks runs ahead of the QuotaReserved test;
+    # syncAdmissionCheckConditions stamps a new check with the clock), and a check still Pending keeps its
+    # time through an eviction (resetChecksOnEviction skips it). A Workload that queued for two hours must
+    # not find its gateTimeout spent the moment it gets its quota.
+    warming = with_phase(cache(consumers={"gateTimeout": "10m"}), "Warming")
+    queued_long = workload(
+        checks_=[{"name": "compilecache-warm", "state": "Pending", "message": "", "lastTransitionTime": stamp(7200)}]
+    )
+    queued_long["status"]["conditions"][0]["lastTransitionTime"] = stamp(60)  # quota reserved a minute ago
+    assert decide_first(queued_long, [warming]).reason is None
+    queued_long["status"]["conditions"][0]["lastTransitionTime"] = stamp(600)
+    assert decide_first(queued_long, [warming]).reason == gates.GATE_TIMEOUT
 
 
 def test_the_policy_caps_the_gate_timeout_of_a_workload_as_of_a_pod() -> None:

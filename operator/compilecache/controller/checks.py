@@ -13,9 +13,9 @@ the models). The operator is the controller of the AdmissionChecks whose ``spec.
 * for a Workload whose check is ``Pending`` (with its quota reserved), it finds the cache each pod set
   opts into, by the pod template's labels as the webhook reads a pod's (``admission.choose_cache``), and
   sets the check ``Ready`` when the gate would release the pod (``gates.reason_to_release``: the cache is
-  Ready, Degraded, settled Failed, gone, its gate off, or ``gateTimeout`` passed since the check turned
-  ``Pending``); a Workload whose pods use no cache goes at once. Meanwhile the check's message says what
-  it waits for;
+  Ready, Degraded, settled Failed, gone, its gate off, or ``gateTimeout`` passed since the Workload got its
+  quota with the check ``Pending``: :func:`waiting_since`); a Workload whose pods use no cache goes at once.
+  Meanwhile the check's message says what it waits for;
 * the Ready check carries ``podSetUpdates``: the annotation ``compilecache.dev/released`` on each pod set
   that uses a cache. Kueue applies them to the Job's pod template as it starts the Job (its jobframework's
   ``RunWithPodSetsInfo``; "modifications should be additive only", so a pod set already carrying the key
@@ -122,6 +122,27 @@ def pending(workload: Obj, ours: Iterable[str]) -> list[tuple[int, Obj]]:
     ]
 
 
+def waiting_since(workload: Obj, check: Obj) -> str | None:
+    """When the Workload began to wait for our check: the later of the check's turn to ``Pending`` and the
+    quota's reservation (``None``: neither can be read, so it cannot be timed, as a pod without a creation time).
+
+    Kueue lists a ClusterQueue's checks ``Pending`` as soon as it knows the Workload's ClusterQueue, long
+    before quota while it queues (its workload controller runs ``reconcileSyncAdmissionChecks`` ahead of any
+    quota test, and ``syncAdmissionCheckConditions`` stamps a new check with the clock), and a check still
+    ``Pending`` keeps its time through an eviction (``resetChecksOnEviction`` skips it). Counted from the
+    check alone, a Workload that queued longer than ``gateTimeout`` would go the moment it got its quota.
+    """
+    reserved: Obj = next(
+        (c for c in (workload.get("status") or {}).get("conditions") or () if c.get("type") == "QuotaReserved"), {}
+    )
+    times = [
+        (parsed, raw)
+        for raw in (check.get("lastTransitionTime"), reserved.get("lastTransitionTime"))
+        if (parsed := gates.parse_time(raw)) is not None
+    ]
+    return max(times)[1] if times else None
+
+
 def pod_sets(workload: Obj) -> list[Obj]:
     """The Workload's pod sets (at most :data:`MAX_POD_SETS`)."""
     return list((workload.get("spec") or {}).get("podSets") or ())[:MAX_POD_SETS]
@@ -176,8 +197,9 @@ def decide(
     """The state our ``Pending`` check ``check`` (at ``index``) should have now, given the namespace's caches.
 
     The gate's rule decides, for a pod of each pod set that uses a cache (``gates.reason_to_release``),
-    with the time the check turned ``Pending`` standing for the pod's creation: the check is ``Ready`` when
-    every such pod would be released. ``gateTimeout`` is cut to ``policy``'s cap, as for gated pods.
+    with the time the Workload began to wait for us (:func:`waiting_since`) standing for the pod's creation:
+    the check is ``Ready`` when every such pod would be released. ``gateTimeout`` is cut to ``policy``'s cap,
+    as for gated pods.
     """
     by_name = {str(c["metadata"]["name"]): c for c in caches}
     chosen = caches_of(workload, caches)
@@ -188,7 +210,7 @@ def decide(
         held = {
             "metadata": {
                 "labels": {LABEL_CACHE: name or "(missing)"},
-                "creationTimestamp": check.get("lastTransitionTime"),
+                "creationTimestamp": waiting_since(workload, check),
             },
             "spec": {"schedulingGates": [{"name": admission.GATE}]},
         }

@@ -97,7 +97,7 @@ def reason_to_release(
         return CACHE_FAILED
     if not consumers.gate:
         return GATE_DISABLED
-    created = _parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
     if created is None or (now - created).total_seconds() >= consumers.gate_timeout_seconds:
         return GATE_TIMEOUT  # a pod without a creation time cannot be timed: never hold it
     return None
@@ -209,7 +209,7 @@ def _timeout_message(name: str, consumers: Consumers | None) -> str:
     )
 
 
-def _parse_time(value: Any) -> datetime.datetime | None:
+def parse_time(value: Any) -> datetime.datetime | None:
     if not isinstance(value, str):
         return None
     try:
