@@ -395,6 +395,48 @@ def test_a_workload_gone_before_the_write_is_left_alone(kube_env: Any) -> None:
     assert checks.sync(client, NS, [gone], [with_phase(cache(), "Ready")], OURS, now=NOW, policy=OPEN_POLICY) == {}
 
 
+def test_a_failed_write_from_a_workload_event_is_retried_where_no_cache_pass_would(
+    kube_env: Any,
+    looping: Any,  # noqa: F811  (the fixture imported above)
+) -> None:
+    # A namespace with no CompileCache has no pass to decide again: the Workload's own event is the only
+    # one (Kueue writes the Workload no more while the check is Pending, and kopf does not retry event
+    # handlers). One refused write there (an API server restarting: 503) must not leave it holding its
+    # quota for ever.
+    import asyncio
+    import concurrent.futures
+    import time
+
+    import faultproxy
+    from compilecache.local.server import write_kubeconfig
+    from conftest import SESSION_KUBECONFIG
+
+    loop, _ = looping
+    stored = create_workload(kube_env, workload(("main", {"app": "train"})))  # its pods use no cache
+    name = stored["metadata"]["name"]
+    workers = concurrent.futures.ThreadPoolExecutor(2)
+    with faultproxy.running(kube_env.url) as proxy:
+        proxy.reset({1: 503})  # the first write, the check's, is refused
+        write_kubeconfig(SESSION_KUBECONFIG, proxy.url)
+        client = Client.from_environment()
+        memo = kopf.Memo(client=client, workers=workers, policy=OPEN_POLICY)
+        served = {(indexes.OUR_CHECKS, None, None): [{"name": "compilecache-warm"}]}
+        event = handlers.workload_changed(type=None, body=stored, namespace=NS, memo=memo, admission_check_index=served)
+        asyncio.run_coroutine_threadsafe(event, loop).result(timeout=10)
+        deadline = time.monotonic() + 30
+        state = "Pending"
+        while time.monotonic() < deadline:
+            read = kube_env.get(WORKLOADS.api_version + "/workloads", name, NS)
+            state = read["status"]["admissionChecks"][0]["state"]
+            if state == "Ready":
+                break
+            time.sleep(0.2)
+        client.close()
+        workers.shutdown(cancel_futures=True)
+        assert state == "Ready", f"the check is still {state} after its write was refused once: {proxy.writes}"
+        assert len(proxy.writes) == 2, proxy.writes
+
+
 # --- the webhook, the index, the registration -----------------------------------------------------------
 
 

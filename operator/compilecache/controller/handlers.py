@@ -621,10 +621,24 @@ async def workload_changed(
     ours = frozenset(str(entry["name"]) for entry in served)
     workload = indexes.slim_workload(body)
     if checks.pending(workload, ours):
-        _submit(memo, _check_workload, memo, namespace, workload, ours)
+        _submit(memo, _check_workload, memo, asyncio.get_running_loop(), namespace, workload, ours)
 
 
-def _check_workload(memo: kopf.Memo, namespace: str, workload: Mapping[str, Any], ours: frozenset[str]) -> None:
+def _check_workload(
+    memo: kopf.Memo,
+    loop: asyncio.AbstractEventLoop,
+    namespace: str,
+    workload: Mapping[str, Any],
+    ours: frozenset[str],
+    failures: int = 0,
+) -> None:
+    """Decide one Workload's check; after an API error, again after ``retry_delay``.
+
+    kopf does not retry event handlers, and where the namespace has no CompileCache no pass decides
+    again: without the retry one refused call leaves the Workload holding its quota for ever. The retry
+    may decide on a stale copy: its write tests the entry it read, so it fails (422) once another write
+    came first, and ends (a Workload deleted meanwhile: 404).
+    """
     try:
         caches = memo.client.list(COMPILECACHES, namespace)
         checks.sync(
@@ -638,7 +652,15 @@ def _check_workload(memo: kopf.Memo, namespace: str, workload: Mapping[str, Any]
         )
     except ApiError as exc:
         name = (workload.get("metadata") or {}).get("name")
-        logger.error("Setting the admission check of Workload %s/%s failed, will retry: %s", namespace, name, exc)
+        if exc.reason == kube.STOPPING:
+            return
+        delay = retry_delay(failures + 1)
+        logger.error(
+            "Setting the admission check of Workload %s/%s failed, retrying in %gs: %s", namespace, name, delay, exc
+        )
+        retry = (memo, _check_workload, memo, loop, namespace, workload, ours, failures + 1)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the operator is stopping
+            loop.call_soon_threadsafe(loop.call_later, delay, _submit, *retry)
 
 
 def _without_finalizers(operator: kopf.OperatorRegistry) -> None:
