@@ -22,8 +22,9 @@ What it stands for, and how each part is known to be Kueue's (its docs' concepts
   queue does not cover it); a missing LocalQueue or ClusterQueue makes it ``Inadmissible``
   (``LocalQueue <name> doesn't exist``, the workload controller's words): :func:`schedule`;
 * **admission checks** (the ClusterQueue's ``spec.admissionChecks``, or v1beta2's
-  ``admissionChecksStrategy.admissionChecks[].name``): once quota is reserved each check is listed
-  ``Pending`` in ``status.admissionChecks``; the Workload is ``Admitted`` only when every check is
+  ``admissionChecksStrategy.admissionChecks[].name``): each check is listed ``Pending`` in
+  ``status.admissionChecks`` as soon as the Workload waits in a ClusterQueue, before its quota is reserved,
+  and keeps its state and time until it changes (``_with_checks``); the Workload is ``Admitted`` only when every check is
   ``Ready``; ``Retry`` gives the quota back and the checks start again at ``Pending``; ``Rejected``
   deactivates the Workload (``spec.active: false``, ``Evicted``, reason ``InactiveWorkload``). The
   checks' controller (here, the operator) writes their states; this only reads them;
@@ -426,6 +427,7 @@ def schedule(workloads: Sequence[Mapping[str, Any]], queues: Queues, now: str) -
             why = fit(workload_requests(workload), quotas(cluster_queue), used.get(cq_name, {}))
             if why is not None:
                 new = _pending_status(workload, "Pending", why, now)
+                new = _with_checks(new, check_names(cluster_queue), now)
             else:
                 new = _reserve(workload, cq_name, cluster_queue, now)
                 for resource, amount in usage(workload).items():
@@ -457,13 +459,29 @@ def _reserve(workload: Mapping[str, Any], cq_name: str, cluster_queue: Mapping[s
     status["conditions"] = set_condition(
         status.get("conditions") or [], "QuotaReserved", "True", "QuotaReserved", message, now, generation
     )
-    status["admissionChecks"] = [
-        {"name": name, "state": "Pending", "message": "", "lastTransitionTime": now}
-        for name in check_names(cluster_queue)
-    ]
-    if not status["admissionChecks"]:
-        del status["admissionChecks"]
+    status = _with_checks(status, check_names(cluster_queue), now)
     return _checks_pass({**workload, "status": status}, now) or status
+
+
+def _with_checks(status: Mapping[str, Any], names: Sequence[str], now: str) -> dict[str, Any]:
+    """``status`` with ``admissionChecks`` listing the ClusterQueue's checks: an entry already there stays as it
+    is (its state and its time), a missing one is added ``Pending`` now, one the queue no longer lists goes.
+
+    Kueue's workload controller does this for a Workload whose ClusterQueue it knows, whether or not its quota
+    is reserved yet (``reconcileSyncAdmissionChecks``, run before the quota is looked at, and
+    ``workload.SyncAdmittedCondition``'s ``syncAdmissionCheckConditions``: a new check is stamped with the
+    time it was added); so a check can be ``Pending`` long before the Workload holds quota.
+    """
+    new = dict(status)
+    old = {str(c.get("name")): dict(c) for c in status.get("admissionChecks") or []}
+    checks = [
+        old.get(name) or {"name": name, "state": "Pending", "message": "", "lastTransitionTime": now} for name in names
+    ]
+    if checks:
+        new["admissionChecks"] = checks
+    else:
+        new.pop("admissionChecks", None)
+    return new
 
 
 def _checks_pass(workload: Mapping[str, Any], now: str) -> dict[str, Any] | None:
