@@ -167,7 +167,8 @@ def _with_trainer(pod: Obj, trainer: Any) -> Obj:
             extra = trainer.get("env")
             if isinstance(extra, list):
                 names = {item.get("name") for item in extra if isinstance(item, Mapping)}
-                own = container.get("env") if isinstance(container.get("env"), list) else []
+                own = container.get("env")
+                own = own if isinstance(own, list) else []
                 kept = [item for item in own if not (isinstance(item, Mapping) and item.get("name") in names)]
                 container["env"] = [*kept, *extra]
         merged.append(container)
