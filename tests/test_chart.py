@@ -41,7 +41,7 @@ from chartrender import (
     render,
     wildcards,
 )
-from compilecache.controller import checks, expiryjob, plan, policy, webhook
+from compilecache.controller import checks, expiryjob, plan, policy, template, webhook
 from compilecache.controller.admission import selector_matches
 from compilecache.controller.api import parse_cache
 from compilecache.controller.snapshot import Cache, Snapshot
@@ -870,6 +870,9 @@ def test_rbac_has_no_wildcards_and_binds_the_deployments_service_account(rendere
 # --- RBAC derived from a recorded session of the real operator ---------------------------------------
 
 
+TRAINER = "trainer.kubeflow.org"  # Kubeflow Trainer's group (controller/template.py)
+
+
 def _add_resources(emulator: KubeEmulator) -> KubeEmulator:
     """What a real cluster with the chart installed also serves: CRDs (kopf's peerings are in RESOURCES)."""
     verbs = {"create", "delete", "get", "list", "patch", "update", "watch"}
@@ -878,6 +881,13 @@ def _add_resources(emulator: KubeEmulator) -> KubeEmulator:
             kind="CustomResourceDefinition", namespaced=False
         ),
         "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),  # multi-host warm-ups
+        # Kubeflow Trainer's kinds (a TrainJob a templateRef names, and its runtimes): the scenario makes
+        # some, so the pass reads the runtime after the TrainJob (the other workload kinds answer 404).
+        f"{TRAINER}/v1alpha1/trainjobs": kmock.ResourceInfo(kind="TrainJob", namespaced=True),
+        f"{TRAINER}/v1alpha1/trainingruntimes": kmock.ResourceInfo(kind="TrainingRuntime", namespaced=True),
+        f"{TRAINER}/v1alpha1/clustertrainingruntimes": kmock.ResourceInfo(
+            kind="ClusterTrainingRuntime", namespaced=False
+        ),
     }
     for resource, info in extra.items():
         info.verbs = set(verbs)
@@ -1053,13 +1063,18 @@ def _provisioning_scenario(kube: KubeClient, namespace: str) -> None:
 
 
 def _template_scenario(kube: KubeClient, namespace: str) -> None:
-    """Caches whose warm-ups take training's pod template by reference: a PodTemplate from the index, a Job
-    or a JobSet read (get) by name."""
-    for kind in ("PodTemplate", "Job", "JobSet"):
+    """Caches whose warm-ups take training's pod template by reference: a PodTemplate from the index, each
+    workload kind read (get) by name, and two TrainJobs with their runtimes, a namespaced TrainingRuntime and
+    a ClusterTrainingRuntime, read after them (no runtime exists: the cache fails naming it, after the read)."""
+    for name, runtime in (("tj-ns", "TrainingRuntime"), ("tj-cluster", "ClusterTrainingRuntime")):
+        job = {"metadata": {"name": name}, "spec": {"runtimeRef": {"name": "torch", "kind": runtime}}}
+        kube.create(f"{TRAINER}/v1alpha1/trainjobs", job, namespace)
+    refs = [(kind, "training") for kind in template.KINDS if kind != "TrainJob"]
+    for kind, ref in [*refs, ("TrainJob", "tj-ns"), ("TrainJob", "tj-cluster")]:
         spec = cache_spec()
-        spec["warmup"]["podTemplate"] = {"templateRef": {"kind": kind, "name": "training"}}
-        spec["storage"] = {"pvc": {"claimName": f"{kind.lower()}-cache", "create": {"size": "1Gi"}}}
-        name = f"tpl-{kind.lower()}"
+        spec["warmup"]["podTemplate"] = {"templateRef": {"kind": kind, "name": ref}}
+        spec["storage"] = {"pvc": {"claimName": f"{kind.lower()}-{ref}-cache", "create": {"size": "1Gi"}}}
+        name = f"tpl-{kind.lower()}-{ref}"
         kube.create(CC, {"metadata": {"name": name}, "spec": spec}, namespace)
         kube.wait_for(lambda name=name: (kube.get(CC, name, namespace) or {}).get("status", {}).get("phase"))
         kube.delete(CC, name, namespace)
@@ -1144,6 +1159,12 @@ def test_recorded_session_covers_what_the_operator_does(recorded):
         ("watch", "", "podtemplates"),
         ("get", "batch", "jobs"),
         ("get", "jobset.x-k8s.io", "jobsets"),
+        ("get", "leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("get", TRAINER, "trainjobs"),
+        ("get", TRAINER, "trainingruntimes"),
+        ("get", TRAINER, "clustertrainingruntimes"),
+        ("get", "kubeflow.org", "pytorchjobs"),
+        ("get", "ray.io", "rayjobs"),
         ("patch", "batch", "jobs"),
         ("create", "", "podtemplates"),
         ("delete", "", "podtemplates"),

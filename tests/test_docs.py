@@ -40,6 +40,16 @@ NOT_REASONS = frozenset(
         "Event",
         "JobSet",
         "PodTemplate",
+        # The workload kinds a templateRef may name (controller/template.py), a TrainJob's runtimes,
+        # and a PyTorchJob's replica types.
+        "LeaderWorkerSet",
+        "TrainJob",
+        "TrainingRuntime",
+        "ClusterTrainingRuntime",
+        "PyTorchJob",
+        "RayJob",
+        "Master",
+        "Worker",
         "Exists",
         "Ignore",  # a podFailurePolicy rule's action
         "FailureTarget",

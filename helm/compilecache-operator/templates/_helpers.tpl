@@ -122,8 +122,7 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
   resources: [jobs]
   verbs: [get, list, watch, create, delete, patch]
 # Training's pod template that spec.warmup.podTemplate.templateRef names (a PodTemplate, a Job above,
-# or a JobSet): PodTemplates are watched into an index (and read by name after a 409), a JobSet read
-# by name at each pass of a cache that names one.
+# or a workload kind below): PodTemplates are watched into an index (and read by name after a 409).
 # With spec.warmup.provisioningRequest, each warm-up Job's pod template is also made a PodTemplate (what
 # its ProvisioningRequest points at), deleted with the request once the Job has finished.
 - apiGroups: [""]
@@ -148,8 +147,23 @@ against the API emulator (tests/test_chart.py derives them), or is on the test's
   resources: [workloads/status]
   verbs: [patch]
 {{- end }}
+# The workload kinds a templateRef may name besides those above, each read (get) by name at each pass
+# of a cache that names one; a TrainJob's namespaced TrainingRuntime too (a ClusterTrainingRuntime is
+# cluster-scoped: in the ClusterRole).
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
+  verbs: [get]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get]
+- apiGroups: [trainer.kubeflow.org]
+  resources: [trainjobs, trainingruntimes]
+  verbs: [get]
+- apiGroups: [kubeflow.org]
+  resources: [pytorchjobs]
+  verbs: [get]
+- apiGroups: [ray.io]
+  resources: [rayjobs]
   verbs: [get]
 # The cache's claim: watched into an index (read by name after a 409), and created when
 # spec.storage.pvc.create asks for it.

@@ -1518,17 +1518,24 @@ class Workload(Model):
 
 
 class TemplateRef(Model):
-    """A PodTemplate, Job or JobSet in the cache's namespace whose pod template the warm-up takes, read at
-    every pass. Until it exists the cache is Pending (reason TemplateNotFound).
+    """An object of a training workload kind in the cache's namespace whose pod template the warm-up takes,
+    read at every pass. Until it exists the cache is Pending (reason TemplateNotFound).
     """
 
-    kind: Literal["PodTemplate", "Job", "JobSet"] = Field(
-        description="PodTemplate, Job or JobSet (jobset.x-k8s.io).",
+    kind: Literal["PodTemplate", "Job", "JobSet", "LeaderWorkerSet", "TrainJob", "PyTorchJob", "RayJob"] = Field(
+        description=(
+            "PodTemplate, Job, JobSet (jobset.x-k8s.io), LeaderWorkerSet (leaderworkerset.x-k8s.io), "
+            "TrainJob (trainer.kubeflow.org, with its training runtime), PyTorchJob (kubeflow.org) or "
+            "RayJob (ray.io)."
+        ),
         json_schema_extra={
             **doc(
-                "`PodTemplate`, `Job`, `JobSet`, required",
+                "`PodTemplate`, `Job`, `JobSet`, `LeaderWorkerSet`, `TrainJob`, `PyTorchJob`, `RayJob`, required",
                 "",
-                ("the kind of the object in the cache's namespace that holds training's pod template"),
+                (
+                    "the kind of the object in the cache's namespace that holds training's pod template "
+                    "(where each kind keeps it: see below)"
+                ),
             ),
         },
     )
@@ -1581,9 +1588,9 @@ class PodTemplate(Model):
     templateRef: TemplateRef | None = Field(
         default=None,
         description=(
-            "A PodTemplate, Job or JobSet in the cache's namespace whose pod template the "
-            "warm-up takes, read at every pass. Until it exists the cache is Pending (reason "
-            "TemplateNotFound)."
+            "A PodTemplate, Job, JobSet, LeaderWorkerSet, TrainJob, PyTorchJob or RayJob in the "
+            "cache's namespace whose pod template the warm-up takes, read at every pass. Until it "
+            "exists the cache is Pending (reason TemplateNotFound)."
         ),
     )
     container: str | None = Field(

@@ -191,7 +191,8 @@ class JaxOptions:
 TEMPLATE_VOLUME_TYPES = frozenset(
     {"persistentVolumeClaim", "configMap", "secret", "emptyDir", "projected", "downwardAPI", "csi", "ephemeral"}
 )
-TEMPLATE_KINDS = ("PodTemplate", "Job", "JobSet")  # what ``podTemplate.templateRef`` may name
+# What ``podTemplate.templateRef`` may name: the model's enum (one definition; template.py says where each keeps it).
+TEMPLATE_KINDS: tuple[str, ...] = typing.get_args(model.TemplateRef.model_fields["kind"].annotation)
 # The warm-up pod's own volumes (jobs.py): a template's volume of the same name is refused, not renamed.
 OPERATOR_VOLUMES = frozenset({"tmp", "cache"})
 

@@ -19,9 +19,10 @@ Readers. :class:`IndexedReader` answers a pass's questions (the ``snapshot.Reade
 from these indexes. kopf mutates them in its event loop, and passes run on worker threads;
 so a worker never iterates them itself: each question is asked of the loop
 (``loop.call_soon_threadsafe``) and answered with a copy. Two reads still reach the API. A
-template that is a Job or JobSet (a GET by name, no scan): indexing every Job's pod spec and every
-JobSet in the cluster, to serve the rare cache that names one, would cost more memory than the
-point read costs the API server. And the pods of a finished Job while memory still shows one of
+template of a workload kind, a Job, JobSet, LeaderWorkerSet, TrainJob (and its runtime), PyTorchJob
+or RayJob (a GET by name, no scan): indexing every Job's pod spec and every object of those kinds in
+the cluster, to serve the rare cache that names one, would cost more memory than the point read
+costs the API server. And the pods of a finished Job while memory still shows one of
 them running: Jobs and pods come by separate watches, and the Job's end may come first.
 
 Staleness. kopf keeps an index entry until it sees the object's DELETED event. When a watch
@@ -336,7 +337,7 @@ class IndexedReader:
     ) -> None:
         self._indexes = indexes
         self._loop = loop
-        self._client = client  # for a template that is a Job or a JobSet (see the module's docstring)
+        self._client = client  # for a template of a workload kind: a Job, a JobSet, ... (the module's docstring)
         self._forgotten: OrderedDict[str, None] = OrderedDict() if forgotten is None else forgotten
 
     def forget(self, uids: Iterable[str]) -> None:
@@ -430,10 +431,10 @@ class IndexedReader:
         return next(iter(self._entries(self._indexes.claims, (CLAIM, namespace, name))), None)
 
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """The object a ``templateRef`` names, or ``None``: a PodTemplate from memory, a Job or JobSet by a GET."""
+        """The object a ``templateRef`` names, or ``None``: a PodTemplate from memory, the workload kinds by a GET."""
         if ref.kind == "PodTemplate":
             return next(iter(self._entries(self._indexes.pod_templates, (POD_TEMPLATE, namespace, ref.name))), None)
-        return self._client.get(template.resource_of(ref), ref.name, namespace)
+        return snapshot.read_template(self._client, namespace, ref)
 
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
         """The Events about a pod that waits for a node, from the API (``snapshot.pod_events``: not watched)."""
@@ -494,7 +495,7 @@ class Audit:
         return found
 
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """As :meth:`IndexedReader.template`, recorded for a PodTemplate (a Job or JobSet is read from the API)."""
+        """As :meth:`IndexedReader.template`, recorded for a PodTemplate (the workload kinds are read from the API)."""
         found = self.memory.template(namespace, ref)
         if ref.kind == "PodTemplate":
             self._record("template", (namespace, ref), () if found is None else (found,))

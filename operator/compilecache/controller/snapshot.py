@@ -112,7 +112,8 @@ class Snapshot:
     created: frozenset[str] = frozenset()  # objects this pass created (or found created: 409)
     rejected: Mapping[str, str] = field(default_factory=dict)  # objects the API refused: key → its message
     policy: Policy = DEFAULT  # the operator's policy (read at start-up): what this cache may make it run
-    # The object spec.warmup.podTemplate.templateRef names, if it exists (template.resolve reads it).
+    # The object spec.warmup.podTemplate.templateRef names, if it exists (template.resolve reads it);
+    # a TrainJob with its runtime under template.RUNTIME (read_template).
     template: Obj | None = None
     # The Events on the pods that wait for a node (one per Job), by pod uid: what an autoscaler said.
     events: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
@@ -181,8 +182,8 @@ class ApiReader:
         return self.client.get(PVCS, name, namespace)
 
     def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """The object a ``templateRef`` names, or ``None``."""
-        return self.client.get(template.resource_of(ref), ref.name, namespace)
+        """The object a ``templateRef`` names, or ``None`` (:func:`read_template`)."""
+        return read_template(self.client, namespace, ref)
 
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
         """The Events about a pod (``podstate.EVENTS_READ_MAX`` at most), by the uid they name."""
@@ -195,6 +196,17 @@ class ApiReader:
     def workloads(self, namespace: str | None, job: Obj) -> tuple[Obj, ...]:
         """The Kueue Workload of a queued Job (``queueing.py``), by the label Kueue puts on it."""
         return workloads(self.client, namespace, job)
+
+
+def read_template(client: Client, namespace: str | None, ref: TemplateRef) -> Obj | None:
+    """The object a ``templateRef`` names, by a GET, or ``None``; a TrainJob joined with its runtime
+    (``template.join``: a second GET, of the runtime its ``spec.runtimeRef`` names, where its pods' template is)."""
+    obj = client.get(template.resource_of(ref), ref.name, namespace)
+    runtime = template.runtime_of(ref, obj) if obj is not None else None
+    if obj is None or runtime is None:
+        return obj
+    resource, name = runtime
+    return template.join(obj, client.get(resource, name, namespace))
 
 
 def workloads(client: Client, namespace: str | None, job: Obj) -> tuple[Obj, ...]:
