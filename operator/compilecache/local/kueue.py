@@ -24,8 +24,8 @@ What it stands for, and how each part is known to be Kueue's (its docs' concepts
 * **admission checks** (the ClusterQueue's ``spec.admissionChecks``, or v1beta2's
   ``admissionChecksStrategy.admissionChecks[].name``): each check is listed ``Pending`` in
   ``status.admissionChecks`` as soon as the Workload waits in a ClusterQueue, before its quota is reserved,
-  and keeps its state and time until it changes (``_with_checks``); the Workload is ``Admitted`` only when every check is
-  ``Ready``; ``Retry`` gives the quota back and the checks start again at ``Pending``; ``Rejected``
+  and keeps its state and time until it changes (``_with_checks``); the Workload is ``Admitted`` only
+  when every check is ``Ready``; ``Retry`` gives the quota back and the checks start again at ``Pending``; ``Rejected``
   deactivates the Workload (``spec.active: false``, ``Evicted``, reason ``InactiveWorkload``). The
   checks' controller (here, the operator) writes their states; this only reads them;
 * a ClusterQueue whose admission checks are missing, or not ``Active`` (the condition each check's
