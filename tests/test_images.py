@@ -35,7 +35,7 @@ def hadolint(path: Path) -> list[dict[str, object]]:
 
 
 def test_every_image_exists():
-    assert [path.parent.name for path in DOCKERFILES] == ["operator", "warmer", "warmer-torch"]
+    assert [path.parent.name for path in DOCKERFILES] == ["operator", "runtime", "warmer", "warmer-torch"]
 
 
 @pytest.mark.slow

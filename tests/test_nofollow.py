@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -193,3 +194,28 @@ def test_the_primitives_refuse_links_and_unlink_only_the_link(tmp_path: Path) ->
     assert nofollow.remove_tree(tmp_path, "real") and not nofollow.remove_tree(tmp_path, "real")
     assert nofollow.is_link(tmp_path, "dirlink") and nofollow.is_link(tmp_path, "dirlink/anything")
     assert not nofollow.is_link(tmp_path, "missing/x")
+
+
+def test_remove_tree_unlinks_links_inside_and_reaches_below_the_recursion_limit(tmp_path: Path) -> None:
+    """Inside the tree a link is removed, never entered; a tree deeper than Python's recursion limit
+    goes whole (the walk is by descriptor with a stack: Python 3.10's rmtree has no ``dir_fd``)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"k")
+    root = tmp_path / "root"
+    deep = root / "tree"
+    deep.mkdir(parents=True)
+    (deep / "to-outside").symlink_to(outside)
+    (deep / "file-link").symlink_to(outside / "keep")
+    os.mkfifo(deep / "fifo")
+    fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(sys.getrecursionlimit() + 100):  # by descriptor: paths this long resolve slowly
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(os.open("leaf", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    os.close(fd)
+    assert nofollow.remove_tree(root, "tree")
+    assert not deep.exists() and os.listdir(root) == []
+    assert (outside / "keep").read_bytes() == b"k"

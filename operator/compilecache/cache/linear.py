@@ -12,14 +12,23 @@ features that need backtracking), as Go's RE2 in the API server does.
 ``*``, ``?``, ``[...]`` and ``[!...]``, case-sensitive, ``*`` also matching ``/``); both return a
 predicate that is true when the pattern matches the *whole* value (``re.fullmatch``). A pattern
 the crate cannot compile raises :class:`PatternError` with its reason.
+
+The injected runtime (``images/runtime``) runs ``expire`` on a training image's Python, where
+pydantic-core may be missing. There Python's ``re`` stands in: that process matches only the
+product's own fixed patterns (:mod:`compilecache.cache.units`) against flags the operator wrote
+from a spec it had matched with the linear engine, never a pattern or value of a user's.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
-from pydantic_core import SchemaError, SchemaValidator, core_schema
+try:
+    from pydantic_core import SchemaError, SchemaValidator, core_schema
+except ImportError:  # the injected runtime on a training image (see above)
+    SchemaValidator = None  # type: ignore[assignment,misc]
 
 Matcher = Callable[[str], bool]
 
@@ -33,6 +42,8 @@ def regex(pattern: str) -> Matcher:
     """A predicate: does ``pattern`` (Rust regex syntax, as RE2's) match the whole value?"""
     # \A and \z anchor the whole text whatever the pattern says; (?:...) keeps its alternatives inside.
     anchored = rf"\A(?:{pattern})\z"
+    if SchemaValidator is None:
+        return _backtracking(pattern)
     try:
         validator = SchemaValidator(core_schema.str_schema(pattern=anchored, regex_engine="rust-regex"))
     except SchemaError as exc:
@@ -40,6 +51,15 @@ def regex(pattern: str) -> Matcher:
         message = f"{pattern!r} is not a regular expression that can be matched in linear time: {reason}"
         raise PatternError(message) from None
     return validator.isinstance_python
+
+
+def _backtracking(pattern: str) -> Matcher:
+    # Only the runtime's fixed patterns come here (the module's docstring says why that is safe).
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise PatternError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return lambda value: compiled.fullmatch(value) is not None
 
 
 @functools.lru_cache(maxsize=512)

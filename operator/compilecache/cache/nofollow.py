@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,8 +126,7 @@ def remove_tree(root: Path, relative: str) -> bool:
     """Remove a directory and what is in it; ``False`` when it is gone.
 
     :class:`LinkError` if it or a parent is a link: nothing is removed then. Inside it,
-    ``shutil.rmtree`` with a ``dir_fd`` walks by descriptor and unlinks links without
-    following them (``shutil.rmtree.avoids_symlink_attacks`` on this platform).
+    :func:`_remove_at` walks by descriptor and unlinks links without following them.
     """
     parent, name = _split(relative)
     try:
@@ -138,11 +136,44 @@ def remove_tree(root: Path, relative: str) -> bool:
                 raise LinkError(relative)
             if not stat.S_ISDIR(mode):
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", relative)
-            # rmtree re-checks the top (lstat, then open and compare) before it descends.
-            shutil.rmtree(name, dir_fd=folder, ignore_errors=True)
+            _remove_at(folder, name)
             return True
     except FileNotFoundError:
         return False
+
+
+def _remove_at(folder: int, name: str) -> None:
+    """Remove ``name`` in the directory open as ``folder`` and all below it, as far as it can.
+
+    What ``shutil.rmtree(name, dir_fd=folder, ignore_errors=True)`` does from Python 3.11 on;
+    the warm-up also runs on a training image's Python 3.10, whose rmtree has no ``dir_fd``.
+    Each folder is opened with ``O_NOFOLLOW`` from its parent's descriptor, so a link (or a
+    folder swapped for one) is unlinked, never entered. A stack, not recursion: a workload's
+    scratch tree may be deeper than Python's recursion limit.
+    """
+    # (parent descriptor, name, its own descriptor or None before it is opened)
+    stack: list[tuple[int, str, int | None]] = [(folder, name, None)]
+    try:
+        while stack:
+            parent, child, fd = stack.pop()
+            if fd is not None:  # its contents are gone (or could not go): the folder itself
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.rmdir(child, dir_fd=parent)
+                continue
+            try:
+                fd = os.open(child, _DIR_FLAGS, dir_fd=parent)
+            except OSError:  # a file, a link (ELOOP/ENOTDIR) or gone
+                with contextlib.suppress(OSError):
+                    os.unlink(child, dir_fd=parent)
+                continue
+            stack.append((parent, child, fd))
+            with contextlib.suppress(OSError), os.scandir(fd) as entries:
+                stack += [(fd, entry.name, None) for entry in entries]
+    finally:
+        for _, _, fd in stack:
+            if fd is not None:
+                os.close(fd)
 
 
 def temporary_name(name: str) -> str:

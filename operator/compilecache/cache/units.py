@@ -18,8 +18,6 @@ import datetime
 import re
 from decimal import Decimal, InvalidOperation
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
 from compilecache.cache import linear
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -90,6 +88,10 @@ def check_cron(text: str) -> str:
     values (``60 * * * *``, ``0 3 * * 8``), zero steps (``*/0``), reversed ranges (``5-1``, which
     croniter silently accepts), names in the wrong field.
     """
+    # Here, not at the top: the expiry command imports this module on a training image's Python,
+    # which has no croniter (only the operator reads schedules).
+    from croniter import CroniterError, croniter
+
     stripped = text.strip() if isinstance(text, str) else ""
     fields = stripped.split()
     if len(fields) != 5 or not all(_IS_CRON_FIELD(field) for field in fields):
@@ -128,14 +130,16 @@ def cron_slot(text: str, now: datetime.datetime) -> datetime.datetime | None:
     restricted, a day matching either counts; day-of-week 7 is Sunday too. ``None`` if no
     time ever matches (e.g. ``0 0 30 2 *``).
     """
+    from croniter import CroniterBadDateError, croniter
+
     schedule = check_cron(text)
     # croniter's get_prev is strictly before its start: start a minute after now's minute.
-    start = now.astimezone(datetime.UTC).replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+    start = now.astimezone(datetime.timezone.utc).replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
     try:
         found = croniter(schedule, start).get_prev(datetime.datetime)
     except CroniterBadDateError:
         return None
-    return found.astimezone(datetime.UTC)
+    return found.astimezone(datetime.timezone.utc)
 
 
 def format_duration(seconds: float) -> str:

@@ -1,6 +1,8 @@
 """The ``compilecache`` command: one sub-command per module that owns it.
 
-Each sub-command module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+Each sub-command module exposes ``add_arguments(parser)`` and ``run(args) -> int``; a run imports
+only the module of the command it runs, because ``warm``, ``expire`` and ``env`` also run from the
+injected runtime on a training image's Python, where the operator's dependencies are absent.
 A module that sets ``PASSES_UNKNOWN_ARGS = True`` gets the arguments it does not
 declare in ``args.passthrough`` (``compilecache operator`` hands them to ``kopf run``).
 No module may import JAX or kopf at its top: every one is imported to build the parser.
@@ -13,7 +15,7 @@ import argparse
 import importlib
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from compilecache.cli.errors import EXIT_CODES_HELP, OneLineParser, guarded, warn_unread_env
@@ -101,8 +103,12 @@ def grouped_help() -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the top-level parser with every sub-command's own arguments."""
+def build_parser(loaded: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """Build the top-level parser with the own arguments of the sub-commands in ``loaded`` (all by default).
+
+    A sub-command left out is still listed but gets no arguments: its module is never imported.
+    """
+    chosen = set(COMMANDS if loaded is None else loaded)
     parser = OneLineParser(
         prog="compilecache",
         usage="compilecache [-h] [--version] COMMAND [FLAGS]",
@@ -116,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", required=True, help=argparse.SUPPRESS, prog="compilecache"
     )
     for name, command in COMMANDS.items():
-        module = importlib.import_module(command.module)
         subparser = subparsers.add_parser(name, help=command.help, description=command.help)
+        if name not in chosen:
+            continue
+        module = importlib.import_module(command.module)
         module.add_arguments(subparser)
         subparser.set_defaults(_module=module, _parser=subparser)
     return parser
@@ -125,8 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``compilecache`` console script."""
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    given = sys.argv[1:] if argv is None else list(argv)
+    # The command is the first word that is no option (the top level has no option taking a value).
+    named = next((word for word in given if not word.startswith("-")), None)
+    parser = build_parser([named] if named in COMMANDS else [])
+    args, unknown = parser.parse_known_args(given)
     if unknown and not getattr(args._module, "PASSES_UNKNOWN_ARGS", False):
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.passthrough = unknown

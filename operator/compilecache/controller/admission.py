@@ -25,8 +25,9 @@ from compilecache import frameworks
 from compilecache.cache import linear, units
 from compilecache.cache.cacheenv import TERMINATION_LOG, reporting
 from compilecache.controller import policy, status
+from compilecache.controller import runtime as runtime_
 from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, check_bounded, parse_cache
-from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, warmup_env
+from compilecache.controller.jobs import LABEL_CACHE, LABEL_ROLE, container_security_context, warmup_env
 
 GATE = "compilecache.dev/warm"  # the scheduling gate that holds a pod until its cache is Ready
 # Why and when a pod's wait ended: written by a gate's release (gates.py), or by Kueue onto the pods of a
@@ -422,7 +423,8 @@ def mutate(
     rules: policy.Policy | None = None,
     writers: frozenset[str] = frozenset(),
 ) -> Mutation:
-    """Return ``pod`` with ``cache`` added: volume, mounts, JAX environment, gate, service account.
+    """Return ``pod`` with ``cache`` added: volume, mounts, JAX environment, gate, service account,
+    and the operator's injected runtime (``rules.runtime``: :mod:`compilecache.controller.runtime`).
 
     Idempotent: mutating the result again changes nothing. ``by_label`` False (the pod was
     chosen by ``consumers.podSelector``) also labels the pod with the cache's name, so that
@@ -472,6 +474,8 @@ def mutate(
 
     notes: list[str] = []
     containers = [c for kind in kinds for c in pod_spec.get(kind) or []]
+    if rules is not None and rules.runtime is not None:
+        skipped += runtime_.inject(pod_spec, containers, rules.runtime, container_security_context())
     if image_note := image_difference(containers, spec.warmup.image, spec.framework):
         notes.append(image_note)
     released = (meta.get("annotations") or {}).get(ANNOTATION_RELEASED)

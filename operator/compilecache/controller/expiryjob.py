@@ -18,6 +18,7 @@ from compilecache import frameworks
 from compilecache.cache import units
 from compilecache.cache.errors import cut
 from compilecache.controller import jobs, podstate, queueing, status
+from compilecache.controller import runtime as runtime_
 from compilecache.controller.api import CacheSpec
 
 LABEL_EXPIRY_OF = "compilecache.dev/expiry-of"  # on expiry Jobs and pods (not LABEL_CACHE: no gate, no pool)
@@ -81,10 +82,15 @@ def expire_command(spec: CacheSpec) -> list[str]:
 
 
 def expiry_job(
-    cache: Mapping[str, Any], spec: CacheSpec, warmup_jobs: Sequence[str], *, run_as_user: int | None = jobs.RUN_AS_USER
+    cache: Mapping[str, Any],
+    spec: CacheSpec,
+    warmup_jobs: Sequence[str],
+    *,
+    run_as_user: int | None = jobs.RUN_AS_USER,
+    runtime: runtime_.Runtime | None = None,
 ) -> dict[str, Any]:
     """The expiry Job: the warm-up image, identity, pull Secrets and pod security, the cache read-write,
-    and resources of its own (:data:`RESOURCES`)."""
+    and resources of its own (:data:`RESOURCES`); with a ``runtime``, its package injected (as the warm-up's)."""
     meta = cache["metadata"]
     name = meta["name"]
     digest = expiry_hash(spec, warmup_jobs)
@@ -96,7 +102,7 @@ def expiry_job(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.warmup.image,
-        "command": expire_command(spec),
+        "command": runtime_.command(runtime, expire_command(spec)),
         "env": [{"name": "TMPDIR", "value": jobs.TMP_DIR}, {"name": "HOME", "value": jobs.TMP_DIR}],
         "volumeMounts": mounts,
         "securityContext": jobs.container_security_context(),
@@ -116,6 +122,8 @@ def expiry_job(
         # Who it is and what it pulls: the warm-up's, which wrote what it reads and deletes.
         **jobs.identity(spec),
     }
+    if runtime is not None:
+        runtime_.inject(pod_spec, [container], runtime, jobs.container_security_context())
     labels = {**jobs.common_labels(name, "expiry"), LABEL_EXPIRY_OF: name, jobs.LABEL_ROLE: "expiry"}
     stem = f"{name}-expire"[: jobs.NAME_MAX - jobs.HASH_LENGTH - 1].rstrip("-.")
     manifest = {

@@ -18,6 +18,7 @@ from typing import Any
 from compilecache import frameworks
 from compilecache.cache.cacheenv import GROUP_CONNECT_TIMEOUT, GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
 from compilecache.controller import api, queueing
+from compilecache.controller import runtime as runtime_
 from compilecache.controller.api import SINGLE_HOST, CacheSpec, PodTemplate, Topology, Workload
 from compilecache.controller.pools import Pool
 
@@ -196,8 +197,12 @@ def warmup_job(
     topology: Topology = SINGLE_HOST,
     *,
     run_as_user: int | None = RUN_AS_USER,
+    runtime: runtime_.Runtime | None = None,
 ) -> dict[str, Any]:
     """The warm-up Job of one pool and topology: runs ``compilecache warm`` on the pool's nodes with its GPUs.
+
+    With a ``runtime`` (the operator's, :mod:`compilecache.controller.runtime`), the image's own Python
+    runs the injected package (``python3 -m compilecache.cli warm``); without, the image's ``compilecache``.
 
     For ``topology.hosts`` > 1: an Indexed Job of that many pods (``backoffLimit`` 0: a retried
     index cannot rejoin a process group that moved on), one per node (required pod
@@ -254,9 +259,9 @@ def warmup_job(
     entrypoints = [w for w in pool.workloads if w.entrypoint is not None]
     if template is not None:  # a script workload without args runs with training's (PodTemplate.script_args)
         scripts = [dataclasses.replace(w, args=template.script_args(w)) for w in scripts]
-    commands = [_warm_command(spec, [w], topology.hosts) for w in scripts]
+    commands = [runtime_.command(runtime, _warm_command(spec, [w], topology.hosts)) for w in scripts]
     if entrypoints:
-        commands.append(_warm_command(spec, entrypoints))
+        commands.append(runtime_.command(runtime, _warm_command(spec, entrypoints)))
     *init_commands, main_command = commands
     init_containers = [container(f"warm-{index}", command, index) for index, command in enumerate(init_commands)]
 
@@ -270,6 +275,9 @@ def warmup_job(
     }
     if init_containers:
         pod_spec["initContainers"] = init_containers
+    if runtime is not None:
+        # The pod is the operator's own: nothing of a user's can be in the way, so nothing is skipped.
+        runtime_.inject(pod_spec, [*init_containers, *pod_spec["containers"]], runtime, container_security_context())
     if pool.tolerations:
         pod_spec["tolerations"] = [dict(toleration) for toleration in pool.tolerations]
     pod_spec |= identity(spec)

@@ -465,7 +465,15 @@ def _warmups(
     reask: list[Delete] = []  # provisioned requests whose capacity a disruption took: asked for again
     for pool in pools:
         for topology in spec.warmup.topologies:
-            manifest = jobs.warmup_job(cache.obj, spec, pool, slot, topology, run_as_user=snapshot.policy.run_as_user)
+            manifest = jobs.warmup_job(
+                cache.obj,
+                spec,
+                pool,
+                slot,
+                topology,
+                run_as_user=snapshot.policy.run_as_user,
+                runtime=snapshot.policy.runtime,
+            )
             if asking is not None:
                 manifest = provisioning.suspended(manifest, asking)
             job_name = str(manifest["metadata"]["name"])
@@ -579,7 +587,9 @@ def _expiry(
     """
     cache = snapshot.cache
     warmups = [str(pool["job"]) for pool in pools if pool.get("state") == status.POOL_SUCCEEDED and pool.get("job")]
-    manifest = expiryjob.expiry_job(cache.obj, spec, warmups, run_as_user=snapshot.policy.run_as_user)
+    manifest = expiryjob.expiry_job(
+        cache.obj, spec, warmups, run_as_user=snapshot.policy.run_as_user, runtime=snapshot.policy.runtime
+    )
     job_name = str(manifest["metadata"]["name"])
     deletes = _superseded(cache, snapshot.expiry_jobs, keep={job_name}, what="expiry")
     job = next((job for job in snapshot.expiry_jobs if job["metadata"]["name"] == job_name), None)

@@ -28,6 +28,7 @@ from typing import Any
 
 from compilecache.cache import linear, units
 from compilecache.controller import api, jobs
+from compilecache.controller import runtime as runtime_
 from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, Consumers, SpecError, parse_cache
 from compilecache.controller.pools import Pool
 
@@ -123,6 +124,9 @@ class Policy:
     # The uid (and gid, fsGroup) of the pods the operator creates; None leaves them to the platform
     # (OpenShift's restricted SCC assigns one from the namespace's range and refuses a pinned one).
     run_as_user: int | None = jobs.RUN_AS_USER
+    # Not of COMPILECACHE_POLICY: the operator's runtime image (COMPILECACHE_RUNTIME_IMAGE, the chart's
+    # runtime.image), carried here because it reaches the same places, the webhook and the Job builder.
+    runtime: runtime_.Runtime | None = None
 
     @property
     def max_gate_timeout(self) -> str | None:
@@ -193,15 +197,20 @@ def parse(raw: Mapping[str, Any] | None) -> Policy:
 
 
 def from_env(environ: Mapping[str, str]) -> Policy:
-    """The policy in ``COMPILECACHE_POLICY`` (JSON), or :data:`DEFAULT` when it is unset or empty."""
+    """The policy in ``COMPILECACHE_POLICY`` (JSON), or :data:`DEFAULT` when it is unset or empty,
+    with the runtime of ``COMPILECACHE_RUNTIME_IMAGE`` (:func:`compilecache.controller.runtime.from_env`)."""
+    try:
+        injected = runtime_.from_env(environ)
+    except ValueError as exc:
+        raise PolicyError(str(exc)) from None
     text = (environ.get(POLICY_ENV) or "").strip()
     if not text:
-        return DEFAULT
+        return replace(DEFAULT, runtime=injected)
     try:
         raw = json.loads(text)
     except ValueError as exc:
         raise PolicyError(f"{POLICY_ENV} is not JSON: {exc}") from None
-    return parse(raw)
+    return replace(parse(raw), runtime=injected)
 
 
 def _rules(raw: Any, default: Rules, path: str) -> Rules:

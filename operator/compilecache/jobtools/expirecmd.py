@@ -29,7 +29,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,7 @@ def result_document(
         "ok": True,
         "cacheDir": url,
         "dryRun": dry_run,
-        "at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "at": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "before": {"entries": plan.entries_before, "bytes": plan.bytes_before},
         "after": {"entries": plan.entries_after, "bytes": plan.bytes_after},
         "deleted": plan.deleted_by_rule(),

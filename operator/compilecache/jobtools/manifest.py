@@ -14,7 +14,7 @@ import json
 import secrets
 import socket
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 # A manifest's "state": "pending" is stored before the run publishes its entries (they are
@@ -26,7 +26,7 @@ REPORT_SCHEMA = "compilecache.dev/report/v1"
 
 def new_run_id(now: datetime | None = None, host: str | None = None) -> str:
     """``20251121T135800Z-<host>-<8 hex>``: unique, sortable, safe as a file name."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     safe_host = "".join(c if c.isalnum() or c in "-." else "-" for c in (host or socket.gethostname()))
     return f"{stamp}-{safe_host[:40] or 'host'}-{secrets.token_hex(4)}"
 
@@ -38,7 +38,7 @@ def manifest_name(run_id: str) -> str:
 
 def utc_now() -> str:
     """RFC 3339 UTC time, second precision (Kubernetes style)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def dumps(document: Mapping[str, Any]) -> bytes:

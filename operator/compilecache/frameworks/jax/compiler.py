@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compilecache.cache.errors import WarmError, one_line
+from compilecache.frameworks.jax import listeners
 from compilecache.frameworks.jax.target import Target
 
 if TYPE_CHECKING:
@@ -123,9 +124,8 @@ class CacheEvents:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import jax.monitoring
 
-        jax.monitoring.unregister_event_listener(self._on_event)
+        listeners.unregister_event_listener(self._on_event)
         for name, (level, capture) in self._saved.items():
             logger = logging.getLogger(name)
             logger.removeFilter(capture)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from compilecache.frameworks.jax import listeners
+
 PERIOD_ENV = "COMPILECACHE_PROGRESS_SECONDS"
 # Issue: "a heartbeat at least every 30 s": a pod's log then never goes quiet for longer.
 DEFAULT_PERIOD = 30.0
@@ -208,7 +210,7 @@ def script_progress(script: str, run: Any, progress: Progress | None = None) -> 
     try:
         yield progress
     finally:
-        jax.monitoring.unregister_event_listener(on_event)
+        listeners.unregister_event_listener(on_event)
         # Present in the JAX this image runs (0.10); the child exits next anyway, so an older
         # JAX without it only keeps a listener that prints nothing more.
         unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)

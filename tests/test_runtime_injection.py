@@ -1,0 +1,125 @@
+"""The injected runtime in the pods the operator makes and mutates (pure: manifests in, manifests out).
+
+With ``COMPILECACHE_RUNTIME_IMAGE``, training pods (the webhook) and warm-up and expiry pods (the Job
+builder) get an ``emptyDir``, a first init container of the runtime image copying the package into
+it (exec form, non-root, read-only root, no capabilities, small resources), a read-only mount in
+each container that uses the cache and ``PYTHONPATH`` with it first; the Jobs run
+``python3 -m compilecache.cli``. Without the variable, nothing of it: the image's own package.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compilecache.controller import admission, expiryjob, jobs, policy, runtime
+from compilecache.controller.api import parse_spec
+from compilecache.controller.pools import resolve_pools
+from specs import cache, cluster
+from test_admission import LABELLED, pod
+
+IMAGE = "registry.example.com/ml/compilecache-runtime:0.1.0"
+RULES = policy.from_env({runtime.IMAGE_ENV: IMAGE, runtime.PULL_POLICY_ENV: "IfNotPresent"})
+MOUNT = {"name": runtime.VOLUME, "mountPath": runtime.MOUNT_PATH, "readOnly": True}
+
+
+def pythonpath(container: dict[str, Any]) -> str | None:
+    return next((e.get("value") for e in container.get("env", []) if e["name"] == "PYTHONPATH"), None)
+
+
+def check_init_container(pod_spec: dict[str, Any]) -> None:
+    first = pod_spec["initContainers"][0]
+    assert first["name"] == runtime.VOLUME and first["image"] == IMAGE and first["imagePullPolicy"] == "IfNotPresent"
+    assert first["command"] == ["cp", "-R", "/opt/runtime/.", "/compilecache-runtime/"]
+    assert first["volumeMounts"] == [{"name": runtime.VOLUME, "mountPath": runtime.MOUNT_PATH}]
+    context = first["securityContext"]
+    assert context["runAsNonRoot"] and not context["allowPrivilegeEscalation"] and context["readOnlyRootFilesystem"]
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert first["resources"]["limits"] == {"cpu": "200m", "memory": "64Mi"}
+    assert {"name": runtime.VOLUME, "emptyDir": {}} in pod_spec["volumes"]
+
+
+def test_the_operator_has_a_runtime_only_when_the_image_is_set() -> None:
+    assert policy.from_env({}).runtime is None and policy.from_env({runtime.IMAGE_ENV: " "}).runtime is None
+    assert RULES.runtime == runtime.Runtime(IMAGE, "IfNotPresent")
+    for bad in ({runtime.IMAGE_ENV: "a b"}, {runtime.IMAGE_ENV: IMAGE, runtime.PULL_POLICY_ENV: "Sometimes"}):
+        with pytest.raises(policy.PolicyError):
+            policy.from_env(bad)
+
+
+def test_a_training_pod_gets_the_runtime_first_and_on_pythonpath_in_each_cache_container() -> None:
+    original = pod(LABELLED)
+    original["spec"]["containers"][1]["env"] = [{"name": "PYTHONPATH", "value": "/app:/lib"}]
+    result = admission.mutate(original, cache(), rules=RULES)
+    spec = result.pod["spec"]
+    check_init_container(spec)
+    assert spec["initContainers"][1]["name"] == "fetch" and "volumeMounts" not in spec["initContainers"][1]
+    train, sidecar = spec["containers"]
+    assert MOUNT in train["volumeMounts"] and MOUNT in sidecar["volumeMounts"]
+    assert pythonpath(train) == "/compilecache-runtime"
+    assert pythonpath(sidecar) == "/compilecache-runtime:/app:/lib"  # the container's own, after ours
+    assert result.skipped == ()
+    again = admission.mutate(result.pod, cache(), rules=RULES)
+    assert again.pod == result.pod, "a second mutation must change nothing"
+
+
+def test_without_a_runtime_nothing_of_it_is_added() -> None:
+    spec = admission.mutate(pod(LABELLED), cache(), rules=policy.DEFAULT).pod["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["fetch"]
+    assert all(pythonpath(c) is None for c in spec["containers"])
+    assert all(v["name"] != runtime.VOLUME for v in spec["volumes"])
+
+
+def test_the_users_own_names_win_and_are_recorded() -> None:
+    own_volume = pod(LABELLED, volumes=[{"name": runtime.VOLUME, "configMap": {"name": "x"}}])
+    result = admission.mutate(own_volume, cache(), rules=RULES)
+    assert [c["name"] for c in result.pod["spec"]["initContainers"]] == ["fetch"]
+    assert "the runtime is not injected" in result.pod["metadata"]["annotations"][admission.ANNOTATION_SKIPPED]
+    from_secret = pod(LABELLED)
+    from_secret["spec"]["containers"][0]["env"] = [
+        {"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+    ]
+    result = admission.mutate(from_secret, cache(), rules=RULES)
+    assert result.pod["spec"]["containers"][0]["env"][0] == from_secret["spec"]["containers"][0]["env"][0]
+    assert any("PYTHONPATH comes from valueFrom" in item for item in result.skipped)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["", "/app", "/compilecache-runtime", "/x:/compilecache-runtime"]), max_size=2),
+)
+def test_mutation_only_adds_and_is_idempotent(values: list[str]) -> None:
+    original = pod(LABELLED)
+    for container, value in zip(original["spec"]["containers"], values, strict=False):
+        container["env"] = [{"name": "PYTHONPATH", "value": value}]
+    first = admission.mutate(copy.deepcopy(original), cache(), rules=RULES).pod
+    assert admission.mutate(first, cache(), rules=RULES).pod == first
+    for before, after in zip(original["spec"]["containers"], first["spec"]["containers"], strict=True):
+        own = pythonpath(before)
+        path = pythonpath(after)
+        assert path is not None and path.split(":")[0] == runtime.MOUNT_PATH
+        if own:
+            assert path.endswith(own)
+
+
+def test_warm_up_and_expiry_jobs_run_the_injected_package_on_the_images_python() -> None:
+    obj = cache()
+    spec = parse_spec(obj["spec"])
+    [pool, *_] = resolve_pools(spec, cluster())
+    plain = jobs.warmup_job(obj, spec, pool)["spec"]["template"]["spec"]
+    assert plain["containers"][0]["command"][:2] == ["compilecache", "warm"]
+    pod_spec = jobs.warmup_job(obj, spec, pool, runtime=RULES.runtime)["spec"]["template"]["spec"]
+    check_init_container(pod_spec)
+    warm = pod_spec["containers"][0]
+    assert warm["command"][:4] == ["python3", "-m", "compilecache.cli", "warm"]
+    assert warm["command"][4:] == plain["containers"][0]["command"][2:]
+    assert MOUNT in warm["volumeMounts"] and pythonpath(warm) == runtime.MOUNT_PATH
+    expiry = expiryjob.expiry_job(obj, spec, ["w"], runtime=RULES.runtime)["spec"]["template"]["spec"]
+    check_init_container(expiry)
+    [container] = expiry["containers"]
+    assert container["command"][:4] == ["python3", "-m", "compilecache.cli", "expire"]
+    assert MOUNT in container["volumeMounts"] and pythonpath(container) == runtime.MOUNT_PATH
