@@ -4,7 +4,8 @@
 folder: the tree its init container copies into a pod. :func:`image_python` is a Python
 environment such as a training image has: one interpreter (3.10 to 3.13, from pyenv or ``PATH``)
 with only jax (the lock's version; on 3.10 the newest JAX for it) and what jax itself requires.
-The environments are kept in ``.venv-runtime-py3.X/`` at the repository root (git-ignored), so a
+:func:`torch_python` is a PyTorch training image's (torch alone). The environments are kept in
+``.venv-runtime-py3.X/`` (and ``-torch``) at the repository root (git-ignored), so a
 second run reuses them; a missing interpreter or an unreachable registry skips with the reason.
 """
 
@@ -100,25 +101,41 @@ def _locked(path: Path) -> Iterator[None]:
 
 def image_python(version: str, jax_version: str) -> Path:
     """The bin folder of ``.venv-runtime-pyVERSION`` with only jax (``NEWEST_JAX_FOR`` where the lock's has none)."""
-    python = interpreter(version)
     jax_version = NEWEST_JAX_FOR.get(version, jax_version)
-    venv = ROOT / f".venv-runtime-py{version}"
-    marker = venv / f".installed-jax-{jax_version}"
-    with _locked(ROOT / f".venv-runtime-py{version}.lock"):
+    return _environment(version, f".venv-runtime-py{version}", [f"jax=={jax_version}", f"jaxlib=={jax_version}"])
+
+
+def torch_python(version: str, torch_version: str) -> Path:
+    """The bin folder of ``.venv-runtime-pyVERSION-torch`` with only torch (and what torch requires).
+
+    A PyTorch training image's Python: the CPU build, where pip finds one for ``version`` (3.11 here).
+    """
+    return _environment(version, f".venv-runtime-py{version}-torch", [f"torch=={torch_version}"])
+
+
+def _environment(version: str, name: str, requirements: list[str]) -> Path:
+    """The bin folder of the virtual environment ``ROOT/name`` of Python ``version`` with ``requirements``."""
+    python = interpreter(version)
+    venv = ROOT / name
+    marker = venv / (".installed-" + requirements[0].replace("==", "-"))  # jax's: as named before torch's
+    with _locked(ROOT / f"{name}.lock"):
         if not marker.exists():
             shutil.rmtree(venv, ignore_errors=True)
             run_or_fail([python, "-m", "venv", str(venv)], cwd=ROOT)
             pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
             done = subprocess.run(
-                [*pip, f"jax=={jax_version}", f"jaxlib=={jax_version}"],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-                env=bare_env(),
+                [*pip, *requirements], capture_output=True, text=True, timeout=900, check=False, env=bare_env()
             )
             if done.returncode != 0:
                 lines = (done.stderr or done.stdout).strip().splitlines()
-                pytest.skip(f"pip could not install jax {jax_version} for Python {version}: {lines[-1:]}")
+                pytest.skip(f"pip could not install {' '.join(requirements)} for Python {version}: {lines[-1:]}")
             marker.touch()
     return venv / "bin"
+
+
+def has_module(bin_dir: Path, module: str) -> bool:
+    """Whether the environment's own Python (run with nothing of ours on its path) finds ``module``."""
+    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
+    done = subprocess.run([str(bin_dir / "python3"), "-c", probe], env=bare_env(), cwd="/", timeout=120, check=False)
+    assert done.returncode in (0, 3), f"{bin_dir / 'python3'} could not look for {module}"
+    return done.returncode == 0

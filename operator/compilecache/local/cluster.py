@@ -8,7 +8,9 @@ It exists so that a person without a cluster, and the tests, run the product's r
 the real operator, the real ``compilecache warm`` and ``compilecache expire`` commands in
 its Jobs, a real training process admitted through the operator's webhook. It is a harness,
 not a way to run training: every container runs on this machine's CPU, in this Python
-environment (see ``pods.py`` for what is and is not emulated). Multi-host Jobs (Indexed Jobs
+environment or, for the images named in ``images``, in the environment mapped to its image (a
+training image's own virtual environment, the runtime image's folder: see ``pods.py`` for what is
+and is not emulated). Multi-host Jobs (Indexed Jobs
 with a headless Service) run too: one pod per node where anti-affinity asks for it, their host
 names rewritten to this machine with a block of ports per Job (``dns.py``). Pools may scale from
 zero (``autoscaler.py``), ProvisioningRequests get their answer (``provisioning.py``), a node may be
@@ -40,7 +42,7 @@ from compilecache.local.apiserver import KubeEmulator
 from compilecache.local.client import KubeClient
 from compilecache.local.jobrunner import Controllers
 from compilecache.local.nodes import DEFAULT_POOLS, NodePool, nodes
-from compilecache.local.pods import Image, claim_dir, log_path
+from compilecache.local.pods import Image, Images, claim_dir, log_path
 from compilecache.local.server import EmulatorThread
 
 WEBHOOK_PATH = "/mutate-pods"  # the operator's kopf handler id (compilecache.controller.webhook.PATH)
@@ -157,6 +159,7 @@ class LocalCluster:
         passthrough_env: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         image_files: Mapping[str, Path] | None = None,
+        images: Mapping[str, Image] | None = None,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         request_expiry: datetime.timedelta = provisioning.EXPIRE_AFTER,
     ) -> None:
@@ -164,11 +167,16 @@ class LocalCluster:
         least N nodes: the default ``h100`` pool has 2); ``workdir``: every container's working directory
         (the image's WORKDIR; default the current one); ``env``/``passthrough_env``: added to every
         container's environment; ``image_files``: container paths the image would hold
-        (``{"/app": Path("my-app")}``); ``namespaces``: name → labels; ``request_expiry``: how long a
+        (``{"/app": Path("my-app")}``); these four make the image every container runs in unless ``images``
+        names its image: image name (or prefix ending with ``*``) → :class:`~compilecache.local.pods.Image`
+        (``Image.of_path(workdir, venv / "bin")``: a training image's own Python; ``pods.py``), taken as
+        given; ``namespaces``: name → labels; ``request_expiry``: how long a
         ProvisioningRequest may stay unprovisioned before the autoscaler fails it (``provisioning.py``)."""
         self.root = root.resolve()
         self.pools = tuple(pools)
-        self.image = Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files)
+        self.images = Images(
+            Image.this_environment(workdir or Path.cwd(), passthrough_env, env, image_files), dict(images or {})
+        )
         self.namespaces = dict(namespaces) if namespaces is not None else {"default": {}}
         self.request_expiry = request_expiry
         self._api = EmulatorThread(
@@ -196,7 +204,7 @@ class LocalCluster:
             self.client.create("v1/nodes", node)
         self.client.create(PEERINGS, {"metadata": {"name": PEERING}})
         self._controllers = Controllers(
-            self.client, self.root, self.image, pools=self.pools, expire_after=self.request_expiry
+            self.client, self.root, self.images, pools=self.pools, expire_after=self.request_expiry
         )
         self._controllers.start()
         return self

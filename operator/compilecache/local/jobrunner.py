@@ -320,7 +320,7 @@ class Controllers:
         self,
         client: KubeClient,
         root: Path,
-        image: podrun.Image,
+        images: podrun.Images,
         interval: float = 0.1,
         pools: Sequence[NodePool] = (),
         expire_after: datetime.timedelta = provisioning.EXPIRE_AFTER,
@@ -330,7 +330,7 @@ class Controllers:
         before it fails (``Expired``; Cluster Autoscaler's 7 days)."""
         self.client = client
         self.root = root
-        self.image = image
+        self.images = images
         self.interval = interval
         self.pools = tuple(pools)
         # The cloud's side: node → pool of the nodes that exist, the nodes coming, the next index per pool.
@@ -735,7 +735,7 @@ class Controllers:
                     continue
                 pod = self.client.patch(PODS, key[1], {"spec": {"nodeName": node}}, key[0])
                 placed.append(pod)
-            run = podrun.PodRun(self.client, self.root, self.image, pod, functools.partial(self.host_table, key[0]))
+            run = podrun.PodRun(self.client, self.root, self.images, pod, functools.partial(self.host_table, key[0]))
             with self._lock:
                 self._running[key] = run
             run.start()

@@ -1,9 +1,15 @@
 """The local cluster's kubelet for one pod: its containers as local processes, its status as a kubelet writes it.
 
-**The image is ignored.** Every container runs in *this* Python environment: the
-"image" is :class:`Image` — a working directory (the repository, standing in for the
-image's ``WORKDIR``) and a base environment (``PATH`` with this environment's ``bin``
-first, ``PYTHONPATH``). A container needs ``command`` (there is no image entrypoint);
+**Images are environments on this machine.** There is no image store and no root filesystem:
+an "image" is :class:`Image` — a working directory (standing in for the image's ``WORKDIR``),
+a base environment (the image's ``ENV``: ``PATH`` first of all, which decides the ``python3``
+a container runs) and folders that stand for paths inside the image (``Image.files``).
+:class:`Images` maps a container's ``image`` to one, by its name or a prefix of it (what the
+kubelet's pull resolves); an image it does not name runs in *this* Python environment (its
+``bin`` first on ``PATH``, our ``PYTHONPATH``), as every image did before images were mapped.
+So a training image "without the product" is a virtual environment with only jax
+(:meth:`Image.of_path`), and the runtime image (``images/runtime``) is ``/opt/runtime`` mapped
+to a built tree, with the system's ``cp``. A container needs ``command`` (there is no image entrypoint);
 ``command`` + ``args`` are executed directly, never through a shell, with the pod's
 ``env`` (``value``, and ``fieldRef`` to the pod's name, namespace, uid, node, service account, IPs,
 and ``metadata.labels['<key>']``/``metadata.annotations['<key>']`` as the downward API reads them).
@@ -84,6 +90,11 @@ NOBODY = 65534  # owns read-only copies when the kubelet is root: the process (r
 UNPULLABLE_MARKER = "nonexistent"  # an image named with it "cannot be pulled" (see the module docstring)
 IMAGE_BACKOFF_SECONDS = 0.5  # ErrImagePull, then ImagePullBackOff this much later (the kubelet: 10 s, doubling)
 MEMORY_POLL_SECONDS = 0.25
+# The PATH a container gets when its image sets none: the container runtime's default (moby's
+# DefaultPathEnvUnix, containerd's defaultUnixEnv), which the official Python and NGC images extend.
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Variables whose value is a list of paths: each is mapped, as the whole value of any other is.
+PATH_LISTS = frozenset({"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"})
 
 
 class PodError(Exception):
@@ -122,6 +133,44 @@ class Image:
                 base[name] = os.environ[name]
         base.update(env or {})
         return cls(workdir=workdir.resolve(), env=base, files={k: v.resolve() for k, v in (files or {}).items()})
+
+    @classmethod
+    def of_path(
+        cls,
+        workdir: Path,
+        bin_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, Path] | None = None,
+    ) -> Image:
+        """An image whose programs are ``bin_dir``'s (a virtual environment's: its ``python3``) and the system's.
+
+        Nothing of this environment: ``PATH`` is ``bin_dir`` then :data:`IMAGE_PATH`, and there is no
+        ``PYTHONPATH`` unless ``env`` sets one, as in an image whose ``ENV`` does not.
+        """
+        path = os.pathsep.join([*([str(bin_dir.resolve())] if bin_dir is not None else []), IMAGE_PATH])
+        base = {"PATH": path, "LANG": "C.UTF-8", **(env or {})}
+        return cls(workdir=workdir.resolve(), env=base, files={k: v.resolve() for k, v in (files or {}).items()})
+
+
+@dataclass(frozen=True)
+class Images:
+    """The images the kubelet can "pull": a container's ``image`` → the :class:`Image` it runs in.
+
+    A key is an image reference, or a prefix of references when it ends with ``*``
+    (``registry.example.com/ml/*``); the exact name wins, then the longest prefix; any other image
+    is ``default``. Names are compared as written: the kubelet's normalisation (``docker.io/library/``,
+    a missing ``:latest``) is not applied, so name the image as the manifests write it.
+    """
+
+    default: Image
+    named: Mapping[str, Image] = field(default_factory=dict)
+
+    def of(self, reference: str) -> Image:
+        """The image a container naming ``reference`` runs in."""
+        if reference in self.named:
+            return self.named[reference]
+        prefixes = [key for key in self.named if key.endswith("*") and reference.startswith(key[:-1])]
+        return self.named[max(prefixes, key=len)] if prefixes else self.default
 
 
 def claim_dir(root: Path, namespace: str, claim: str) -> Path:
@@ -242,14 +291,15 @@ class PodRun(threading.Thread):
         self,
         client: KubeClient,
         root: Path,
-        image: Image,
+        images: Images,
         pod: Mapping[str, Any],
         hosts: Callable[[], HostTable] | None = None,
     ) -> None:
-        """``hosts``: the cluster DNS names this pod resolves, read when each container starts (``dns.py``)."""
+        """``images``: what each container's ``image`` runs in; ``hosts``: the cluster DNS names this pod
+        resolves, read when each container starts (``dns.py``)."""
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['name']}", daemon=True)
-        self.client, self.root, self.image, self.pod = client, root, image, pod
+        self.client, self.root, self.images, self.pod = client, root, images, pod
         self.hosts = hosts
         self.namespace, self.pod_name, self.uid = meta["namespace"], meta["name"], meta.get("uid")
         self.dir = pod_dir(root, self.namespace, self.pod_name)
@@ -428,8 +478,9 @@ class PodRun(threading.Thread):
         termination: Path,
     ) -> tuple[list[str], dict[str, str], str]:
         """The process to start: argv, environment and working directory, with container paths mapped."""
+        image = self.images.of(str(container.get("image") or ""))
         table = [(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, str(termination))]
-        table += [(path, str(local)) for path, local in self.image.files.items()]
+        table += [(path, str(local)) for path, local in image.files.items()]
         for mount in container.get("volumeMounts") or []:
             if mount["name"] not in volumes:
                 raise PodError("CreateContainerConfigError", f"volume {mount['name']!r} is not in the pod")
@@ -450,10 +501,12 @@ class PodRun(threading.Thread):
         def mapped(value: Any) -> str:
             return map_hosts(map_value(str(value), table), hosts)
 
-        env = dict(self.image.env)
+        env = dict(image.env)
         for item in container.get("env") or []:
             if "value" in item or "valueFrom" not in item:
-                env[item["name"]] = mapped(item.get("value", ""))
+                given = str(item.get("value", ""))
+                parts = given.split(":") if item["name"] in PATH_LISTS else [given]
+                env[item["name"]] = ":".join(mapped(part) for part in parts)
                 continue
             field_ref = (item["valueFrom"] or {}).get("fieldRef") or {}
             value = downward_field(self.pod, str(field_ref.get("fieldPath")))
@@ -477,7 +530,7 @@ class PodRun(threading.Thread):
             if found is None:
                 raise PodError("StartError", f'exec: "{command[0]}": executable file not found in $PATH')
             command[0] = found
-        cwd = map_value(container["workingDir"], table) if container.get("workingDir") else str(self.image.workdir)
+        cwd = map_value(container["workingDir"], table) if container.get("workingDir") else str(image.workdir)
         return [*command, *args], env, cwd
 
 
