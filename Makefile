@@ -82,7 +82,8 @@ test-long: $(STAMP) tools
 ## Only the end-to-end tests: the real operator and Job commands on the local cluster, and two
 ## replicas under peering.
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py tests/test_e2e_pytorch.py
+	$(BIN)/python -m pytest tests/test_e2e.py tests/test_e2e_resume.py tests/test_ha.py tests/test_e2e_pytorch.py \
+		tests/test_e2e_kueue.py tests/test_e2e_autoscaling.py tests/test_e2e_clouds.py tests/test_e2e_runtime.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench examples
