@@ -10,12 +10,14 @@ each container that uses the cache and ``PYTHONPATH`` with it first; the Jobs ru
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compilecache.cache import units
 from compilecache.controller import admission, expiryjob, jobs, policy, runtime
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
@@ -39,7 +41,7 @@ def check_init_container(pod_spec: dict[str, Any]) -> None:
     context = first["securityContext"]
     assert context["runAsNonRoot"] and not context["allowPrivilegeEscalation"] and context["readOnlyRootFilesystem"]
     assert context["capabilities"] == {"drop": ["ALL"]}
-    assert first["resources"]["limits"] == {"cpu": "200m", "memory": "64Mi"}
+    assert first["resources"]["limits"] == first["resources"]["requests"] == {"cpu": "100m", "memory": "64Mi"}
     assert {"name": runtime.VOLUME, "emptyDir": {}} in pod_spec["volumes"]
 
 
@@ -123,3 +125,53 @@ def test_warm_up_and_expiry_jobs_run_the_injected_package_on_the_images_python()
     [container] = expiry["containers"]
     assert container["command"][:4] == ["python3", "-m", "compilecache.cli", "expire"]
     assert MOUNT in container["volumeMounts"] and pythonpath(container) == runtime.MOUNT_PATH
+
+
+def qos_class(pod_spec: dict[str, Any]) -> str:
+    """The pod's QoS class by Kubernetes' rule (pkg/apis/core/helper/qos: ComputePodQOS): over containers and
+    init containers together, Guaranteed when each has cpu and memory limits and the summed requests of each
+    resource equal its summed limits (a request left out is the limit: the API server defaults it so)."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for container in [*pod_spec.get("containers", []), *pod_spec.get("initContainers", [])]:
+        resources = container.get("resources") or {}
+        own_limits = {k: units.parse_quantity(v) for k, v in (resources.get("limits") or {}).items()}
+        own_requests = {k: units.parse_quantity(v) for k, v in (resources.get("requests") or {}).items()}
+        own_requests = {**own_limits, **own_requests}
+        for kind, values in ((requests, own_requests), (limits, own_limits)):
+            for name in ("cpu", "memory"):
+                if values.get(name):
+                    kind[name] = kind.get(name, Decimal(0)) + values[name]
+        guaranteed &= {"cpu", "memory"} <= {name for name, value in own_limits.items() if value}
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
+
+
+quantities = st.tuples(st.integers(1, 64), st.integers(1, 512))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(quantities, min_size=1, max_size=3), st.booleans())
+def test_a_guaranteed_pod_stays_guaranteed(sizes: list[tuple[int, int]], with_requests: bool) -> None:
+    # GPU training pods are Guaranteed for the static CPU and memory managers (exclusive cores, NUMA
+    # alignment with the GPUs); an init container whose requests differ from its limits makes the pod
+    # Burstable, and the kubelet then gives it no exclusive core. LimitRanges' maxLimitRequestRatio too.
+    original = pod(LABELLED)
+    original["spec"]["containers"] = [
+        {"name": f"c{index}", "image": "trainer:1.2", "resources": {"limits": {"cpu": f"{cpu}", "memory": f"{mib}Gi"}}}
+        for index, (cpu, mib) in enumerate(sizes)
+    ]
+    original["spec"]["initContainers"] = []
+    if with_requests:
+        for container in original["spec"]["containers"]:
+            container["resources"]["requests"] = dict(container["resources"]["limits"])
+    assert qos_class(original["spec"]) == "Guaranteed"
+    mutated = admission.mutate(original, cache(), rules=RULES).pod["spec"]
+    assert mutated["initContainers"][0]["name"] == runtime.VOLUME
+    assert qos_class(mutated) == "Guaranteed", mutated["initContainers"][0]["resources"]
+    init = mutated["initContainers"][0]["resources"]
+    assert init["requests"] == init["limits"], "a LimitRange's maxLimitRequestRatio (1 and up) must hold"

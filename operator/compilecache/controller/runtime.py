@@ -25,8 +25,13 @@ VOLUME = "compilecache-runtime"  # the emptyDir, and the init container's name
 MOUNT_PATH = "/compilecache-runtime"  # where the containers find it (the image's ENTRYPOINT copies here)
 SOURCE = "/opt/runtime"  # the folder in the runtime image (images/runtime/Dockerfile)
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-# The copy of ~2 MB of Python files: measured well under these on a CPU node (busybox cp).
-RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}
+# The copy of ~2 MB of Python files: measured well under these on a CPU node (busybox cp). Requests
+# equal to limits: the pod's QoS class counts init containers (Kubernetes' ComputePodQOS sums requests
+# and limits over both lists), so anything else would turn a Guaranteed training pod Burstable and
+# lose it the static CPU and memory managers' exclusive cores; a LimitRange's maxLimitRequestRatio
+# holds too.
+_SIZE = {"cpu": "100m", "memory": "64Mi"}
+RESOURCES = {"requests": _SIZE, "limits": _SIZE}
 # Images are references of at most 4096 characters with no whitespace (the same bound as spec images).
 _IMAGE_MAX = 4096
 
