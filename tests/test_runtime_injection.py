@@ -175,3 +175,24 @@ def test_a_guaranteed_pod_stays_guaranteed(sizes: list[tuple[int, int]], with_re
     assert qos_class(mutated) == "Guaranteed", mutated["initContainers"][0]["resources"]
     init = mutated["initContainers"][0]["resources"]
     assert init["requests"] == init["limits"], "a LimitRange's maxLimitRequestRatio (1 and up) must hold"
+
+
+def effective(container: dict[str, Any], name: str) -> str | None:
+    """The value the kubelet gives a variable: its env is read in order into a map, the last entry
+    winning (pkg/kubelet makeEnvironmentVariables: ``tmpEnv[envVar.Name] = runtimeVal``)."""
+    values = [item.get("value") for item in container.get("env") or [] if item.get("name") == name]
+    return values[-1] if values else None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["/a", "/b:/c", "", "/compilecache-runtime"]), min_size=2, max_size=3))
+def test_a_pythonpath_set_twice_gets_the_runtime_in_the_value_that_counts(values: list[str]) -> None:
+    # The API server takes a name twice in env (with a warning); the kubelet keeps the last one.
+    original = pod(LABELLED)
+    original["spec"]["containers"][0]["env"] = [{"name": "PYTHONPATH", "value": value} for value in values]
+    result = admission.mutate(original, cache(), rules=RULES)
+    train = result.pod["spec"]["containers"][0]
+    path = effective(train, "PYTHONPATH")
+    assert path is not None and path.split(":")[0] == runtime.MOUNT_PATH, train["env"]
+    assert path.endswith(values[-1]), "the container's own value stays, after ours"
+    assert admission.mutate(result.pod, cache(), rules=RULES).pod == result.pod

@@ -90,9 +90,11 @@ def pythonpath(container: Mapping[str, Any]) -> tuple[dict[str, str] | None, str
 
     A value the container's env already sets stays, after ours. A ``PYTHONPATH`` set only by the
     image's ``ENV`` (or by ``envFrom``) is shadowed: a container's ``env`` wins over both, and the
-    kubelet cannot read the image's value to keep it (as with the OTel operator).
+    kubelet cannot read the image's value to keep it (as with the OTel operator). Of a name set twice
+    the last entry counts: the kubelet reads ``env`` in order into a map (pkg/kubelet's
+    ``makeEnvironmentVariables``), and the API server takes duplicates with a warning only.
     """
-    own = next((item for item in container.get("env") or [] if item.get("name") == "PYTHONPATH"), None)
+    own = next((item for item in reversed(container.get("env") or []) if item.get("name") == "PYTHONPATH"), None)
     if own is None:
         return {"name": "PYTHONPATH", "value": MOUNT_PATH}, None
     if "value" not in own and own.get("valueFrom") is not None:
@@ -147,7 +149,7 @@ def inject(
             continue
         assert item is not None
         env = container.setdefault("env", [])
-        at = next((index for index, e in enumerate(env) if e.get("name") == "PYTHONPATH"), None)
+        at = next((index for index in reversed(range(len(env))) if env[index].get("name") == "PYTHONPATH"), None)
         if at is None:
             env.append(item)
         else:
