@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compilecache.cache import units
-from compilecache.controller import admission, expiryjob, jobs, policy, runtime
-from compilecache.controller.api import parse_spec
+from compilecache.controller import admission, expiryjob, jobs, policy, runtime, template
+from compilecache.controller.api import SpecError, parse_spec
 from compilecache.controller.pools import resolve_pools
 from specs import cache, cluster
 from test_admission import LABELLED, pod
@@ -196,3 +196,42 @@ def test_a_pythonpath_set_twice_gets_the_runtime_in_the_value_that_counts(values
     assert path is not None and path.split(":")[0] == runtime.MOUNT_PATH, train["env"]
     assert path.endswith(values[-1]), "the container's own value stays, after ours"
     assert admission.mutate(result.pod, cache(), rules=RULES).pod == result.pod
+
+
+TRAINING = {"name": "train", "image": "registry.example/trainer:1.2"}
+
+
+@pytest.mark.parametrize(
+    ("container", "volumes", "why"),
+    [
+        (
+            {**TRAINING, "env": [{"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]},
+            [],
+            "env PYTHONPATH comes from valueFrom",
+        ),
+        (
+            {**TRAINING, "volumeMounts": [{"name": "lib", "mountPath": runtime.MOUNT_PATH}]},
+            [{"name": "lib", "configMap": {"name": "lib"}}],
+            f"mount path {runtime.MOUNT_PATH} is taken",
+        ),
+        (
+            {**TRAINING, "volumeMounts": [{"name": runtime.VOLUME, "mountPath": "/lib"}]},
+            [{"name": runtime.VOLUME, "configMap": {"name": "lib"}}],
+            f"volume {runtime.VOLUME}: the pod has its own",
+        ),
+    ],
+)
+def test_a_template_in_the_runtimes_way_is_refused_not_a_warm_up_that_cannot_start(
+    container: dict[str, Any], volumes: list[dict[str, Any]], why: str
+) -> None:
+    # The warm-up's container takes training's env, volumes and mounts (podTemplate): where those leave
+    # the runtime out, python3 -m compilecache.cli finds no compilecache (or the template's own), so the
+    # Job fails for a reason no status names. The spec is refused instead, naming the template's field.
+    obj = cache()
+    obj["spec"]["warmup"]["podTemplate"] = {"spec": {"containers": [container], "volumes": volumes}}
+    spec = template.resolve(parse_spec(obj["spec"]), None)
+    [pool, *_] = resolve_pools(spec, cluster())
+    jobs.warmup_job(obj, spec, pool)  # without a runtime the template is fine
+    with pytest.raises(SpecError) as caught:
+        jobs.warmup_job(obj, spec, pool, runtime=RULES.runtime)
+    assert caught.value.field == "spec.warmup.podTemplate.spec" and why in str(caught.value)

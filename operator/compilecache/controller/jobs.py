@@ -19,7 +19,7 @@ from compilecache import frameworks
 from compilecache.cache.cacheenv import GROUP_CONNECT_TIMEOUT, GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
 from compilecache.controller import api, queueing
 from compilecache.controller import runtime as runtime_
-from compilecache.controller.api import SINGLE_HOST, CacheSpec, PodTemplate, Topology, Workload
+from compilecache.controller.api import SINGLE_HOST, CacheSpec, PodTemplate, SpecError, Topology, Workload
 from compilecache.controller.pools import Pool
 
 LABEL_CACHE = "compilecache.dev/cache"  # on Jobs and claims; on pods it is the training opt-in label
@@ -210,7 +210,8 @@ def warmup_job(
     container told the coordinator and the process count (:func:`coordinator_env`).
 
     Raises :class:`compilecache.controller.api.SpecError` (``metadata.name``) for a cache name
-    that is no label value: the Job would carry it as one and the API server refuse the Job.
+    that is no label value: the Job would carry it as one and the API server refuse the Job; and
+    (naming the template) with a ``runtime`` that training's env, volumes or mounts leave no room for.
     """
     meta = cache["metadata"]
     name = api.check_cache_name(meta.get("name"))
@@ -276,8 +277,17 @@ def warmup_job(
     if init_containers:
         pod_spec["initContainers"] = init_containers
     if runtime is not None:
-        # The pod is the operator's own: nothing of a user's can be in the way, so nothing is skipped.
-        runtime_.inject(pod_spec, [*init_containers, *pod_spec["containers"]], runtime, container_security_context())
+        # Training's env, volumes and mounts (the template's) and the workloads' env are in this pod: where
+        # they leave the runtime out, python3 -m compilecache.cli would fail to start for no reason a
+        # status names, so the spec is refused, naming what is in the way.
+        skipped = runtime_.inject(
+            pod_spec, [*init_containers, *pod_spec["containers"]], runtime, container_security_context()
+        )
+        if skipped:
+            raise SpecError(
+                template.origin if template is not None else "spec.warmup.workloads",
+                f"leaves no room for the operator's injected runtime ({'; '.join(dict.fromkeys(skipped))})",
+            )
     if pool.tolerations:
         pod_spec["tolerations"] = [dict(toleration) for toleration in pool.tolerations]
     pod_spec |= identity(spec)
