@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -235,3 +236,33 @@ def test_a_template_in_the_runtimes_way_is_refused_not_a_warm_up_that_cannot_sta
     with pytest.raises(SpecError) as caught:
         jobs.warmup_job(obj, spec, pool, runtime=RULES.runtime)
     assert caught.value.field == "spec.warmup.podTemplate.spec" and why in str(caught.value)
+
+
+def starts(pod_spec: dict[str, Any], container: dict[str, Any], image_uid: int) -> bool:
+    """Whether the kubelet starts ``container`` by its non-root check (pkg/kubelet/kuberuntime
+    verifyRunAsNonRoot on the effective context: the container's fields over the pod's)."""
+    context = {**(pod_spec.get("securityContext") or {}), **(container.get("securityContext") or {})}
+    if not context.get("runAsNonRoot"):
+        return True
+    uid = context.get("runAsUser")
+    return (uid if uid is not None else image_uid) != 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([None, 0, 1000]), st.sampled_from([None, False, True]))
+def test_the_runtime_starts_in_a_pod_that_runs_as_root(run_as_user: int | None, non_root: bool | None) -> None:
+    # NGC images run as root, and pods say so (runAsUser: 0): the kubelet refused our init container
+    # ("container's runAsUser breaks non-root policy"), so the training pod never left Init.
+    original = pod(LABELLED)
+    pairs = (("runAsUser", run_as_user), ("runAsNonRoot", non_root))
+    context = {key: value for key, value in pairs if value is not None}
+    if context:
+        original["spec"]["securityContext"] = context
+    mutated = admission.mutate(original, cache(), rules=RULES).pod["spec"]
+    ours = mutated["initContainers"][0]
+    dockerfile = (Path(__file__).parents[1] / "images" / "runtime" / "Dockerfile").read_text()
+    assert f"ARG UID={runtime.UID}\n" in dockerfile, "the image's user is the one the operator names"
+    assert ours["name"] == runtime.VOLUME and starts(mutated, ours, runtime.UID), ours["securityContext"]
+    if run_as_user != 0:  # left to the image's USER or the platform (OpenShift's SCC assigns one)
+        assert "runAsUser" not in ours["securityContext"]
+    assert admission.mutate(mutated | {"metadata": original["metadata"]}, cache(), rules=RULES).skipped == ()

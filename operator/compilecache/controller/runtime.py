@@ -32,6 +32,9 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 # holds too.
 _SIZE = {"cpu": "100m", "memory": "64Mi"}
 RESOURCES = {"requests": _SIZE, "limits": _SIZE}
+# The runtime image's user (images/runtime/Dockerfile: ARG UID, USER): named on the init container
+# only in a pod that runs as root, which it would inherit and the kubelet then refuse.
+UID = 65532
 # Images are references of at most 4096 characters with no whitespace (the same bound as spec images).
 _IMAGE_MAX = 4096
 
@@ -117,6 +120,12 @@ def inject(
     Only adds: a volume or init container of the pod under our name stays as the user wrote it,
     and then nothing else of the runtime is added (a mount of someone else's volume would be wrong).
     """
+    if (pod_spec.get("securityContext") or {}).get("runAsUser") == 0:
+        # Else inherited: with our runAsNonRoot the kubelet refuses to start the container
+        # ("container's runAsUser breaks non-root policy": verifyRunAsNonRoot reads the pod's
+        # runAsUser where the container sets none), and the pod never leaves Init. Elsewhere the
+        # image's USER or the platform's choice (OpenShift's SCC refuses a pinned one) stands.
+        security_context = {**security_context, "runAsUser": UID}
     volumes = pod_spec.setdefault("volumes", [])
     if any(volume.get("name") == VOLUME for volume in volumes if volume != {"name": VOLUME, "emptyDir": {}}):
         return [f"volume {VOLUME}: the pod has its own volume of that name; the runtime is not injected"]
