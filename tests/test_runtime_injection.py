@@ -216,6 +216,11 @@ TRAINING = {"name": "train", "image": "registry.example/trainer:1.2"}
             f"mount path {runtime.MOUNT_PATH} is taken",
         ),
         (
+            {**TRAINING, "volumeMounts": [{"name": "lib", "mountPath": runtime.MOUNT_PATH + "/"}]},
+            [{"name": "lib", "configMap": {"name": "lib"}}],
+            f"mount path {runtime.MOUNT_PATH} is taken",
+        ),
+        (
             {**TRAINING, "volumeMounts": [{"name": runtime.VOLUME, "mountPath": "/lib"}]},
             [{"name": runtime.VOLUME, "configMap": {"name": "lib"}}],
             f"volume {runtime.VOLUME}: the pod has its own",

@@ -144,7 +144,9 @@ def inject(
         if container is ours or container is existing:
             continue
         mounts = container.setdefault("volumeMounts", [])
-        taken = next((m for m in mounts if m.get("mountPath") == MOUNT_PATH), None)
+        # "/compilecache-runtime/" is the same place: the API server compares mount paths as written, so it
+        # would take both, and the container would fail to start on two mounts at one path.
+        taken = next((m for m in mounts if str(m.get("mountPath") or "").rstrip("/") == MOUNT_PATH), None)
         if taken is None:
             mounts.append(dict(mount))
         elif taken != mount:
