@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -57,27 +58,39 @@ def distributed_cpu_problem() -> str | None:
     return f"jax.distributed on the CPU (gloo collectives) is unavailable here: {lines[-1]}"
 
 
-def free_port(block: int = 1) -> int:
-    """A port with ``block - 1`` free ports after it on 127.0.0.1.
+# The ports groups pick from start here: above the well-known and most registered services' ports.
+FIXED_PORTS_FROM = 20000
 
-    Free when asked: another process may take one before it is bound, which fails the group at
-    once (the port is in use), not a hang; rare on a test machine.
+
+def free_port(block: int = 1) -> int:
+    """A port with ``block - 1`` free ports after it on 127.0.0.1, below the kernel's ephemeral range.
+
+    Below it on purpose: the kernel hands the ports of that range to every outgoing connection and to
+    every server that binds port 0 (the API and GCS emulators, the HTTP clients of the suite's other
+    worker), so a port found free there was taken again before a group bound it (seen in CI: "Failed
+    to add port to server" for the coordinator's). A port below the range is taken only by a process
+    that asks for it by number: here, another group of the other worker, which picks at random among
+    thousands. Free when asked, still: a clash fails the group at once, it does not hang.
     """
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port + block > 65535:
-            continue
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(FIXED_PORTS_FROM, low - block)
         try:
             with contextlib.ExitStack() as stack:
-                for offset in range(1, block):
-                    other = stack.enter_context(socket.socket())
-                    other.bind(("127.0.0.1", port + offset))
+                for offset in range(block):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port + offset))
             return port
         except OSError:
             continue
-    raise AssertionError(f"no block of {block} free ports found")
+    raise AssertionError(f"no block of {block} free ports found below {low}")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's ``ip_local_port_range``; 32768 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def cpu_env(cache: Path, devices_per_process: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
