@@ -109,8 +109,8 @@ def activate(admission_check: Obj, now: datetime.datetime) -> list[dict[str, Any
 def pending(workload: Obj, ours: Iterable[str]) -> list[tuple[int, Obj]]:
     """Our checks that are ``Pending`` on a Workload holding quota, with their index in ``status.admissionChecks``.
 
-    Kueue lists a ClusterQueue's checks as ``Pending`` once it reserves quota; before (or after the
-    reservation is lost) they wait for nothing of ours.
+    Kueue lists a ClusterQueue's checks ``Pending`` while the Workload still queues (:func:`waiting_since`);
+    until its quota is reserved (and once it is lost) nothing of ours is waited for: Kueue admits nothing yet.
     """
     st = workload.get("status") or {}
     reserved = any(c.get("type") == "QuotaReserved" and c.get("status") == "True" for c in st.get("conditions") or ())
@@ -204,7 +204,8 @@ def decide(
     by_name = {str(c["metadata"]["name"]): c for c in caches}
     chosen = caches_of(workload, caches)
     reasons: dict[str, str | None] = {}
-    waiting_on: dict[str, Obj] = {}
+    timeouts: dict[str, float] = {}  # each used cache's gateTimeout under the policy: its spec parsed once
+    waiting_on: dict[str, str] = {}  # cache → its phase, for the caches the check still waits for
     for name in sorted({n for n in chosen.values() if n is not None}):
         cache = by_name.get(name)
         held = {
@@ -219,15 +220,16 @@ def decide(
             continue
         st = cache.get("status") or {}
         consumers = bounded(Cache.read(cache).consumers, policy)
+        timeouts[name] = consumers.gate_timeout_seconds
         reasons[name] = gates.reason_to_release(
             held, consumers, phase=st.get("phase"), now=now, settled=status.settled(st)
         )
         if reasons[name] is None:
-            waiting_on[name] = cache
+            waiting_on[name] = st.get("phase") or "not yet reconciled"
     meta = workload.get("metadata") or {}
     used = tuple(sorted(n for n in reasons if n))
     if waiting_on:
-        message = _waiting_message(waiting_on, policy)
+        message = _waiting_message(waiting_on, timeouts)
         entry = None if check.get("message") == message else {**check, "message": message}
         return _decision(meta, index, check, None, tuple(sorted(waiting_on)), entry)
     found = [r for r in reasons.values() if r is not None]
@@ -235,7 +237,7 @@ def decide(
     entry = {
         **{k: v for k, v in check.items() if k not in ("podSetUpdates",)},
         "state": "Ready",
-        "message": _ready_message(reason, reasons, by_name, policy),
+        "message": _ready_message(reason, reasons, timeouts),
         "lastTransitionTime": _format(now),
     }
     updates = _pod_set_updates(workload, chosen, reason, now)
@@ -267,17 +269,16 @@ def _pod_set_updates(
     return updates
 
 
-def _waiting_message(waiting_on: Mapping[str, Obj], policy: Policy) -> str:
-    parts = []
-    for name, cache in waiting_on.items():
-        phase = (cache.get("status") or {}).get("phase") or "not yet reconciled"
-        timeout = bounded(Cache.read(cache).consumers, policy).gate_timeout_seconds
-        parts.append(f"CompileCache {name} ({phase}; at most its gateTimeout, {timeout:g}s)")
+def _waiting_message(waiting_on: Mapping[str, str], timeouts: Mapping[str, float]) -> str:
+    parts = [
+        f"CompileCache {name} ({phase}; at most its gateTimeout, {timeouts[name]:g}s)"
+        for name, phase in waiting_on.items()
+    ]
     message = "waiting for " + ", ".join(parts) + " to be Ready before the pods start"
     return message[: podstate.MESSAGE_MAX]
 
 
-def _ready_message(reason: str, reasons: Mapping[str, str | None], caches: Mapping[str, Obj], policy: Policy) -> str:
+def _ready_message(reason: str, reasons: Mapping[str, str | None], timeouts: Mapping[str, float]) -> str:
     if not reasons:
         return f"{reason}: the Workload's pods use no CompileCache"
     parts = []
@@ -285,9 +286,8 @@ def _ready_message(reason: str, reasons: Mapping[str, str | None], caches: Mappi
         if not name:
             parts.append("a CompileCache that does not exist: its pods run without one")
         elif why == gates.GATE_TIMEOUT:
-            timeout = bounded(Cache.read(caches[name]).consumers, policy).gate_timeout_seconds
             parts.append(
-                f"CompileCache {name} was not Ready within gateTimeout ({timeout:g}s): the pods start anyway "
+                f"CompileCache {name} was not Ready within gateTimeout ({timeouts[name]:g}s): the pods start anyway "
                 "and compile what the cache lacks"
             )
         elif why == gates.CACHE_DELETED:
