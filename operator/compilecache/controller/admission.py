@@ -479,17 +479,18 @@ def mutate(
     if image_note := image_difference(containers, spec.warmup.image, spec.framework):
         notes.append(image_note)
     released = (meta.get("annotations") or {}).get(ANNOTATION_RELEASED)
-    if spec.consumers.gate and not is_serving(cache) and released is not None:
-        # Its wait is over (Kueue's admission check let its Workload through, checks.py): not held again.
-        notes.append(f"the pod is not gated: {ANNOTATION_RELEASED}={str(released)[:128]}")
-    elif spec.consumers.gate and not is_serving(cache):
-        gates = pod_spec.setdefault("schedulingGates", [])
-        if not any(gate.get("name") == GATE for gate in gates):
-            gates.append({"name": GATE})
-        notes.append(
-            f"the pod waits (scheduling gate {GATE}) until the cache is Ready, "
-            f"at most {spec.consumers.gate_timeout_seconds:g}s"
-        )
+    if spec.consumers.gate and not is_serving(cache):
+        if released is not None:
+            # Its wait is over (Kueue's admission check let its Workload through, checks.py): not held again.
+            notes.append(f"the pod is not gated: {ANNOTATION_RELEASED}={str(released)[:128]}")
+        else:
+            gates = pod_spec.setdefault("schedulingGates", [])
+            if not any(gate.get("name") == GATE for gate in gates):
+                gates.append({"name": GATE})
+            notes.append(
+                f"the pod waits (scheduling gate {GATE}) until the cache is Ready, "
+                f"at most {spec.consumers.gate_timeout_seconds:g}s"
+            )
 
     # The deprecated alias serviceAccount counts when serviceAccountName is unset (the API server copies it).
     own = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")

@@ -594,7 +594,7 @@ def _served(body: kopf.Body, **_: Any) -> bool:
 
 
 def _checks_pending(body: kopf.Body, **_: Any) -> bool:
-    return bool(indexes.workload_entries(body))
+    return indexes.has_pending_check(body)
 
 
 async def admission_check_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -617,8 +617,7 @@ async def workload_changed(
     assert namespace is not None  # Workloads are namespaced
     if type == "DELETED":
         return
-    served = kwargs["admission_check_index"].get((indexes.OUR_CHECKS, None, None), ())
-    ours = frozenset(str(entry["name"]) for entry in served)
+    ours = indexes.our_check_names(kwargs["admission_check_index"])
     workload = indexes.slim_workload(body)
     if checks.pending(workload, ours):
         _submit(memo, _check_workload, memo, asyncio.get_running_loop(), namespace, workload, ours)

@@ -261,13 +261,20 @@ def slim_workload(body: Obj) -> Obj:
     }
 
 
+def has_pending_check(body: Obj) -> bool:
+    """Whether some admission check of a Workload is Pending (whoever's: the AdmissionChecks say which are ours)."""
+    return any(check.get("state") == "Pending" for check in (body.get("status") or {}).get("admissionChecks") or ())
+
+
 def workload_entries(body: Obj) -> dict[Key, Obj]:
     """A Workload some of whose admission checks are Pending, under its namespace; others: none (most
     Workloads, admitted or queued without quota, are no business of ours)."""
-    checks_now = (body.get("status") or {}).get("admissionChecks") or ()
-    if not any(check.get("state") == "Pending" for check in checks_now):
-        return {}
-    return {(WAITING_WORKLOADS, _namespace(body), None): slim_workload(body)}
+    return {(WAITING_WORKLOADS, _namespace(body), None): slim_workload(body)} if has_pending_check(body) else {}
+
+
+def our_check_names(index: Mapping[Key, Any]) -> frozenset[str]:
+    """The names in the index of our AdmissionChecks (:func:`admission_check_entries`); read in kopf's loop."""
+    return frozenset(str(entry["name"]) for entry in index.get((OUR_CHECKS, None, None), ()))
 
 
 def admission_check_entries(body: Obj) -> dict[Key, Obj]:
@@ -394,11 +401,8 @@ class IndexedReader:
 
     def our_checks(self) -> frozenset[str]:
         """The names of the AdmissionChecks the operator serves."""
-        if self._indexes.admission_checks is None:
-            return frozenset()
-        return frozenset(
-            str(e["name"]) for e in self._entries(self._indexes.admission_checks, (OUR_CHECKS, None, None))
-        )
+        found = self._indexes.admission_checks
+        return frozenset() if found is None else self._ask(lambda: our_check_names(found))
 
     def warmup_jobs(self, namespace: str | None, cache: str) -> tuple[Obj, ...]:
         """The cache's warm-up Jobs."""
