@@ -48,6 +48,15 @@ def workload(job: dict[str, Any], **conditions: tuple[str, str, str]) -> dict[st
     }
 
 
+def created_jobs(obj: dict[str, Any]) -> tuple[plan.Plan, list[dict[str, Any]]]:
+    """The first plan of ``obj`` and the Jobs it creates, as the API server returns them (each with a uid)."""
+    first = decide(obj)
+    made = [copy.deepcopy(dict(c.manifest)) for c in first.creates if c.resource == JOBS]
+    for index, job in enumerate(made):
+        job["metadata"]["uid"] = f"job-uid-{index}"
+    return first, made
+
+
 def test_queued_jobs_carry_the_queue_and_priority_labels_and_are_created_suspended() -> None:
     obj = queued_cache(
         priorityClassName="batch-low", jobMetadata={"labels": {"team": "ml"}, "annotations": {"cost-center": "42"}}
@@ -123,10 +132,7 @@ def test_the_policy_bounds_queues_and_priority_classes() -> None:
 
 def test_a_queued_pool_says_what_kueue_says_and_warms_once_admitted() -> None:
     obj = queued_cache()
-    first = decide(obj)
-    made = [copy.deepcopy(dict(c.manifest)) for c in first.creates if c.resource == JOBS]
-    for index, job in enumerate(made):
-        job["metadata"]["uid"] = f"job-uid-{index}"
+    first, made = created_jobs(obj)
     recorded = obj | {"status": copy.deepcopy(dict(first.status))}
     pending = ("False", "Pending", NO_QUOTA)
     waiting = decide(recorded, jobs=tuple(made), workloads=(workload(made[0], QuotaReserved=pending),))
@@ -171,10 +177,7 @@ def test_a_job_whose_workload_kueue_deactivated_fails_the_pool_and_the_expiry() 
     # Kueue deactivates a Workload an admission check Rejected (spec.active: false): it admits it no
     # more and the Job stays suspended, so the pool is not queued but failed, with Kueue's words.
     obj = queued_cache()
-    first = decide(obj)
-    made = [copy.deepcopy(dict(c.manifest)) for c in first.creates if c.resource == JOBS]
-    for index, job in enumerate(made):
-        job["metadata"]["uid"] = f"job-uid-{index}"
+    first, made = created_jobs(obj)
     said = "The workload is deactivated due to AdmissionCheck capacity: no such GPU"
     rejected = workload(made[0], QuotaReserved=("False", "Pending", "x"), Evicted=("True", "InactiveWorkload", said))
     rejected["spec"] = {"active": False}
