@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from compilecache.cache import units
 from compilecache.controller import admission, expiryjob, jobs, policy, runtime, template
 from compilecache.controller.api import SpecError, parse_spec
 from compilecache.controller.pools import resolve_pools
+from k8snames import KUBERNETES_VERSIONS
 from specs import cache, cluster
 from test_admission import LABELLED, pod
 
@@ -68,6 +70,10 @@ def test_a_training_pod_gets_the_runtime_first_and_on_pythonpath_in_each_cache_c
     assert result.skipped == ()
     again = admission.mutate(result.pod, cache(), rules=RULES)
     assert again.pod == result.pod, "a second mutation must change nothing"
+    # What the API server then stores must be a valid Pod (init container, volume, mounts, env).
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "Pod", **result.pod}, KUBERNETES_VERSIONS[-1], strict=True
+    )
 
 
 def test_without_a_runtime_nothing_of_it_is_added() -> None:

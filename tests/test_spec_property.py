@@ -25,8 +25,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import specs
 from compilecache.cache import units
-from compilecache.controller import api, expiryjob, jobs, plan, policy, status
+from compilecache.controller import api, expiryjob, jobs, plan, policy, runtime, status
 from compilecache.controller.api import SpecError
 from compilecache.controller.pools import resolve_pools
 from compilecache.controller.snapshot import Cache, Snapshot
@@ -270,10 +271,12 @@ def _after_the_cluster_ran(snap: Snapshot, decided: plan.Plan) -> Snapshot:
     )
 
 
-def check(cache: Mapping[str, Any], nodes: list[dict[str, Any]], versions: list[str]) -> str:
+def check(
+    cache: Mapping[str, Any], nodes: list[dict[str, Any]], versions: list[str], rules: policy.Policy = OPEN_POLICY
+) -> str:
     """Run the property on one example; return ``"objects"`` or ``"SpecError"`` for statistics."""
     try:
-        objects = manifests(cache, nodes)
+        objects = manifests(cache, nodes, rules)
     except SpecError as error:
         assert field_exists(cache, error.field), f"SpecError names no field of the cache: {error}"
         return "SpecError"
@@ -320,6 +323,30 @@ _HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_t
 @given(examples())
 def test_admitted_specs_give_valid_objects_or_name_the_field(example: tuple[dict[str, Any], list[Any]]) -> None:
     event(check(*example, KUBERNETES_VERSIONS))  # --hypothesis-show-statistics: objects vs SpecError
+
+
+# The chart's default: an operator that injects its runtime (controller/runtime.py) into every Job it makes.
+WITH_RUNTIME = dataclasses.replace(
+    OPEN_POLICY, runtime=runtime.Runtime("ghcr.io/compilecache/compilecache-runtime:0.1.0", "IfNotPresent")
+)
+
+
+@settings(derandomize=True, max_examples=15, deadline=None, suppress_health_check=_HEALTH)
+@given(examples())
+def test_admitted_specs_give_valid_objects_with_the_runtime_injected(example: tuple[dict[str, Any], list[Any]]) -> None:
+    """The same property where the operator injects its runtime: init container, emptyDir, mount, PYTHONPATH."""
+    event(check(*example, KUBERNETES_VERSIONS[-1:], WITH_RUNTIME))
+
+
+def test_the_jobs_with_the_runtime_injected_validate() -> None:
+    """An example the property above runs through, checked to carry the runtime (so the property is about it)."""
+    objects = manifests(specs.cache(), specs.cluster(), WITH_RUNTIME)
+    made = [obj for obj in objects if obj["kind"] == "Job"]
+    assert len(made) >= 3  # the warm-ups and the expiry
+    for job in made:
+        pod = job["spec"]["template"]["spec"]
+        assert pod["initContainers"][0]["name"] == runtime.VOLUME, pod
+        kubernetes_validate.validate(job, KUBERNETES_VERSIONS[-1], strict=True)
 
 
 @pytest.mark.slow
