@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from compilecache.cache.cacheenv import REPORT, TERMINATION_LOG
-from compilecache.controller import admission, jobs, policy
+from compilecache.controller import admission, images, jobs, policy
 from compilecache.controller.api import parse_spec
 from compilecache.controller.pools import resolve_pools
 from compilecache.frameworks.jax.env import NOT_IN_KEY, jax_cache_env, trainer_env
@@ -29,7 +29,11 @@ def pod(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
         "metadata": {"generateName": "train-", "namespace": "default", "labels": labels or {}},
         "spec": {
             "serviceAccountName": "default",
-            "containers": [{"name": "train", "image": "trainer:1.2"}, {"name": "sidecar", "image": "log:1"}],
+            # training's container on the warm-up's image (tests/specs.py), and a sidecar
+            "containers": [
+                {"name": "train", "image": "registry.example/trainer:1.2"},
+                {"name": "sidecar", "image": "log:1"},
+            ],
             "initContainers": [{"name": "fetch", "image": "fetch:1"}],
         },
     }
@@ -109,16 +113,20 @@ def test_pod_settings_that_change_the_key_are_warned_about_and_annotated() -> No
 
 def test_a_pod_without_the_warm_up_image_is_warned_but_mutated_all_the_same() -> None:
     llama = cache()  # warmup.image registry.example/trainer:1.2; the pod runs trainer:1.2 and log:1
-    result = admission.mutate(pod(LABELLED), llama)
+    other = pod(LABELLED)
+    other["spec"]["containers"][0]["image"] = "trainer:1.2"
+    result = admission.mutate(other, llama)
     [warning] = [w for w in result.warnings if "warm-up's image" in w]
     assert warning.startswith("CompileCache llama: no container runs the warm-up's image registry.example/trainer:1.2")
     assert "(the pod runs trainer:1.2, log:1)" in warning and "jax/jaxlib/plugin versions" in warning
     assert result.pod["spec"]["volumes"]  # a warning only: the pod still gets its cache
     assert "image" not in result.pod["metadata"].get("annotations", {}).get(admission.ANNOTATION_SKIPPED, "")
+    # Nothing warms its image: it is not held for the warm-up of another (images.py).
+    assert "schedulingGates" not in result.pod["spec"]
     # One container on the warm-up's image is enough: the others may be sidecars.
     same = pod(LABELLED)
-    same["spec"]["containers"][0]["image"] = "registry.example/trainer:1.2"
     assert not [w for w in admission.mutate(same, llama).warnings if "warm-up's image" in w]
+    assert admission.mutate(same, llama).pod["spec"]["schedulingGates"] == [{"name": admission.GATE}]
 
 
 @pytest.mark.parametrize(
@@ -138,7 +146,7 @@ def test_a_pod_without_the_warm_up_image_is_warned_but_mutated_all_the_same() ->
     ],
 )
 def test_image_references_compare_as_the_kubelet_resolves_them(a: str, b: str, same: bool) -> None:
-    assert admission.same_image(a, b) is same and admission.same_image(b, a) is same
+    assert images.same_image(a, b) is same and images.same_image(b, a) is same
 
 
 def test_not_ready_gates_ready_does_not_and_gate_false_does_not() -> None:

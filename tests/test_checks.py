@@ -48,7 +48,7 @@ def workload(
     name: str = "job-train-1a2b3",
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A Workload as Kueue writes it: pod sets (name, template labels), its checks, QuotaReserved."""
+    """A Workload as Kueue writes it: pod sets (name, template labels; the cache's image), its checks, QuotaReserved."""
     sets = pod_sets or (("main", {"compilecache.dev/cache": "llama"}),)
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -62,7 +62,7 @@ def workload(
                     "count": 1,
                     "template": {
                         "metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})},
-                        "spec": {"containers": [{"name": "train", "image": "trainer:1"}]},
+                        "spec": {"containers": [{"name": "train", "image": "registry.example/trainer:1.2"}]},
                     },
                 }
                 for set_name, labels in sets

@@ -353,6 +353,13 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
     ),
     ("no-storage", _set("storage", {}), "spec.storage", "cel", "storage must set exactly one of pvc or gcs"),
     (
+        "no-image-no-template",
+        _delete("warmup.image"),
+        "spec.warmup",
+        "cel",
+        "warmup must set image, or podTemplate to take training's image from it",
+    ),
+    (
         "template-spec-and-ref",
         _set("warmup.podTemplate", {"spec": {}, "templateRef": {"kind": "Job", "name": "train"}}),
         "spec.warmup.podTemplate",

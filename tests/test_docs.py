@@ -80,6 +80,7 @@ NOT_REASONS = frozenset(
         "True",
         "Warning",
         "Workload",  # Kueue's kind (an Event's involvedObject)
+        "Pod",  # the kind of an Event's involvedObject (act.post_unwarmed)
     }
 )
 _CAMEL = re.compile(r"^(?=[A-Z]*[a-z])[A-Z][A-Za-z0-9]+$")  # a capital, then letters, some lower case

@@ -78,15 +78,20 @@ def test_a_warm_up_pod_is_kept_under_its_job_and_a_training_pod_under_its_cache(
     pod["metadata"] |= {"name": "w-1", "namespace": NS}
     [(key, kept)] = indexes.pod_entries(pod).items()
     assert key == (indexes.JOB_PODS, NS, job["metadata"]["name"])
-    assert "containers" not in kept["spec"] and kept["status"] == {"phase": "Running"}
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert kept["spec"]["containers"] == [{"image": image}] and kept["status"] == {"phase": "Running"}
 
     training = {
         "metadata": {"name": "t", "namespace": NS, "labels": {jobs.LABEL_CACHE: "llama"}},
-        "spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "secret"}]}], "schedulingGates": []},
+        "spec": {
+            "containers": [{"name": "c", "image": "t:1", "env": [{"name": "TOKEN", "value": "secret"}]}],
+            "schedulingGates": [],
+        },
     }
     [(key, kept)] = indexes.pod_entries(training).items()
     assert key == (indexes.TRAINING_PODS, NS, "llama")
-    assert kept["spec"] == {"schedulingGates": []}  # a pod's environment is never kept
+    # A pod's environment is never kept; its images are (a pod waits only for its own: images.py).
+    assert kept["spec"] == {"schedulingGates": [], "containers": [{"image": "t:1"}]}
     # Any other pod of the cluster costs nothing: a Job's pod that is not one of ours, a bare pod.
     other = {"metadata": {"name": "o", "namespace": NS, "labels": {"job-name": "nightly-etl"}}, "spec": {}}
     assert indexes.pod_entries(other) == {} and indexes.pod_entries({"metadata": {"name": "b"}}) == {}

@@ -157,7 +157,6 @@ def test_the_named_container_is_taken() -> None:
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [
-        ({"image": "registry.example/other:2"}, "spec.warmup.podTemplate.spec.containers[0].image", "warmup.image"),
         (
             {"volumeMounts": [{"name": "nope", "mountPath": "/data"}]},
             "spec.warmup.podTemplate.spec.containers[0].volumeMounts[0].name",
@@ -269,11 +268,12 @@ def test_a_missing_reference_waits_naming_the_field_and_creates_nothing() -> Non
 def test_a_referenced_template_that_cannot_be_used_fails_naming_where() -> None:
     obj = with_template({"templateRef": {"kind": "PodTemplate", "name": "training"}})
     pod = training_pod_spec()
-    pod["containers"][0]["image"] = "registry.example/trainer:9"
+    pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/var/cache/compilecache"}]
     body = {"kind": "PodTemplate", "template": {"spec": pod}}
     result = plan.plan(Snapshot(Cache.read(obj), policy=TEMPLATE_POLICY, nodes=tuple(cluster()), template=body), NOW)
     assert result.status["phase"] == status.FAILED
-    assert "templateRef (PodTemplate training: template.spec).containers[0].image" in result.status["message"]
+    message = result.status["message"]
+    assert "templateRef (PodTemplate training: template.spec).containers[0].volumeMounts[0].mountPath" in message
 
 
 def test_a_referenced_template_that_exists_creates_the_jobs_with_it() -> None:

@@ -219,6 +219,40 @@ class ConsumersStatus(Model):
         description="The first miss of the latest finished training pod that missed, and why.",
         max_length=MISS_REASON_MAX,
     )
+    unwarmedImage: int | None = Field(
+        default=None,
+        description=(
+            "Pods whose containers run no image the cache warmed or warms now (status.images): "
+            "they start without waiting and compile what they run; each gets a Warning Event "
+            "UnwarmedImage."
+        ),
+        json_schema_extra={"format": "int64"},
+    )
+
+
+class ImageStatus(Model):
+    """One image the cache warmed, or warms now: pods on it are served (Ready) or wait for it (Warming)."""
+
+    image: str = Field(description="The image, as the warm-up Jobs ran it.", max_length=IMAGE_MAX)
+    state: Literal["Warming", "Ready", "Failed"] = Field(
+        description=(
+            "Warming: its warm-up runs, and training pods on it wait (scheduling gate); Ready: its "
+            "entries are in the cache and pods on it start at once; Failed: its warm-up failed on "
+            "every pool."
+        ),
+    )
+    since: str | None = Field(
+        default=None,
+        description="When it entered this state.",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
+    )
+    warmedAt: str | None = Field(
+        default=None,
+        description="When its warm-up last finished (Ready).",
+        max_length=TIME_MAX,
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class CacheVersion(Model):
@@ -588,6 +622,27 @@ class Status(Model):
             ),
         },
     )
+    images: list[ImageStatus] | None = Field(
+        default=None,
+        description=(
+            "The images the cache warmed or warms now, the current one first: training pods on a "
+            "Ready one start at once (its entries stay while lifecycle keeps them), on a Warming one "
+            "they wait for it; pods on any other image are counted in consumers.unwarmedImage."
+        ),
+        max_length=16,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["image"],
+            **status_doc(
+                (
+                    "the images warmed or warming, the current one first (at most 16): `image`, `state` "
+                    "(`Warming`: its pods wait; `Ready`: its pods start at once; `Failed`), `since`, "
+                    "`warmedAt`; see [images](images.md)"
+                ),
+                items=True,
+            ),
+        },
+    )
     cache: CacheStatus | None = Field(
         default=None,
         description="What the cache holds after the last warm-up and expiry.",
@@ -616,7 +671,8 @@ class Status(Model):
                 "`CacheLabelRemoved`, and when; or Kueue started it through the operator's admission check); "
                 "`workloads` (Kueue Workloads whose admission check waits for the cache: see [kueue](kueue.md)); "
                 "`hits`, `requests` and `lastMissReason` from the finished training "
-                "pods' own reports (see [observability](observability.md))"
+                "pods' own reports (see [observability](observability.md)); `unwarmedImage` (pods on "
+                "an image the cache never warmed: see [images](images.md))"
             ),
         },
     )
@@ -1555,7 +1611,7 @@ class TemplateRef(Model):
 
 class PodTemplate(Model):
     """Training's pod template, so that the warm-up sees what training sees at startup: inline (spec) or by
-    reference (templateRef). Taken from it: the container's image (it must equal warmup.image), env,
+    reference (templateRef). Taken from it: the container's image (unless warmup.image is set), env,
     envFrom, volumeMounts (read-only, except emptyDirs), workingDir and the arguments after a script
     workload's script in its command (when the workload has no args), and the pod's volumes,
     serviceAccountName (when warmup.serviceAccountName is unset) and imagePullSecrets. The operator
@@ -1707,21 +1763,34 @@ class Warmup(Model):
                     "rule": "(has(self.pools) && size(self.pools) > 0) || has(self.discover)",
                     "message": "warmup must set pools, discover, or both",
                 },
+                {
+                    "rule": "has(self.image) || has(self.podTemplate)",
+                    "message": "warmup must set image, or podTemplate to take training's image from it",
+                },
             ],
         }
     )
 
-    image: str = Field(
+    image: str | None = Field(
+        default=None,
         description=(
-            "Image of the warm-up Jobs, usually the training image itself: the cache key "
-            "contains the jax/jaxlib versions and the compiled program, so the warmer must run "
-            "the same code and libraries as training. It must contain the compilecache package "
-            "(the `compilecache warm` command)."
+            "Image of the warm-up Jobs. Unset, it is training's image, taken from podTemplate "
+            "(inline or templateRef), and the cache follows it: a new image is warmed while the "
+            "entries of those warmed before keep serving the pods still on them (status.images). "
+            "Set, it pins the warm-up's image. The cache key contains the jax/jaxlib versions and "
+            "the compiled program, so the warmer must run the same code and libraries as training. "
+            "It needs the compilecache package unless the operator injects its runtime "
+            "(the chart's runtime.image)."
         ),
         min_length=1,
         max_length=IMAGE_MAX,
         json_schema_extra={
-            **doc("string, required", "", "image of the warm-up Jobs, usually the training image itself"),
+            **doc(
+                "string",
+                "training's image (podTemplate)",
+                "image of the warm-up Jobs; unset, training's image from `podTemplate`, which the cache follows "
+                "(see [images](images.md)); required without `podTemplate`",
+            ),
         },
     )
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
@@ -1758,7 +1827,7 @@ class Warmup(Model):
         description=(
             "Training's pod template, so that the warm-up sees what training sees at startup: "
             "inline (spec) or by reference (templateRef). Taken from it: the container's image "
-            "(it must equal warmup.image), env, envFrom, volumeMounts (read-only, except "
+            "(unless warmup.image is set), env, envFrom, volumeMounts (read-only, except "
             "emptyDirs), workingDir and the arguments after a script workload's script in its "
             "command (when the workload has no args), and the pod's volumes, "
             "serviceAccountName (when warmup.serviceAccountName is unset) and "

@@ -17,6 +17,10 @@ from collections.abc import Mapping
 # (each framework's runtime hook: JAX's plugin, PyTorch's torch.backends entry point). Warm-up Jobs never get it: their
 # termination message is the warmer's report.
 REPORT = "COMPILECACHE_REPORT"
+# The image a warm-up Job runs, as the operator wrote it into the Job: each run manifest records it, so
+# that expiry's keepVersions ranks the images the cache was warmed for and reports the ones whose
+# entries are left (status.images: controller/images.py).
+IMAGE = "COMPILECACHE_IMAGE"
 # Where the trainer writes its one JSON result at exit (Kubernetes' default terminationMessagePath).
 TERMINATION_LOG = "COMPILECACHE_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"

@@ -11,8 +11,11 @@ reason (an entry is deleted once, for the first rule that takes it):
    than the staging grace period, temporary files older than the grace period), which
    the warmer deletes too;
 2. ``keepVersions``: per platform (backend, device kind) the entries of all but the
-   N most recently warmed (jax, jaxlib) builds. Per platform, because an H100 pool and
-   an A100 pool are different builds that are both current: ranking them together
+   N most recently warmed images (the image each run manifest records: the warm-up Job's,
+   ``cacheenv.IMAGE``); an entry several images wrote or hit stays while one of them is kept,
+   since they share it. Entries of runs that recorded no image (older warmers, a run outside
+   a Job) are ranked by their (jax, jaxlib) build instead. Per platform, because an H100 pool
+   and an A100 pool are different builds that are both current: ranking them together
    would drop one pool's entries whenever the other pool warmed last;
 3. ``maxAge``: entries not written or re-produced (a hit in a run manifest) within the age;
 4. ``maxSize``: least recently produced first, until the rest fits.
@@ -94,7 +97,7 @@ class Version:
 
 @dataclass(frozen=True)
 class Plan:
-    """The outcome of the policy: deletions, totals before and after, and what is left per build."""
+    """The outcome of the policy: deletions, totals before and after, and what is left per build and image."""
 
     deletions: tuple[Deletion, ...]
     entries_before: int
@@ -103,6 +106,8 @@ class Plan:
     bytes_after: int
     versions: tuple[Version, ...]
     notes: tuple[str, ...] = ()
+    # Image → entries left that it wrote or hit, the most recently warmed first (status.images).
+    images: tuple[tuple[str, int], ...] = ()
 
     def deleted_by_rule(self) -> dict[str, int]:
         """How many deletions each rule made (every rule listed, zero included)."""
@@ -120,26 +125,39 @@ class EntryRecord:
     produced_at: float = 0.0  # latest write or hit recorded, POSIX seconds
     sha256: str | None = None  # of the latest write that published the file
     written_at: float = field(default=-1.0, repr=False)
+    images: set[str] = field(default_factory=set)  # the images of the runs that wrote or hit it
+
+
+# An image as keepVersions ranks it: on one platform (backend, device kind).
+PlacedImage = tuple[str, tuple[str, str]]
 
 
 @dataclass(frozen=True)
 class ManifestIndex:
-    """The manifests folded into one record per entry, and when each build was last warmed."""
+    """The manifests folded into one record per entry, and when each build and image was last warmed."""
 
     entries: Mapping[str, EntryRecord]
     builds_seen: Mapping[Build, float]
+    images_seen: Mapping[PlacedImage, float] = field(default_factory=dict)
 
 
 def index_manifests(manifests: Iterable[Mapping[str, Any]]) -> ManifestIndex:
     """Fold run manifests (``manifest.build_manifest``) into per-entry records; unknown fields are ignored."""
     records: dict[str, EntryRecord] = defaultdict(EntryRecord)
     seen: dict[Build, float] = {}
+    images_seen: dict[PlacedImage, float] = {}
     times = _TimeParser()
     for manifest in manifests:
         run_build = _build(manifest)
         finished = times(manifest.get("finished_at"))
         if run_build is not None:
             seen[run_build] = max(seen.get(run_build, 0.0), finished)
+        image = manifest.get("image") if isinstance(manifest.get("image"), str) else None
+        if image and run_build is not None:
+            placed = (image, run_build.platform)
+            images_seen[placed] = max(images_seen.get(placed, 0.0), finished)
+        else:
+            image = None  # a run on no known platform cannot be ranked: its entries go by their build
         for entry in manifest.get("entries") or []:
             name = entry.get("file")
             if not isinstance(name, str):
@@ -147,6 +165,8 @@ def index_manifests(manifests: Iterable[Mapping[str, Any]]) -> ManifestIndex:
             record = records[name]
             at = times(entry.get("written_at")) or finished
             record.build = _build(entry) or run_build or record.build
+            if image:
+                record.images.add(image)
             record.produced_at = max(record.produced_at, at)
             # published: false means another run's file was kept: this run's bytes are not the file's.
             if entry.get("published", True) and entry.get("sha256") and at >= record.written_at:
@@ -158,7 +178,9 @@ def index_manifests(manifests: Iterable[Mapping[str, Any]]) -> ManifestIndex:
             record = records[name]
             record.produced_at = max(record.produced_at, times(hit.get("at")) or finished)
             record.build = record.build or run_build
-    return ManifestIndex(dict(records), seen)
+            if image:
+                record.images.add(image)
+    return ManifestIndex(dict(records), seen, images_seen)
 
 
 def expected_digests(index: ManifestIndex) -> dict[str, str]:
@@ -219,9 +241,21 @@ def plan_expiry(
             for build in index.builds_seen
             if build not in kept_builds
         }
+        kept_images = newest_images(index.images_seen, policy.keep_versions)
         for item in candidates:
             record = records.get(item.name)
-            if item.name not in taken and record and record.build in dropped:
+            if item.name in taken or not record:
+                continue
+            if record.images:
+                platform = record.build.platform if record.build else ("", "")
+                if not any((image, platform) in kept_images for image in record.images):
+                    shown = ", ".join(sorted(record.images)[:3])[:300]
+                    take(
+                        item,
+                        KEEP_VERSIONS,
+                        f"image {shown} is older than the {policy.keep_versions} newest warmed on that platform",
+                    )
+            elif record.build in dropped:
                 take(item, KEEP_VERSIONS, dropped[record.build])
 
     if policy.max_age_seconds is not None:
@@ -256,6 +290,7 @@ def plan_expiry(
         bytes_after=sum(size_of[item.name] for item in left),
         versions=_versions(left, index, size_of),
         notes=tuple(notes),
+        images=_images(left, index),
     )
 
 
@@ -288,6 +323,30 @@ def newest_builds(seen: Mapping[Build, float], keep: int) -> set[Build]:
         builds.sort(key=lambda b: (seen[b], b.jaxlib, b.jax), reverse=True)
         kept.update(builds[:keep])
     return kept
+
+
+def newest_images(seen: Mapping[PlacedImage, float], keep: int) -> set[PlacedImage]:
+    """The ``keep`` most recently warmed images of each platform (ties: the image names, for a stable plan)."""
+    by_platform: dict[tuple[str, str], list[PlacedImage]] = defaultdict(list)
+    for placed in seen:
+        by_platform[placed[1]].append(placed)
+    kept: set[PlacedImage] = set()
+    for images in by_platform.values():
+        images.sort(key=lambda placed: (seen[placed], placed[0]), reverse=True)
+        kept.update(images[:keep])
+    return kept
+
+
+def _images(left: Sequence[StoredFile], index: ManifestIndex) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = defaultdict(int)
+    for item in left:
+        record = index.entries.get(item.name)
+        for image in record.images if record else ():
+            counts[image] += 1
+    last: dict[str, float] = defaultdict(float)
+    for (image, _), at in index.images_seen.items():
+        last[image] = max(last[image], at)
+    return tuple(sorted(counts.items(), key=lambda pair: (last[pair[0]], pair[0]), reverse=True))
 
 
 def _versions(left: Sequence[StoredFile], index: ManifestIndex, size_of: Mapping[str, int]) -> tuple[Version, ...]:

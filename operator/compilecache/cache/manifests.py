@@ -38,6 +38,7 @@ TORCH_SCHEMA = "compilecache.dev/torch-manifest/v1"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_TEXT = 64 * 1024  # characters of any one string
 MAX_NAME = 255  # bytes of one file name (Linux NAME_MAX)
+MAX_IMAGE = 1024  # characters of an image reference (the CRD's bound on warmup.image)
 MAX_PATH = 4096  # bytes of a relative path (Linux PATH_MAX)
 MAX_COUNT = 2**53 - 1  # the largest integer every JSON reader keeps exactly
 MAX_SECONDS = 366 * 24 * 3600.0
@@ -396,6 +397,7 @@ _JAX_MANIFEST = _object(
         "started_at": _nullable(_time),
         "finished_at": _nullable(_time),
         "workloads": _list(_TEXT),
+        "image": _text(MAX_IMAGE),
         **_PLATFORM,
         "settings": _mapping(_scalar),
         "entries": _list(

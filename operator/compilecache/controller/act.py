@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compilecache.controller import gates, status
+from compilecache.controller import gates, images, status
 from compilecache.controller.kube import COMPILECACHES, ApiError, Client
 from compilecache.controller.plan import Create, Delete, Patch, Plan
 from compilecache.controller.snapshot import Cache, Obj
@@ -126,3 +128,29 @@ def post_refusals(client: Client, cache: Cache, refused: Sequence[tuple[Obj, str
         name = f"{cache.name[: 253 - len(digest) - 1]}.{digest}"
         if client.post_event(cache.obj, "Warning", status.REPORT_REFUSED, message, name=name):
             logger.warning("Cache %s/%s: %s", cache.namespace, cache.name, message)
+
+
+# The Events this process posted (their names): a pass sees every pod of its cache, and an Event already
+# posted must not cost an API call per pod and pass. Another replica, or this one after a restart, posts
+# each once more at most, and the API server answers that with a quiet 409 (the Event's own name).
+_POSTED: OrderedDict[str, None] = OrderedDict()
+_POSTED_MAX = 16384
+_POSTED_LOCK = threading.Lock()
+
+
+def post_unwarmed(client: Client, cache: Cache, pods: Sequence[Obj], warmed: Sequence[Mapping[str, Any]]) -> None:
+    """A Warning Event ``UnwarmedImage`` on each training pod on an image the cache never warmed
+    (``images.unwarmed``): once per pod and image, by the Event's name, however many passes see it."""
+    for pod in pods:
+        name = images.event_name(pod)
+        with _POSTED_LOCK:
+            if name in _POSTED:
+                continue
+            _POSTED[name] = None
+            while len(_POSTED) > _POSTED_MAX:
+                _POSTED.popitem(last=False)
+        meta = pod.get("metadata") or {}
+        involved = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}  # slim pods carry no kind
+        message = images.unwarmed_message(cache.name, pod, warmed)
+        if client.post_event(involved, "Warning", images.UNWARMED_IMAGE, message, name=name):
+            logger.info("Cache %s/%s: pod %s: %s", cache.namespace, cache.name, meta.get("name"), message)

@@ -24,6 +24,7 @@ import jsonpatch
 from compilecache import frameworks
 from compilecache.cache import linear, units
 from compilecache.cache.cacheenv import TERMINATION_LOG, reporting
+from compilecache.controller import images as images_
 from compilecache.controller import policy, status
 from compilecache.controller import runtime as runtime_
 from compilecache.controller.api import DEFAULT_SERVICE_ACCOUNT, CacheSpec, SpecError, check_bounded, parse_cache
@@ -302,6 +303,39 @@ def settings_differences(container: Mapping[str, Any], spec: CacheSpec) -> list[
     return found
 
 
+def image_wait(
+    containers: Sequence[Mapping[str, Any]],
+    cache: Mapping[str, Any],
+    spec: CacheSpec,
+    records: Sequence[Mapping[str, Any]],
+) -> tuple[bool, str | None]:
+    """Whether a pod with ``containers`` waits for the cache (``images.py``), and a note for the warning.
+
+    On an image the cache warmed (``Ready`` in ``status.images``) it starts at once, whatever the cache
+    warms now; on the image it warms it waits. On an image not recorded: when the spec names the image
+    it warms (``warmup.image``, or an inline template's), a pod on that image waits (before the pass
+    recorded it: the first warm-up, or the spec just moved to it) and a pod on another goes; with a
+    templateRef only the pass knows training's image as it is now, so the pod waits for its next pass
+    (``gates.py``), which lets it go at once unless the template moved to that image.
+    """
+    pod = {"spec": {"containers": list(containers)}}
+    running = images_.pod_images(pod)
+    record = images_.match(running, records)
+    if record is not None:
+        return record["state"] == images_.WARMING, None
+    pending = not is_serving(cache) or bool(records)  # bool(records): the image is newer than the status
+    if spec.warmup.image:
+        note = image_difference(containers, spec.warmup.image, spec.framework)
+        return note is None and pending, note
+    note = (
+        f"the pod runs {', '.join(running)[:256]}, which the cache has not warmed: it waits for the operator's "
+        "next pass, which holds it only while training's template names that image"
+        if records and running
+        else None
+    )
+    return pending, note
+
+
 def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str, framework: str = "jax") -> str | None:
     """A warning when no container runs the warm-up's image (``spec.warmup.image``), else None.
 
@@ -311,38 +345,13 @@ def image_difference(containers: Sequence[Mapping[str, Any]], warmup_image: str,
     (the others may be sidecars); a pod without images (a template) is not judged.
     """
     images = [str(c["image"]) for c in containers if c.get("image")]
-    if not images or any(same_image(image, warmup_image) for image in images):
+    if not images or any(images_.same_image(image, warmup_image) for image in images):
         return None
     return (
         f"no container runs the warm-up's image {warmup_image} (the pod runs {', '.join(dict.fromkeys(images))}): "
         f"the cache keys contain {frameworks.get(framework).image_key_parts}, so entries warmed by another image "
         "likely miss"
     )
-
-
-def same_image(a: str, b: str) -> bool:
-    """Whether two image references name the same image: by digest where both have one, else by
-    name and tag, with Docker Hub's default registry and ``latest`` tag filled in (as the kubelet
-    does). ``t:1@sha256:…`` and ``t:1`` agree (a tag pinned by digest); a bare digest and a tag do
-    not, since which digest a tag names is unknown here."""
-    (name_a, tag_a, digest_a), (name_b, tag_b, digest_b) = _image_parts(a), _image_parts(b)
-    if digest_a and digest_b:
-        return digest_a == digest_b
-    return (name_a, tag_a) == (name_b, tag_b)
-
-
-def _image_parts(reference: str) -> tuple[str, str, str]:
-    name, _, digest = reference.strip().partition("@")
-    tag = ""
-    slash = name.rfind("/")
-    if ":" in name[slash + 1 :]:  # a colon after the last slash is a tag; before it, a registry port
-        name, _, tag = name.rpartition(":")
-    first, _, rest = name.partition("/")
-    if not rest or ("." not in first and ":" not in first and first != "localhost"):
-        name = "docker.io/" + name  # no registry host: Docker Hub (distribution/reference's rule)
-    if name.startswith("docker.io/") and name.count("/") == 1:
-        name = name.replace("docker.io/", "docker.io/library/", 1)
-    return name, tag or ("" if digest else "latest"), digest
 
 
 def _values(env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -476,10 +485,12 @@ def mutate(
     containers = [c for kind in kinds for c in pod_spec.get(kind) or []]
     if rules is not None and rules.runtime is not None:
         skipped += runtime_.inject(pod_spec, containers, rules.runtime, container_security_context())
-    if image_note := image_difference(containers, spec.warmup.image, spec.framework):
+    records = images_.recorded(cache.get("status"))
+    waits, image_note = image_wait(pod_spec.get("containers") or [], cache, spec, records)
+    if image_note:
         notes.append(image_note)
     released = (meta.get("annotations") or {}).get(ANNOTATION_RELEASED)
-    if spec.consumers.gate and not is_serving(cache):
+    if spec.consumers.gate and waits:
         if released is not None:
             # Its wait is over (Kueue's admission check let its Workload through, checks.py): not held again.
             notes.append(f"the pod is not gated: {ANNOTATION_RELEASED}={str(released)[:128]}")
@@ -488,7 +499,7 @@ def mutate(
             if not any(gate.get("name") == GATE for gate in gates):
                 gates.append({"name": GATE})
             notes.append(
-                f"the pod waits (scheduling gate {GATE}) until the cache is Ready, "
+                f"the pod waits (scheduling gate {GATE}) until the cache is Ready for its image, "
                 f"at most {spec.consumers.gate_timeout_seconds:g}s"
             )
 

@@ -259,6 +259,8 @@ class TemplateSource:
 
 @dataclass(frozen=True)
 class Warmup:
+    # The warm-up's image: ``warmup.image``, else training's (the template's container), which a
+    # templateRef gives only once the pass has read it (``template.resolve``): "" until then.
     image: str
     image_pull_policy: str | None
     image_pull_secrets: tuple[str, ...]
@@ -283,6 +285,10 @@ class Warmup:
     priority_class_name: str | None = None
     job_labels: Mapping[str, str] = field(default_factory=dict)
     job_annotations: Mapping[str, str] = field(default_factory=dict)
+    # True when warmup.image is unset: the cache follows training's image (``images.py``), warming
+    # each new one while it serves the entries of those it warmed before.
+    image_from_template: bool = False
+    image_path: str = "spec.warmup.image"  # the field that names the image, for messages and the policy
 
 
 @dataclass(frozen=True)
@@ -568,9 +574,14 @@ def _gcs(gcs: model.Gcs) -> GCSStorage:
 
 def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None, mount_path: str) -> Warmup:
     """``spec.warmup``: ``warmup`` validated by the model, ``raw`` as written (for what is passed on as is)."""
-    image = warmup.image.strip()
-    if not image:  # the model wants one character; blanks name no image either
+    image = (warmup.image or "").strip()
+    if warmup.image is not None and not image:  # the model wants one character; blanks name no image either
         raise SpecError("spec.warmup.image", "must name the image of the warm-up Jobs (usually the training image)")
+    if warmup.image is None and warmup.podTemplate is None:  # CEL rule
+        raise SpecError(
+            "spec.warmup",
+            "must name the image of the warm-up Jobs, or set podTemplate to take training's image from it",
+        )
 
     raw_pools = raw.get("pools") or []
     pools = tuple(
@@ -616,12 +627,15 @@ def _warmup(warmup: model.Warmup, raw: Mapping[str, Any], gcs: GCSStorage | None
     deadline = warmup.activeDeadlineSeconds
     _check_budgets(workloads, topologies, deadline)
     template = (
-        _template_source(warmup.podTemplate, raw["podTemplate"], image, mount_path)
-        if warmup.podTemplate is not None
-        else None
+        _template_source(warmup.podTemplate, raw["podTemplate"], mount_path) if warmup.podTemplate is not None else None
     )
+    image_path = "spec.warmup.image"
+    if not image and template is not None and template.inline is not None:
+        image, image_path = template_image(template.inline), f"{template.inline.container_path}.image"
     return Warmup(
         image=image,
+        image_from_template=warmup.image is None,
+        image_path=image_path,
         image_pull_policy=warmup.imagePullPolicy,
         image_pull_secrets=tuple(secret.name for secret in warmup.imagePullSecrets or ()),
         service_account_name=service_account,
@@ -668,7 +682,7 @@ def _check_budgets(workloads: Sequence[Workload], topologies: Sequence[Topology]
             )
 
 
-def _template_source(source: model.PodTemplate, raw: Mapping[str, Any], image: str, mount_path: str) -> TemplateSource:
+def _template_source(source: model.PodTemplate, raw: Mapping[str, Any], mount_path: str) -> TemplateSource:
     """``spec.warmup.podTemplate``: exactly one of ``spec`` (inline) or ``templateRef``, and ``container``."""
     path = "spec.warmup.podTemplate"
     if ("spec" in raw) == ("templateRef" in raw):  # CEL rule
@@ -678,7 +692,7 @@ def _template_source(source: model.PodTemplate, raw: Mapping[str, Any], image: s
         inline = parse_pod_template(
             _mapping(raw["spec"], f"{path}.spec", required=True), f"{path}.spec", source.container
         )
-        check_template(inline, image, mount_path)
+        check_template(inline, mount_path)
         return TemplateSource(container=source.container, inline=inline)
     if source.templateRef is None:
         raise SpecError(f"{path}.templateRef", "is required")
@@ -686,22 +700,29 @@ def _template_source(source: model.PodTemplate, raw: Mapping[str, Any], image: s
     return TemplateSource(container=source.container, ref=ref)
 
 
-def check_template(template: PodTemplate, image: str, mount_path: str) -> None:
-    """What a template must agree on with the cache: its image is ``warmup.image`` (one image decides
-    jaxlib, so the key, the expiry Job's image and what the policy checked at apply time), and
-    nothing of it is mounted where the cache is."""
+def check_template(template: PodTemplate, mount_path: str) -> None:
+    """What a template must agree on with the cache: nothing of it is mounted where the cache is.
+
+    Its image may differ from a ``warmup.image`` that is set (the author pinned the warm-up's image):
+    training's pods on the template's image are then on an image the cache never warmed, and the
+    status, a metric and an Event on each such pod say so (``images.py``).
+    """
     for index, mount in enumerate(template.volume_mounts):
         if str(mount.get("mountPath", "")).rstrip("/") == mount_path:
             raise SpecError(
                 f"{template.container_path}.volumeMounts[{index}].mountPath",
                 f"{mount_path} is spec.mountPath, where the warm-up mounts the cache",
             )
-    if template.image is not None and template.image != image:
+
+
+def template_image(template: PodTemplate) -> str:
+    """Training's image, which the warm-up takes when ``warmup.image`` is unset; refused when there is none."""
+    if not template.image:
         raise SpecError(
             f"{template.container_path}.image",
-            f"runs {template.image!r} but spec.warmup.image is {image!r}: the image decides the jax and jaxlib "
-            "versions in the cache key, so set warmup.image to training's image",
+            "names no image: set it, or spec.warmup.image to the image the warm-up runs",
         )
+    return template.image
 
 
 def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str | None) -> PodTemplate:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.controller import admission, gates, podstate, status
+from compilecache.controller import admission, gates, images, podstate, status
 from compilecache.controller.jobs import LABEL_CACHE
 from compilecache.controller.kube import ADMISSION_CHECKS, WORKLOADS, ApiError, Client
 from compilecache.controller.metrics import METRICS
@@ -59,9 +59,11 @@ MAX_POD_SETS = 8
 _SEVERITY = (
     gates.GATE_TIMEOUT,
     gates.CACHE_FAILED,
+    gates.UNWARMED_IMAGE,
     gates.CACHE_DELETED,
     gates.GATE_DISABLED,
     gates.CACHE_DEGRADED,
+    gates.IMAGE_WARMED,
     gates.CACHE_READY,
     NO_CACHE,
 )
@@ -160,6 +162,16 @@ def pod_of(workload: Obj, pod_set: Obj) -> dict[str, Any]:
     }
 
 
+def _containers(pod_set: Obj) -> list[dict[str, Any]]:
+    """The images of a pod set's containers, as a gated pod of it would carry them."""
+    containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers") or []
+    return [
+        {"image": c["image"]}
+        for c in containers[: images.MAX_POD_IMAGES]
+        if isinstance(c, Mapping) and isinstance(c.get("image"), str)
+    ]
+
+
 def caches_of(workload: Obj, caches: Sequence[Obj]) -> dict[str, str | None]:
     """Pod set name → the CompileCache its pods use (``None``: none, or one named that does not exist)."""
     chosen: dict[str, str | None] = {}
@@ -206,24 +218,37 @@ def decide(
     reasons: dict[str, str | None] = {}
     timeouts: dict[str, float] = {}  # each used cache's gateTimeout under the policy: its spec parsed once
     waiting_on: dict[str, str] = {}  # cache → its phase, for the caches the check still waits for
+    since = waiting_since(workload, check)
     for name in sorted({n for n in chosen.values() if n is not None}):
         cache = by_name.get(name)
-        held = {
-            "metadata": {
-                "labels": {LABEL_CACHE: name or "(missing)"},
-                "creationTimestamp": waiting_since(workload, check),
-            },
-            "spec": {"schedulingGates": [{"name": admission.GATE}]},
-        }
+        # A pod of each pod set that uses the cache, as the gate would hold it: its own images decide
+        # what it waits for (images.py), so pod sets on different images may wait differently.
+        held = [
+            {
+                "metadata": {"labels": {LABEL_CACHE: name or "(missing)"}, "creationTimestamp": since},
+                "spec": {"schedulingGates": [{"name": admission.GATE}], "containers": _containers(pod_set)},
+            }
+            for pod_set in pod_sets(workload)
+            if chosen.get(str(pod_set.get("name") or "")) == name
+        ]
         if cache is None:
-            reasons[name] = gates.reason_to_release(held, None, phase=None, now=now)
+            reasons[name] = gates.reason_to_release(held[0], None, phase=None, now=now)
             continue
         st = cache.get("status") or {}
         consumers = bounded(Cache.read(cache).consumers, policy)
         timeouts[name] = consumers.gate_timeout_seconds
-        reasons[name] = gates.reason_to_release(
-            held, consumers, phase=st.get("phase"), now=now, settled=status.settled(st)
-        )
+        each = [
+            gates.reason_to_release(
+                pod,
+                consumers,
+                phase=st.get("phase"),
+                now=now,
+                settled=status.settled(st),
+                warmed=images.recorded(st),
+            )
+            for pod in held
+        ]
+        reasons[name] = None if None in each else next(r for r in _SEVERITY if r in each)
         if reasons[name] is None:
             waiting_on[name] = st.get("phase") or "not yet reconciled"
     meta = workload.get("metadata") or {}

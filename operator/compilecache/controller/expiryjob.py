@@ -17,7 +17,7 @@ from typing import Any
 from compilecache import frameworks
 from compilecache.cache import units
 from compilecache.cache.errors import cut
-from compilecache.controller import jobs, podstate, queueing, status
+from compilecache.controller import images, jobs, podstate, queueing, status
 from compilecache.controller import runtime as runtime_
 from compilecache.controller.api import CacheSpec
 
@@ -265,6 +265,24 @@ def cache_status(
     if last_expired or at:
         result["lastExpired"] = last_expired or at
     return result
+
+
+def images_left(summary: Mapping[str, Any] | None) -> frozenset[str] | None:
+    """The images whose entries the expiry left (``expirecmd``'s ``images``), or None when the summary has
+    no such list (an older warmer image, PyTorch's expiry, a list cut to fit): then no image is forgotten.
+
+    The summary is a pod's word: only strings an image reference can be count, at most ``images.MAX_IMAGES``.
+    """
+    items = (summary or {}).get("images")
+    if not isinstance(items, list):
+        return None
+    return frozenset(
+        item["image"]
+        for item in items[: images.MAX_IMAGES]
+        if isinstance(item, Mapping)
+        and isinstance(item.get("image"), str)
+        and 0 < len(item["image"]) <= images.IMAGE_MAX
+    )
 
 
 def last_warmed(pools: Sequence[Mapping[str, Any]]) -> str | None:

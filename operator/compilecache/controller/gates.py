@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compilecache.controller import podstate, status
+from compilecache.controller import images, podstate, status
 from compilecache.controller.admission import ANNOTATION_RELEASED, GATE
 from compilecache.controller.api import Consumers
 from compilecache.controller.jobs import LABEL_CACHE
@@ -42,6 +42,8 @@ GATE_TIMEOUT = "GateTimeout"
 GATE_DISABLED = "GateDisabled"
 CACHE_DELETED = "CacheDeleted"
 CACHE_LABEL_REMOVED = "CacheLabelRemoved"  # the pod no longer names a cache: nothing to wait for
+IMAGE_WARMED = images.IMAGE_WARMED  # its image's entries are served while the cache warms another
+UNWARMED_IMAGE = images.UNWARMED_IMAGE  # no warm-up of its image runs or ran: nothing to wait for
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,15 @@ def reason_to_release(
     phase: str | None,
     now: datetime.datetime,
     settled: bool = False,
+    warmed: Sequence[Mapping[str, Any]] = (),
 ) -> str | None:
     """Why the gated ``pod`` should be released now, or ``None`` to keep it waiting.
 
     ``consumers`` is ``None`` when the cache no longer exists, or the pod names none (its label was
     removed: the watchdog and ``handlers.pod_held`` pass none); ``phase`` is the cache's phase;
-    ``settled``: a Failed phase is the warm-up's end on every pool (``status.settled``), not a pass's error.
+    ``settled``: a Failed phase is the warm-up's end on every pool (``status.settled``), not a pass's error;
+    ``warmed``: ``status.images`` as this pass records it (``images.py``): a pod waits only for its own
+    image, and only while that image is the one being warmed.
     """
     if not is_gated(pod):
         return None
@@ -89,14 +94,20 @@ def reason_to_release(
         return (
             CACHE_DELETED if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_CACHE) else CACHE_LABEL_REMOVED
         )
+    record = images.match(images.pod_images(pod), warmed)
+    if record is not None and record["state"] == images.READY:
+        return CACHE_READY if phase == status.READY else CACHE_DEGRADED if phase == status.DEGRADED else IMAGE_WARMED
+    unwarmed = bool(warmed) and record is None and bool(images.pod_images(pod))
     if phase == status.READY:
-        return CACHE_READY
+        return UNWARMED_IMAGE if unwarmed else CACHE_READY
     if phase == status.DEGRADED:
-        return CACHE_DEGRADED
+        return UNWARMED_IMAGE if unwarmed else CACHE_DEGRADED
     if phase == status.FAILED and settled:
         return CACHE_FAILED
     if not consumers.gate:
         return GATE_DISABLED
+    if unwarmed:  # no warm-up of its image runs: waiting would only delay a cold start
+        return UNWARMED_IMAGE
     created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
     if created is None or (now - created).total_seconds() >= consumers.gate_timeout_seconds:
         return GATE_TIMEOUT  # a pod without a creation time cannot be timed: never hold it
@@ -127,11 +138,12 @@ def plan(
     phase: str | None,
     now: datetime.datetime,
     settled: bool = False,
+    warmed: Sequence[Mapping[str, Any]] = (),
 ) -> list[Release]:
-    """The releases due now among ``pods`` (the pods of one cache)."""
+    """The releases due now among ``pods`` (the pods of one cache); ``warmed``: ``status.images``."""
     releases = []
     for pod in pods:
-        reason = reason_to_release(pod, consumers, phase=phase, now=now, settled=settled)
+        reason = reason_to_release(pod, consumers, phase=phase, now=now, settled=settled, warmed=warmed)
         if reason is not None:
             releases.append(Release(pod["metadata"]["name"], reason, release_patch(pod, reason, now)))
     return releases
@@ -157,7 +169,8 @@ def sync(
     if pods is None:
         pods = client.list(PODS, namespace, labels={LABEL_CACHE: name})
     settled = cache is not None and status.settled(cache.get("status") or {})
-    releases = plan(pods, consumers, phase=phase, now=now, settled=settled)
+    warmed = images.recorded(cache.get("status")) if cache is not None else ()
+    releases = plan(pods, consumers, phase=phase, now=now, settled=settled, warmed=warmed)
     return apply(client, namespace, name, cache, consumers, releases, pods)
 
 

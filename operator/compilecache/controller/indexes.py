@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compilecache.controller import checks, expiryjob, jobs, kube, reports, snapshot, template
+from compilecache.controller import checks, expiryjob, images, jobs, kube, reports, snapshot, template
 from compilecache.controller.api import TemplateRef
 from compilecache.controller.kube import Client, Resource
 from compilecache.controller.snapshot import ApiReader
@@ -121,9 +121,18 @@ def _job_spec(spec: Obj) -> Obj:
 
 
 def _pod_spec(spec: Obj) -> Obj:
-    # The gates (a release tests the list it read), and where the pod runs; the containers are the
-    # webhook's business, which reads the pod from its admission request, not from here.
-    return {k: spec[k] for k in ("schedulingGates", "nodeName") if k in spec}
+    # The gates (a release tests the list it read), where the pod runs, and its containers' images (a pod
+    # waits only for its own image: images.py); the rest of the containers is the webhook's business,
+    # which reads the pod from its admission request, not from here.
+    kept = {k: spec[k] for k in ("schedulingGates", "nodeName") if k in spec}
+    containers = spec.get("containers")
+    if isinstance(containers, list):
+        kept["containers"] = [
+            {"image": str(c["image"])[: images.IMAGE_MAX + 1]}
+            for c in containers[: images.MAX_POD_IMAGES]
+            if isinstance(c, Mapping) and "image" in c
+        ]
+    return kept
 
 
 def _node_spec(spec: Obj) -> Obj:
@@ -235,9 +244,9 @@ def pod_template_entries(body: Obj) -> dict[Key, Obj]:
 
 
 def slim_workload(body: Obj) -> Obj:
-    """A Kueue Workload as ``checks.py`` reads it: each pod set's name and template labels (a podSelector may
-    match any) and our annotations, whether its quota is reserved, and its admission checks as they are (a
-    check's new state is a patch that tests the entry it read)."""
+    """A Kueue Workload as ``checks.py`` reads it: each pod set's name, template labels (a podSelector may
+    match any), containers' images and our annotations, whether its quota is reserved, and its admission
+    checks as they are (a check's new state is a patch that tests the entry it read)."""
     meta = body.get("metadata") or {}
     pod_sets = []
     for pod_set in list((body.get("spec") or {}).get("podSets") or ())[: checks.MAX_POD_SETS]:
@@ -246,7 +255,11 @@ def slim_workload(body: Obj) -> Obj:
             "labels": dict(template_meta.get("labels") or {}),
             **_ours({"annotations": template_meta.get("annotations") or {}}),
         }
-        pod_sets.append({"name": pod_set.get("name"), "template": {"metadata": kept}})
+        # Its containers' images: a pod set waits only for its own image (images.py).
+        images_kept = _pod_spec((pod_set.get("template") or {}).get("spec") or {}).get("containers") or []
+        pod_sets.append(
+            {"name": pod_set.get("name"), "template": {"metadata": kept, "spec": {"containers": images_kept}}}
+        )
     status = body.get("status") or {}
     conditions = [c for c in status.get("conditions") or () if c.get("type") == "QuotaReserved"]
     return {

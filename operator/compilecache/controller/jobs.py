@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compilecache import frameworks
+from compilecache.cache import cacheenv
 from compilecache.cache.cacheenv import GROUP_CONNECT_TIMEOUT, GROUP_COORDINATOR, GROUP_PORTS, GROUP_PROCESSES
 from compilecache.controller import api, queueing
 from compilecache.controller import runtime as runtime_
@@ -510,7 +511,7 @@ def warmup_env(spec: CacheSpec) -> dict[str, str]:
 def _container_env(spec: CacheSpec, pool: Pool, extra: Mapping[str, str]) -> list[dict[str, Any]]:
     # The read-only root filesystem leaves /tmp as the only writable place besides the cache.
     # ``extra`` (a multi-host container's coordinator) wins over a workload's env like the cache settings.
-    base = {**warmup_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR, **extra}
+    base = {**warmup_env(spec), "TMPDIR": TMP_DIR, "HOME": TMP_DIR, cacheenv.IMAGE: spec.warmup.image, **extra}
     # Then the workloads' env, then training's (the template's): a workload's env is the warm-up's own
     # setting of what training sets, so it wins over the template's.
     env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(base.items())]

@@ -84,6 +84,7 @@ class CacheFigures:
     compile_seconds: float | None = None
     gated: int | None = None
     waiting_workloads: int | None = None  # Kueue Workloads our admission check holds for the cache (checks.py)
+    unwarmed_image: int | None = None  # training pods on an image the cache never warmed (images.py)
     expired_at: str | None = None  # the last expiry run, counted once
     deleted: Mapping[str, int] = field(default_factory=dict)  # its deletions by rule label
     pods: Sequence[PodFigures] = ()
@@ -171,6 +172,12 @@ class Metrics:
             CACHE,
             registry=r,
         )
+        self.unwarmed_image = Gauge(
+            "compilecache_consumers_unwarmed_image_pods",
+            "Training pods of the cache on an image it never warmed and does not warm now (they compile cold).",
+            CACHE,
+            registry=r,
+        )
         self.gate_timeouts = Counter(
             "compilecache_gate_timeouts",
             "Training pods, and Kueue Workloads of the admission check, released by gateTimeout before the cache "
@@ -235,6 +242,8 @@ class Metrics:
             self.gated.labels(*key).set(float(figures.gated))
         if figures.waiting_workloads is not None:
             self.waiting_workloads.labels(*key).set(float(figures.waiting_workloads))
+        if figures.unwarmed_image is not None:
+            self.unwarmed_image.labels(*key).set(float(figures.unwarmed_image))
         # Counters start at 0 for every cache (a series that appears late breaks rate() and alerts).
         for counter in (self.gate_timeouts, self.training_requests, self.training_hits):
             counter.labels(*key)
@@ -280,6 +289,7 @@ class Metrics:
             self.compile_seconds,
             self.gated,
             self.waiting_workloads,
+            self.unwarmed_image,
             self.gate_timeouts,
             self.training_requests,
             self.training_hits,

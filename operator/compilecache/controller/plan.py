@@ -26,6 +26,7 @@ from compilecache.cache import units
 from compilecache.controller import (
     expiryjob,
     gates,
+    images,
     jobs,
     podstate,
     policy,
@@ -132,7 +133,14 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         creates, deletes, patches = [], [], []
     consumers = policy.bounded(cache.consumers, snapshot.policy)
     now_time = _parse_time(now)
-    releases = gates.plan(snapshot.pods, consumers, phase=new.get("phase"), now=now_time, settled=status.settled(new))
+    releases = gates.plan(
+        snapshot.pods,
+        consumers,
+        phase=new.get("phase"),
+        now=now_time,
+        settled=status.settled(new),
+        warmed=images.recorded(new),
+    )
     new = status.with_reason(new)
     events = status.transitions(old, new)
     if new.get(LAST_SKIPPED) and new.get(LAST_SKIPPED) != old.get(LAST_SKIPPED):  # once per skipped slot
@@ -182,7 +190,9 @@ def failed(
     if not any(event.type == "Warning" for event in events) and before.get("message") != detail:
         events.append(Event("Warning", RECONCILE_ERROR, message))
     consumers = policy.bounded(cache.consumers, rules)
-    releases = gates.plan(pods, consumers, phase=phase if keep_serving else None, now=_parse_time(now))
+    releases = gates.plan(
+        pods, consumers, phase=phase if keep_serving else None, now=_parse_time(now), warmed=images.recorded(old)
+    )
     return Plan(status=new, releases=tuple(releases), events=tuple(events))
 
 
@@ -327,6 +337,7 @@ def _decide(
     counted = status.cache_from_pools(entries, old.get("cache") or {})
     if counted != (old.get("cache") or {}):
         extra["cache"] = counted
+    warmed_left: frozenset[str] | None = None  # the images whose entries this generation's expiry left
     if warmed:
         # Degraded too: a partly failed warm-up still prunes and checks what the cache holds
         # (a corrupt entry that failed a pool's verify is exactly what expiry removes).
@@ -334,6 +345,8 @@ def _decide(
         creates += expiry_creates
         deletes += expiry_deletes
         expired = outcome.phase == status.READY
+        if expired:
+            warmed_left = expiryjob.images_left(outcome.summary)
         expired_condition = cond(expiryjob.EXPIRED_CONDITION, expired, outcome.reason, outcome.message)
         if phase == status.READY:
             phase, message = outcome.phase, outcome.message
@@ -350,6 +363,12 @@ def _decide(
         return _refused_by_policy(cache, spec, refused, now), [], deletes, []
     if status.keeps_serving(old, spec_hash, phase):
         phase, message = status.READY, f"ready; refreshing: {message}"
+    settled = status.settled({"phase": phase, "pools": entries})
+    images_now = images.advance(images.recorded(old), spec.warmup.image, phase, settled=settled, now=now)
+    if warmed_left is not None:
+        images_now = images.keep_only(images_now, warmed_left)
+    if images_now != list(images.recorded(old)):
+        extra["images"] = images_now
     ready = phase == status.READY
     if slot is not None:
         extra[LAST_SCHEDULE] = slot_time(slot)

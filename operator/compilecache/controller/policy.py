@@ -279,7 +279,8 @@ def _queueing(spec: CacheSpec, policy: Policy) -> list[Violation]:
 def violations(spec: CacheSpec, policy: Policy) -> list[Violation]:
     """What in ``spec`` the policy refuses, as (field path, message); empty when it is all allowed."""
     warmup = spec.warmup
-    found = _image(warmup.image, "spec.warmup.image", policy)
+    # "" while a templateRef is unread (the webhook at apply time): the pass checks training's image.
+    found = _image(warmup.image, warmup.image_path, policy) if warmup.image else []
     found += _accounts(spec, policy)
     found += _template_volumes(spec, policy)
     found += _secret_env(spec, policy)

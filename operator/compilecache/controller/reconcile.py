@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache.api import bounds
-from compilecache.controller import act, checks, expectations, gates, indexes, metrics, metricsfeed, reports
+from compilecache.controller import act, checks, expectations, gates, images, indexes, metrics, metricsfeed, reports
 from compilecache.controller.indexes import Audit, IndexedReader
 from compilecache.controller.kube import COMPILECACHES, WORKLOADS, ApiError, Client
 from compilecache.controller.plan import Plan, failed, plan
@@ -112,9 +112,10 @@ def _reconcile(
     consumers = act.release(client, cache, decided, pods)
     new = dict(decided.status)
     counted, refused_reports = reports.counted(pods)  # each pod's report read once a pass
+    unwarmed = images.unwarmed(pods, images.recorded(new))
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
-        new["consumers"] = consumers | reports.totals(counted)
+        new["consumers"] = consumers | reports.totals(counted) | {"unwarmedImage": len(unwarmed)}
     waiting = release_workloads(client, reader, namespace, name, {**obj, "status": new}, policy=policy, audit=audit)
     if waiting is not None:  # the Workloads that wait on our Kueue admission check for this cache
         new["consumers"] = {**(new.get("consumers") or {}), "workloads": waiting}
@@ -127,6 +128,7 @@ def _reconcile(
     try:
         act.record(client, cache, new, decided.events)
         act.post_refusals(client, cache, refused_reports)
+        act.post_unwarmed(client, cache, unwarmed, images.recorded(new))
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc

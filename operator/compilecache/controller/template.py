@@ -314,5 +314,10 @@ def resolve(spec: CacheSpec, obj: Obj | None) -> CacheSpec:
     where, pod_spec, container = pod_spec_of(ref, obj, source.container)
     origin = f"{REF_FIELD} ({ref.describe()}: {where})"
     template = api.parse_pod_template(pod_spec, origin, container)
-    api.check_template(template, spec.warmup.image, spec.mount_path)
-    return dataclasses.replace(spec, warmup=dataclasses.replace(spec.warmup, pod_template=template))
+    api.check_template(template, spec.mount_path)
+    warmup = dataclasses.replace(spec.warmup, pod_template=template)
+    if spec.warmup.image_from_template:  # the cache follows training's image (images.py)
+        warmup = dataclasses.replace(
+            warmup, image=api.template_image(template), image_path=f"{template.container_path}.image"
+        )
+    return dataclasses.replace(spec, warmup=warmup)

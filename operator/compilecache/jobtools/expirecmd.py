@@ -137,6 +137,9 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
     )
 
 
+MAX_IMAGES = 16  # status.images' bound: the images the operator can record
+
+
 def result_document(
     url: str,
     plan: Plan,
@@ -168,6 +171,8 @@ def result_document(
             }
             for v in plan.versions
         ],
+        # The images whose entries are left, the most recently warmed first (status.images drops the others).
+        "images": [{"image": image, "entries": count} for image, count in plan.images[:MAX_IMAGES]],
         # Manifest files that are no manifest: left where they are, unused, named until removed.
         "malformedManifests": [{"name": item.name, "reason": item.reason} for item in malformed],
         "notes": [*plan.notes, *problems, *(item.line() for item in malformed)],
@@ -185,6 +190,10 @@ def termination_message(result: Mapping[str, Any]) -> str:
     while len(text.encode()) > TERMINATION_LIMIT and compact["versions"]:
         compact["versions"].pop()
         compact["versionsTruncated"] = True
+        text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
+    if len(text.encode()) > TERMINATION_LIMIT and "images" in compact:
+        # All of them or none: the operator forgets the warmed images a list leaves out.
+        del compact["images"]
         text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
     return text
 

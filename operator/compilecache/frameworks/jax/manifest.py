@@ -57,9 +57,11 @@ def build_manifest(
     repaired: Mapping[str, str] | None = None,
     group: Mapping[str, Any] | None = None,
     state: str = COMPLETE,
+    image: str | None = None,
 ) -> dict[str, Any]:
     """Every entry this run wrote (size, sha256, versions, device, workload, target,
-    compile seconds, time) and every entry it hit, plus the per-target records."""
+    compile seconds, time) and every entry it hit, plus the per-target records. ``image``: the
+    image the warm-up Job ran (``cacheenv.IMAGE``), which expiry ranks for keepVersions."""
     sizes = {entry.name: entry.size for entry in staged}
     owner = _entry_owners(runs)
     entries = []
@@ -89,6 +91,7 @@ def build_manifest(
         "started_at": started_at,
         "finished_at": finished_at,
         "workloads": list(workloads),
+        **({"image": image} if image else {}),
         **_versions(facts),
         # The key-relevant settings the run compiled under (compilecache.frameworks.jax.keysettings.current).
         "settings": dict(facts.get("settings") or {}),

@@ -48,6 +48,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from compilecache.cache import cacheenv
 from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.frameworks.jax.compiler import SETUP_TARGET, WriteFailed, effective_jobs
@@ -233,6 +234,7 @@ def _warm(
             workloads=workloads,
             repaired=damaged,
             group=placed,
+            image=os.environ.get(cacheenv.IMAGE),
         )
 
         def publish() -> list[StagedEntry]:
