@@ -92,8 +92,15 @@ def exact(spec: CacheSpec) -> list[Any]:
     return workloads
 
 
-def warm(spec: CacheSpec, cache_dir: str, env: Mapping[str, str]) -> float:
-    """``compilecache warm`` as the Job runs it, on ``cache_dir``; its wall seconds."""
+VERIFY_FAILED = "verify failed"  # compilecache warm's error when the fresh verify run misses
+
+
+def warm(spec: CacheSpec, cache_dir: str, env: Mapping[str, str]) -> tuple[float, bool]:
+    """``compilecache warm`` as the Job runs it, on ``cache_dir``: its wall seconds, and whether verify passed.
+
+    A verify that fails (the fresh run misses programs the threshold left unwritten) fails the
+    Job; the entries are published before verify, so the trainer is measured on them all the same.
+    """
     framework = frameworks.get(spec.framework)
     command = framework.warm_command(spec, exact(spec), 1, [])
     at = command.index("--cache-dir")
@@ -103,9 +110,12 @@ def warm(spec: CacheSpec, cache_dir: str, env: Mapping[str, str]) -> float:
     full = {**env, **framework.warmup_env(spec), **workload_env(spec), CACHE_DIR: cache_dir}
     start = time.perf_counter()
     done = subprocess.run(argv, env=full, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0 and VERIFY_FAILED in done.stderr:
+        return seconds, False
     if done.returncode != 0:
         raise SystemExit(f"warm failed: {' '.join(argv)}\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}")
-    return time.perf_counter() - start
+    return seconds, True
 
 
 def train(spec: CacheSpec, cache_dir: str, env: Mapping[str, str]) -> dict[str, Any]:
@@ -155,11 +165,13 @@ def measure(args: argparse.Namespace, scratch: Path) -> list[dict[str, Any]]:
     cases: list[Case] = [(workload, threshold) for workload in SCRIPTS for threshold in args.thresholds]
     specs = {case: example(case[1], args.layers, SCRIPTS[case[0]]) for case in cases}
     folders: dict[Case, Path] = {}
-    warm_seconds: dict[Case, float] = {}
+    warm_seconds: dict[Case, tuple[float, bool]] = {}
     for index, case in enumerate(cases):
         folders[case] = scratch / f"case-{index}"
         warm_seconds[case] = warm(specs[case], str(folders[case]), env)
-        print(f"  warmed {case[0]} at {case[1]:g}s: {warm_seconds[case]:.1f}s", file=sys.stderr, flush=True)
+        seconds, verified = warm_seconds[case]
+        verdict = "verify passed" if verified else "verify FAILED"
+        print(f"  warmed {case[0]} at {case[1]:g} s: {seconds:.1f}s, {verdict}", file=sys.stderr, flush=True)
     stores: dict[str, tuple[dict[str, str], dict[Case, str]]] = {
         "local": (env, {case: str(folder) for case, folder in folders.items()})
     }
@@ -182,7 +194,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> list[dict[str, Any]]:
 
 
 def row(
-    case: Case, store: str, count: int, size: int, warm_s: float, runs: Sequence[Mapping[str, Any]]
+    case: Case, store: str, count: int, size: int, warmed: tuple[float, bool], runs: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """One printed row's figures (pure): medians of the runs, and hits/requests where all runs agree."""
     workload, threshold = case
@@ -193,7 +205,8 @@ def row(
         "threshold": threshold,
         "entries": count,
         "bytes": size,
-        "warm_s": warm_s,
+        "warm_s": warmed[0],
+        "verify": "passed" if warmed[1] else "FAILED",
         "first_step_s": statistics.median(float(run["wall_seconds"]) for run in runs),
         "compile_s": statistics.median(float(run["compile_seconds"]) for run in runs),
         "hits": " ".join(f"{h}/{r}" for h, r in sorted(hits)),
@@ -210,6 +223,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "entries",
         "bytes",
         "warm-up s",
+        "verify",
         "to 1st step s",
         "vs 0",
         "compile/load s",
@@ -229,6 +243,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             str(r["entries"]),
             f"{r['bytes']:,}",
             f"{r['warm_s']:.1f}",
+            r["verify"],
             f"{r['first_step_s']:.2f}",
             ratio,
             f"{r['compile_s']:.2f}",
