@@ -1,4 +1,4 @@
-"""The runs a warm-up pass makes, before and after "no run that adds nothing" (issue 34). Prints figures.
+"""The runs a warm-up pass makes, before and after "no run that adds nothing". Prints figures.
 
 Each shipped exact-mode JAX example whose script is in this repository and needs nothing from a
 training template (``examples/cache-pvc.yaml``: ``examples/train.py``, which writes no checkpoint)

@@ -54,8 +54,10 @@ def test_resume_plan_from_flags_then_environment(
 
 def test_the_cli_parses_the_resume_flags() -> None:
     args = build_parser().parse_args(
-        ["warm", "--cache-dir", "c", "--script", "t.py", "--steps", "2", "--resume-arg=--restore", "--no-resume"]
-        + ["--resume-when", "ckpt/state"]
+        [
+            *["warm", "--cache-dir", "c", "--script", "t.py", "--steps", "2", "--resume-arg=--restore"],
+            *["--no-resume", "--resume-when", "ckpt/state"],
+        ]
     )
     assert (args.resume, args.resume_arg, args.resume_when) == (False, ["--restore"], "ckpt/state")
     assert describe(None).startswith("no resumed run")
