@@ -163,6 +163,11 @@ BAD = [
     ("resumeArgs with resume false", _with("warmup.workloads", [
         {"name": "w", "script": "/t.py", "steps": 1, "resume": False, "resumeArgs": ["--restore"]}]),
      "spec.warmup.workloads[0].resumeArgs"),
+    ("resumeWhen with resume false", _with("warmup.workloads", [
+        {"name": "w", "script": "/t.py", "steps": 1, "resume": False, "resumeWhen": "ckpt"}]),
+     "spec.warmup.workloads[0].resumeWhen"),
+    ("resumeWhen without a script", _with("warmup.workloads", [{"name": "w", "entrypoint": "m:f", "resumeWhen": "c"}]),
+     "spec.warmup.workloads[0].resumeWhen"),
     *[(f"cron {text}", _with("schedule", text), "spec.schedule")
       for text in ["60 * * * *", "0 3 * * 8", "*/0 * * * *", "5-1 * * * *"]],
 ]  # fmt: skip

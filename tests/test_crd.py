@@ -453,6 +453,13 @@ BAD_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "resumeArgs are added to the resumed run",
     ),
     (
+        "resume-when-with-resume-false",
+        _set("warmup.workloads.0", {"name": "t", "script": "/app/t.py", "resume": False, "resumeWhen": "ckpt"}),
+        "spec.warmup.workloads[0]",
+        "cel",
+        "resumeWhen says when the resumed run happens",
+    ),
+    (
         "empty-pools-no-discover",
         _set("warmup.pools", []),
         "spec.warmup",

@@ -245,7 +245,8 @@ def test_a_jax_image_without_the_product_is_warmed_in_exact_mode_and_trains_hitt
     [pool] = status["pools"]
     assert pool["state"] == "Succeeded" and pool["entries"] >= 1, pool
     assert pool["verifyHits"] == pool["verifyRequests"] > 0, pool
-    # The exact mode: the unchanged script stopped after its 2nd step, resumed, verified in a fresh process.
+    # The exact mode: the unchanged script stopped after its 2nd step (it writes no checkpoint: no resumed run),
+    # verified in a fresh process.
     assert "after 2 calls of _train_step (--steps)" in jax_loop["warm_log"], jax_loop["warm_log"][-3000:]
     assert_runtime_injected(jax_loop["pods"], JAX_TRAINER)
     result = training_result(jax_loop["log"])  # and the verdict line, from the runtime's jax_plugins entry point

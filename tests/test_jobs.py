@@ -136,15 +136,24 @@ def test_exact_mode_passes_the_resumed_run_settings_to_the_warmer():
     warmup = cache_spec()["warmup"]
     base = {"name": "train", "script": "/app/train.py", "steps": 2}
     commands = []
-    for extra in ({}, {"resume": False}, {"resumeArgs": ["--restore", "--ckpt=/tmp/c"]}):
+    for extra in (
+        {},
+        {"resume": False},
+        {"resumeArgs": ["--restore", "--ckpt=/tmp/c"]},
+        {"resume": True},
+        {"resumeWhen": "/tmp/c"},
+    ):
         pod = _jobs(cache(warmup=warmup | {"workloads": [base | extra]}))[0]["spec"]["template"]["spec"]
         [command] = [c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
         commands.append(command[command.index("--steps") : command.index("--")])
-    # The default (a resumed run) is the warmer's own: nothing on the command line, Job names unchanged.
+    # The default (a resumed run when the first run left something) is the warmer's own: nothing on the
+    # command line, Job names unchanged; resume: true always runs it.
     assert commands == [
         ["--steps", "2"],
         ["--steps", "2", "--no-resume"],
         ["--steps", "2", "--resume-arg=--restore", "--resume-arg=--ckpt=/tmp/c"],
+        ["--steps", "2", "--resume"],
+        ["--steps", "2", "--resume-when=/tmp/c"],
     ]
 
 

@@ -22,7 +22,7 @@ from compilecache.frameworks.jax import compilehook, verdict
 from compilecache.frameworks.jax.compiler import TargetRun
 from compilecache.frameworks.jax.env import jax_cache_env, trainer_env
 from compilecache.frameworks.jax.keydiff import closest_difference, first_difference, signature_of_computation
-from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, describe, merge_results, resume_args
+from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, ResumePlan, describe, merge_results, resume_plan
 from compilecache.frameworks.jax.verify import miss_messages
 from jaxhelpers import REPO, clean_env, declare_trainer_plugin, run_cli, write_module
 from test_warm_exact import FLAX_ENV, TRAPS
@@ -33,28 +33,35 @@ SCRIPT = REPO / "examples" / "workloads" / "flax_resume.py"
 
 
 @pytest.mark.parametrize(
-    ("enabled", "extra", "env", "expected"),
+    ("enabled", "extra", "when", "env", "expected"),
     [
-        (None, [], {}, []),  # the default: a resumed run, no added arguments
-        (False, ["--restore"], {}, None),
-        (None, [], {"COMPILECACHE_WARM_RESUME": "false"}, None),
-        (True, [], {"COMPILECACHE_WARM_RESUME": "0"}, []),  # the flag wins
-        (None, [], {"COMPILECACHE_RESUME_ARGS": "--restore 'a b'"}, ["--restore", "a b"]),
-        (None, ["--x"], {"COMPILECACHE_RESUME_ARGS": "--restore"}, ["--x"]),
+        (None, [], None, {}, ResumePlan()),  # the default: when the first run left something, no added arguments
+        (False, ["--restore"], None, {}, None),
+        (None, [], None, {"COMPILECACHE_WARM_RESUME": "false"}, None),
+        (None, [], None, {"COMPILECACHE_WARM_RESUME": "1"}, ResumePlan(always=True)),
+        (True, [], None, {"COMPILECACHE_WARM_RESUME": "0"}, ResumePlan(always=True)),  # the flag wins
+        (None, [], None, {"COMPILECACHE_RESUME_ARGS": "--restore 'a b'"}, ResumePlan(args=("--restore", "a b"))),
+        (None, ["--x"], None, {"COMPILECACHE_RESUME_ARGS": "--restore"}, ResumePlan(args=("--x",))),
+        (None, [], None, {"COMPILECACHE_RESUME_WHEN": "ckpt"}, ResumePlan(when="ckpt")),
+        (None, [], "/c", {"COMPILECACHE_RESUME_WHEN": "ckpt"}, ResumePlan(when="/c")),
     ],
 )
-def test_resume_args_from_flags_then_environment(
-    enabled: bool | None, extra: list[str], env: dict[str, str], expected: list[str] | None
+def test_resume_plan_from_flags_then_environment(
+    enabled: bool | None, extra: list[str], when: str | None, env: dict[str, str], expected: ResumePlan | None
 ) -> None:
-    assert resume_args(enabled, extra, env) == expected
+    assert resume_plan(enabled, extra, when, env) == expected
 
 
 def test_the_cli_parses_the_resume_flags() -> None:
     args = build_parser().parse_args(
-        ["warm", "--cache-dir", "c", "--script", "t.py", "--steps", "2", "--resume-arg=--restore", "--no-resume"]
+        [
+            *["warm", "--cache-dir", "c", "--script", "t.py", "--steps", "2", "--resume-arg=--restore"],
+            *["--no-resume", "--resume-when", "ckpt/state"],
+        ]
     )
-    assert (args.resume, args.resume_arg) == (False, ["--restore"])
-    assert describe(None).startswith("no resumed run") and describe(["--restore"]) == "resumed run with --restore"
+    assert (args.resume, args.resume_arg, args.resume_when) == (False, ["--restore"], "ckpt/state")
+    assert describe(None).startswith("no resumed run")
+    assert describe(ResumePlan(args=("--restore",))) == "resumed run with --restore"
 
 
 def test_a_failed_resumed_run_is_named_and_a_good_one_adds_its_targets() -> None:
@@ -360,7 +367,10 @@ def test_a_resumed_run_that_reaches_the_end_of_training_is_no_failure(tmp_path: 
     argv = ["warm", "--cache-dir", str(tmp_path / "cache"), "--report", str(report_path), "--script", str(script)]
     done = run_cli([*argv, "--steps", "2"], clean_env())
     assert done.returncode == 0, done.stderr
-    assert "ran to its end: its resumed run after 1 calls (--resume)" in done.stdout, done.stdout
+    # It wrote step.json in its working directory: a restart reads it, so the resumed run happened.
+    assert "ran to its end: its resumed run after 1 calls (it left step.json in its working directory)" in (
+        done.stdout
+    ), done.stdout
     # The restart's strong-typed counter widens the product: a program only the resumed run compiled.
     report = json.loads(report_path.read_text())
     [resumed] = [target for target in report["targets"] if target["name"].endswith(RESUMED_SUFFIX)]

@@ -1354,6 +1354,10 @@ class Workload(Model):
                     "rule": "!has(self.resumeArgs) || (has(self.script) && !(has(self.resume) && !self.resume))",
                     "message": "resumeArgs are added to the resumed run; set script, and not resume false",
                 },
+                {
+                    "rule": "!has(self.resumeWhen) || (has(self.script) && !(has(self.resume) && !self.resume))",
+                    "message": "resumeWhen says when the resumed run happens; set script, and not resume false",
+                },
             ],
         }
     )
@@ -1487,23 +1491,26 @@ class Workload(Model):
         description=(
             "Exact mode (only with script): after its first run, run the script again in the "
             "same scratch working directory, where it finds and restores the checkpoint its "
-            "first run wrote, for steps more step calls (one under auto); verify does the same "
-            "pair. A restored state is typed differently from a fresh one, so this is what a "
-            "restarted training compiles. Default true (compilecache warm --resume); false for "
-            "a script that never restores."
+            "first run wrote, for steps more step calls (one under auto); verify repeats the runs "
+            "made. A restored state is typed differently from a fresh one, so this is what a "
+            "restarted training compiles. Unset: only when the first run wrote a file in its "
+            "working directory or left resumeWhen; true: always (compilecache warm --resume); "
+            "false: never (--no-resume)."
         ),
         json_schema_extra={
             **doc(
                 "bool",
-                "true",
+                "unset",
                 (
                     "exact mode (only with `script`): after the first run, run the script again in "
                     "the same scratch working directory, where it restores the checkpoint its first "
                     "run wrote — for `steps` more step calls, or under `auto` for one (what a "
                     "restart compiles differently is its first step on the restored state); verify "
-                    "runs the same pair (`compilecache warm --resume`/`--no-resume`). A restored "
-                    "state is typed differently from a fresh one: this is what a restarted training "
-                    "compiles"
+                    "repeats the runs made. A restored state is typed differently from a fresh one: "
+                    "this is what a restarted training compiles. Unset: only when the first run "
+                    "wrote a file in its working directory or left `resumeWhen` (else skipped, with "
+                    "one line saying why); `true`: always (`compilecache warm --resume`); `false`: "
+                    "never (`--no-resume`)"
                 ),
             ),
         },
@@ -1524,6 +1531,29 @@ class Workload(Model):
                     "arguments added to the resumed run only, after `args` (`compilecache warm "
                     "--resume-arg`), for a script that restores when asked; only with `script` and "
                     "not with `resume: false`"
+                ),
+            ),
+        },
+    )
+    resumeWhen: str | None = Field(
+        default=None,
+        description=(
+            "Exact mode (only with script): the checkpoint a restart reads, relative to the "
+            "script's working directory or absolute; the resumed run happens when the first run "
+            "left it, also where the script writes outside its working directory "
+            "(compilecache warm --resume-when)."
+        ),
+        min_length=1,
+        max_length=4096,
+        json_schema_extra={
+            **doc(
+                "path",
+                "",
+                (
+                    "exact mode (only with `script`, not with `resume: false`): the checkpoint a "
+                    "restart reads, relative to the script's working directory or absolute; the "
+                    "resumed run happens when the first run left it (`compilecache warm "
+                    "--resume-when`), e.g. a checkpoint written outside the working directory"
                 ),
             ),
         },

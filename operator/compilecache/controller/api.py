@@ -132,6 +132,7 @@ class Workload:
     budget_seconds: float | None = None  # steps "auto": seconds after the first step (None: the warmer's)
     resume: bool | None = None  # exact mode: also warm a run resumed from its checkpoint (None: on)
     resume_args: tuple[str, ...] = ()  # arguments added to that resumed run only
+    resume_when: str | None = None  # the checkpoint a restart reads: the resumed run happens when it is left
 
 
 @dataclass(frozen=True)
@@ -945,6 +946,9 @@ def _workload(workload: model.Workload, raw: Mapping[str, Any], path: str) -> Wo
     resume_args = tuple(workload.resumeArgs or ())
     if resume_args and (script is None or resume is False):
         raise SpecError(f"{path}.resumeArgs", "are added to the resumed run: they need a script, and resume not false")
+    resume_when = workload.resumeWhen
+    if resume_when is not None and (script is None or resume is False or not resume_when.strip()):
+        raise SpecError(f"{path}.resumeWhen", "names the checkpoint a restart reads: with a script, not resume false")
     return Workload(
         name=workload.name,
         entrypoint=workload.entrypoint,
@@ -957,6 +961,7 @@ def _workload(workload: model.Workload, raw: Mapping[str, Any], path: str) -> Wo
         budget_seconds=budget_seconds,
         resume=resume,
         resume_args=resume_args,
+        resume_when=resume_when,
     )
 
 

@@ -537,6 +537,7 @@ def _workload_material(workload: Workload) -> dict[str, Any]:
         **({"budget": workload.budget_seconds} if workload.budget_seconds is not None else {}),
         **({"resume": workload.resume} if workload.resume is not None else {}),
         **({"resumeArgs": list(workload.resume_args)} if workload.resume_args else {}),
+        **({"resumeWhen": workload.resume_when} if workload.resume_when is not None else {}),
     }
 
 

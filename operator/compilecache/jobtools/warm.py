@@ -118,8 +118,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="exact mode: run the script a second time in the first run's working directory, so that it "
-        "restores the checkpoint it wrote and compiles what a restarted training compiles "
-        "(default: on, or $COMPILECACHE_WARM_RESUME)",
+        "restores the checkpoint it wrote and compiles what a restarted training compiles: --resume always, "
+        "--no-resume never; by default (or $COMPILECACHE_WARM_RESUME) only when the first run wrote a file in "
+        "its working directory or left the --resume-when path",
+    )
+    parser.add_argument(
+        "--resume-when",
+        default=None,
+        metavar="PATH",
+        help="exact mode: the checkpoint a restart reads (relative to the script's working directory, or "
+        "absolute): the resumed run happens when the first run left it (default: $COMPILECACHE_RESUME_WHEN)",
     )
     parser.add_argument(
         "--resume-arg",
@@ -270,6 +278,8 @@ def _write_report(path: str, data: bytes) -> None:
 # --- The termination summary: how a warm-up pod's report reaches the operator (status.pools[]).
 TERMINATION_SCHEMA = "compilecache.dev/warm/v1"
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps (it cuts the rest)
+# The runs a warm-up may make, as the report's and the summary's "runs" name them (seconds of each).
+RUNS = ("first", "resumed", "verify")
 _ERROR_CHARS = 1000
 
 
@@ -298,6 +308,9 @@ def termination_summary(report: Mapping[str, Any]) -> str:
         "verify": None if verify is None else {"hits": verify.get("hits"), "requests": verify.get("requests")},
         "targets": targets,
     }
+    runs = report.get("runs")
+    if isinstance(runs, Mapping):  # wall seconds of each run made (first, resumed, verify): the pool's GPU-seconds
+        summary["runs"] = {name: round(float(runs[name]), 1) for name in RUNS if runs.get(name) is not None}
     stepped = report.get("stepped")
     if isinstance(stepped, Mapping):  # an entrypoint's run: how many step calls, and what stopped it
         summary["steps"] = {

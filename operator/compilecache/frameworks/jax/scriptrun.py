@@ -35,9 +35,9 @@ fails too: it has nothing to publish.
 
 Side effects stay here: the parent (:func:`run_entrypoint`) starts each run in a fresh scratch
 working directory under ``$TMPDIR``, removed afterwards, with ``COMPILECACHE_WARMUP=1`` in its
-environment; the caller's working directory stays importable. A resumed run (the default of
-``compilecache warm``) is the one exception: it runs in its first run's directory, on purpose
-(:mod:`compilecache.frameworks.jax.resume`).
+environment; the caller's working directory stays importable. A resumed run (made when the first
+run left something a restart would read) is the one exception: it runs in its first run's
+directory, on purpose (:mod:`compilecache.frameworks.jax.resume`).
 
 One process of a multi-host warm-up (``"processes": N`` in the request): the entrypoint joins
 its group itself (``jax.distributed.initialize`` from the environment the warmer gives it:
@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compilecache.frameworks.jax.resume import RESUMED_SUFFIX
+from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, ResumePlan
 from compilecache.frameworks.jax.stepcalls import CountingJitted, patch_jit
 from compilecache.jobtools.entrypoint import AUTO, StopWarm, in_scratch, is_path, run_guarded, set_import_path
 
@@ -389,21 +389,31 @@ def run_entrypoint(
     entry: str,
     entry_args: Sequence[str],
     timeout: float | None = None,
-    resume_args: Sequence[str] | None = None,
+    resume: ResumePlan | None = None,
 ) -> tuple[int, dict[str, Any], str]:
     """Run the entrypoint in a child (:func:`main`) in a fresh scratch working directory
     (:func:`compilecache.jobtools.entrypoint.in_scratch`).
 
-    With ``resume_args`` (a list, possibly empty) a successful first run is followed by a resumed
-    one in the same directory (:mod:`compilecache.frameworks.jax.resume`), with those arguments added.
+    With a ``resume`` plan a successful first run may be followed by a resumed one in the same
+    directory (:mod:`compilecache.frameworks.jax.resume`), with its arguments added: always, or when
+    the first run left something a restart would read. The result says which: ``"resumed_because"``
+    (what it found) or ``"resume_skipped"`` (the line to print), and ``"seconds"``: the wall time of
+    each run made (``first``, ``resumed``), child start-up included, as the pod spends it.
     """
-    from compilecache.frameworks.jax.resume import merge_results
+    from compilecache.frameworks.jax.resume import merge_results, restart_material, skipped_line
     from compilecache.jobtools.childproc import run_child
 
     with in_scratch(entry, env, request) as launch:
         argv = [launch.target, *entry_args]
+        started = time.monotonic()
         first = run_child(CHILD, launch.request, launch.env, argv, timeout=timeout, cwd=launch.cwd)
-        if resume_args is None or first[0] != 0 or first[1].get("write_errors"):  # nothing to add to a failure
+        seconds = {"first": time.monotonic() - started}
+        first[1]["seconds"] = seconds
+        if resume is None or first[0] != 0 or first[1].get("write_errors"):  # nothing to add to a failure
+            return first
+        found = "--resume" if resume.always else restart_material(launch.cwd, resume.when)
+        if found is None:
+            first[1]["resume_skipped"] = skipped_line(str(launch.request["shown"]), resume.when)
             return first
         # The same directory: the checkpoint the first run wrote at a relative path is restored.
         again = {**launch.request, "resumed": True}
@@ -411,9 +421,13 @@ def run_entrypoint(
             # What a restart compiles differently is its first step on the restored state; what comes
             # later (an epoch's evaluation) the first run compiled already: no second budget.
             again = {key: value for key, value in again.items() if key not in AUTO_LIMITS} | {"steps": 1}
-        argv = [*argv, *resume_args]
+        argv = [*argv, *resume.args]
+        started = time.monotonic()
         second = run_child(CHILD, again, launch.env, argv, timeout=timeout, cwd=launch.cwd)
-        return merge_results(first, second)
+        code, merged, stderr = merge_results(first, second)
+        merged["seconds"] = {**seconds, "resumed": time.monotonic() - started}
+        merged["resumed_because"] = found
+        return code, merged, stderr
 
 
 if __name__ == "__main__":

@@ -43,9 +43,11 @@ def warm_command(spec: CacheSpec, workloads: Sequence[Workload], hosts: int, out
             steps = steps_flags(workload, hosts)
             command += steps
             if steps:  # the exact mode stops the script: it may also warm a run resumed from its checkpoint
-                command += ["--no-resume"] if workload.resume is False else []
+                # Unset: the warmer's own rule (when the first run left something a restart reads).
+                command += {None: [], True: ["--resume"], False: ["--no-resume"]}[workload.resume]
                 # With '=': an argument such as --restore must not read as a flag of the warmer.
                 command += [f"--resume-arg={arg}" for arg in workload.resume_args]
+                command += [f"--resume-when={workload.resume_when}"] if workload.resume_when is not None else []
             command += ["--", *workload.args]
         else:
             command += ["--workload", str(workload.entrypoint)]

@@ -53,7 +53,7 @@ from compilecache.cache.entries import entry_module, entry_name, is_entry_name
 from compilecache.cache.errors import VerifyError, WarmError
 from compilecache.frameworks.jax.compiler import SETUP_TARGET, WriteFailed, effective_jobs
 from compilecache.frameworks.jax.env import CACHE_DIR, jax_cache_env
-from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, resume_args
+from compilecache.frameworks.jax.resume import RESUMED_SUFFIX, ResumePlan, resume_plan
 from compilecache.jobtools.entrypoint import AUTO, DEFAULT_BUDGET, entry_problem
 from compilecache.jobtools.warm import (
     ENV_MIN_SIZE,
@@ -199,6 +199,7 @@ def _warm(
             print(f"  replacing damaged entry {name}: {why}")
         staging_env = jax_cache_env(workdir, **options)
         # Nothing is published before every process has compiled.
+        compiling = time.monotonic()
         try:
             runs, facts = agreed("compiled", lambda: _compile(args, script_args, base_env, staging_env, group))
             unreadable = unreadable_entries(listing, runs, damaged)
@@ -218,6 +219,7 @@ def _warm(
             with contextlib.suppress(WarmError):
                 store.withdraw(_own_entries(store, workdir, failed.runs))
             raise
+        compiled = time.monotonic() - compiling
         if coordination is not None:
             if args.workload:
                 coordination.leave_compile_group()  # every process has compiled: the compile group ends now
@@ -254,9 +256,12 @@ def _warm(
 
     verify_result: dict[str, Any] | None = None
     problems: list[str] = []
+    verified: float | None = None
     if args.verify:
         verify_env_ = jax_cache_env(store.jax_dir(), **options)
+        verifying = time.monotonic()
         verify_result, problems = _verify(args, script_args, base_env, verify_env_, runs, group, coordination)
+        verified = time.monotonic() - verifying
     if coordination is not None:
         coordination.post("verified", f"failed: {_verify_error(problems)}" if problems else "ok")
     manifest = record(staged=staged, finished_at=utc_now(), verify=verify_result)
@@ -269,6 +274,8 @@ def _warm(
             error = str(failed)
     report = build_report(manifest, manifest_path, error)
     report["malformedManifests"] = [{"name": item.name, "reason": item.reason} for item in manifests.malformed]
+    resumed = (getattr(args, "script_seconds", None) or {}).get("resumed")
+    report["runs"] = run_seconds(compiled, resumed, verified)
     stepped = getattr(args, "script_stepped", None)
     if stepped:  # how far the entrypoint ran: the pool's status tells the user (status.pools[].steps)
         report["stepped"] = {
@@ -283,6 +290,22 @@ def _warm(
         failure.report = report  # type: ignore[attr-defined]
         raise failure
     return report
+
+
+def run_seconds(compiled: float, resumed: float | None, verified: float | None) -> dict[str, float]:
+    """The report's ``runs``: wall seconds of each run this warm-up made, rounded to 0.1 s (pure).
+
+    ``first`` is the compile step without the resumed run (the workloads compiled here and the
+    script's first run, its start-up included), ``resumed`` the script's resumed run, ``verify``
+    the verify step (all its fresh processes). A run that did not happen is absent: the operator
+    splits a pool's GPU-seconds by these (docs/warmer.md, "What a warm-up runs").
+    """
+    runs = {"first": max(0.0, compiled - (resumed or 0.0))}
+    if resumed is not None:
+        runs["resumed"] = resumed
+    if verified is not None:
+        runs["verify"] = verified
+    return {name: round(seconds, 1) for name, seconds in runs.items()}
 
 
 def _damaged_entries(store: CacheStore, listing: Listing, manifests: Manifests) -> dict[str, str]:
@@ -449,12 +472,12 @@ def _script_request(
     return request
 
 
-def _resume_args(args: argparse.Namespace, group: Group | None) -> list[str] | None:
-    """The resumed run's added arguments (exact mode, one process), or None: no resumed run.
+def _resume_plan(args: argparse.Namespace, group: Group | None) -> ResumePlan | None:
+    """The resumed run's plan (exact mode, one process), or None: no resumed run.
 
     A multi-host group runs no resumed run yet: its second run would have to form the group again.
     """
-    found: list[str] | None = getattr(args, "resume_args", None)
+    found: ResumePlan | None = getattr(args, "resume_plan", None)
     return None if group is not None else found
 
 
@@ -475,11 +498,10 @@ def _run_script(
         from compilecache.frameworks.jax.multihost import script_env
 
         env = {**env, **script_env(group)}
-        if getattr(args, "resume_args", None) is not None:
+        if getattr(args, "resume_plan", None) is not None:
             print("  note: a multi-host group runs no resumed run of the script (--resume: docs/multihost.md)")
-    code, result, stderr = run_entrypoint(
-        request, env, script, script_args, timeout=_child_timeout(group), resume_args=_resume_args(args, group)
-    )
+    plan = _resume_plan(args, group)
+    code, result, stderr = run_entrypoint(request, env, script, script_args, timeout=_child_timeout(group), resume=plan)
     if code != 0 or "runs" not in result:
         reason = result.get("error") or f"script {script} exited with status {code}"
         last = stderr.strip().splitlines()[-1:] if stderr.strip() else []
@@ -491,12 +513,17 @@ def _run_script(
     args.script_stepped = stepped  # verify's rerun of an auto-mode run stops where this one did
     if stepped:  # scriptrun fails a run that ended before its N-th step: here it reached them
         print(f"  {stepped_line(script, stepped)}")
+    args.script_seconds = result.get("seconds") or {}
+    # Verify repeats the resumed run only if this one made it (its own directory has the checkpoint again).
+    args.script_resumed = "resumed_because" in result
     resumed = result.get("resumed_stepped")
     if resumed:
         from compilecache.frameworks.jax.resume import describe
 
         how = "stopped" if resumed["ran"] >= resumed["steps"] else "ran to its end:"  # a restart near the end
-        print(f"  {how} its {describe(_resume_args(args, group))} after {resumed['ran']} calls (--resume)")
+        print(f"  {how} its {describe(plan)} after {resumed['ran']} calls ({result['resumed_because']})")
+    if result.get("resume_skipped"):
+        print(f"  {result['resume_skipped']}")
     return runs, result.get("facts") or {}
 
 
@@ -563,13 +590,15 @@ def _verify(
                 if run.workload == f"script:{args.script}" and not run.name.endswith(RESUMED_SUFFIX)
             )
             warmed = (getattr(args, "script_stepped", None) or {}, requests)
+        plan = _resume_plan(args, group)
         code, result, _ = run_entrypoint(
             _script_request(args, group, warmed),
             script_env_,
             args.script,
             script_args,
             timeout,
-            resume_args=_resume_args(args, group),
+            # The runs the warm-up made, no others: its resumed run again only if it happened.
+            resume=ResumePlan(args=plan.args, always=True) if plan and getattr(args, "script_resumed", False) else None,
         )
         if code != 0 or "runs" not in result:
             raise WarmError(f"verify: {result.get('error') or f'script {args.script} failed on the second run'}")
@@ -620,8 +649,13 @@ def _check_args(args: argparse.Namespace, script_args: Sequence[str]) -> None:
         raise WarmError("--steps N needs --script and N of at least 1 (or auto)")
     if args.budget is not None and (args.steps != AUTO or not args.budget > 0):
         raise WarmError(f"--budget needs --steps auto and a positive number of seconds, got {args.budget}")
-    if (args.resume_arg or args.resume) and not args.steps:
-        raise WarmError("--resume and --resume-arg need the exact mode (--script with --steps N or auto)")
+    resume_when = getattr(args, "resume_when", None)
+    if (args.resume_arg or args.resume or resume_when) and not args.steps:
+        raise WarmError(
+            "--resume, --resume-arg and --resume-when need the exact mode (--script with --steps N or auto)"
+        )
+    if resume_when is not None and (args.resume is False or not resume_when.strip()):
+        raise WarmError(f"--resume-when names the path a restart reads (not with --no-resume), got {resume_when!r}")
     if args.step_deadline is not None and not args.step_deadline > 0:
         raise WarmError(f"--step-deadline must be a positive number of seconds, got {args.step_deadline}")
 
@@ -631,7 +665,8 @@ def _exact_mode_from_env(args: argparse.Namespace, env: Mapping[str, str]) -> No
     args.step_fn = args.step_fn or env.get(ENV_STEP_FN) or "train_step"
     if args.script:
         steps_from_env(args, env)
-    args.resume_args = resume_args(args.resume, args.resume_arg, env) if args.steps else None
+    when = getattr(args, "resume_when", None)
+    args.resume_plan = resume_plan(args.resume, args.resume_arg, when, env) if args.steps else None
     if args.step_deadline is None and env.get(ENV_STEP_DEADLINE):
         try:
             args.step_deadline = float(env[ENV_STEP_DEADLINE])

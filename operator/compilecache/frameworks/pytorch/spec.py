@@ -28,7 +28,7 @@ IMAGE_KEY_PARTS = "a hash of torch's sources and triton/CUDA versions"
 # What only JAX's warmer reads: with spec.framework pytorch it would be ignored without a word.
 # (AOT entrypoints, a jitted step function and resumed runs are JAX's exact and AOT modes; the
 # PyTorch warmer counts optimizer steps and runs one process, so no multi-host group either.)
-JAX_ONLY_WORKLOAD_KEYS = ("entrypoint", "stepFn", "resume", "resumeArgs")
+JAX_ONLY_WORKLOAD_KEYS = ("entrypoint", "stepFn", "resume", "resumeArgs", "resumeWhen")
 
 
 def warm_command(spec: CacheSpec, workloads: Sequence[Workload], hosts: int, outputs: Sequence[str]) -> list[str]:

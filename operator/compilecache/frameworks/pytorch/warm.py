@@ -28,6 +28,7 @@ import argparse
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ def check_args(args: argparse.Namespace) -> None:
         ("--coordinator", args.coordinator),
         ("--step-fn", args.step_fn),
         ("--resume-arg", args.resume_arg or None),
+        ("--resume-when", getattr(args, "resume_when", None)),
     ):
         if value:
             raise WarmError(f"{flag} is for JAX warm-ups; --framework pytorch counts optimizer steps")
@@ -84,7 +86,9 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
         if local:
             delete_leftovers(store, store.scan())
         print(f"compilecache warm: pytorch {args.script}: compiling into staging {staging}", flush=True)
+        started_run = time.monotonic()
         warmed = _run(args, script_args, base_env, staging, request, "warm-up")
+        runs = {"first": time.monotonic() - started_run}
         counts, stepped = warmed["counts"], warmed["stepped"]
         print(
             f"  {args.script}: {_many(counts['requests'], 'graph lookup')} "
@@ -100,7 +104,9 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
         records = file_records(staging, keep)
         verify: dict[str, Any] | None = None
         if args.verify:
+            started_run = time.monotonic()
             verify = _verify(args, script_args, base_env, staging, keep, request)
+            runs["verify"] = time.monotonic() - started_run
         location = publish(store, staging, run_id, keep, drop)
     finally:
         if local:
@@ -154,6 +160,8 @@ def warm_torch(args: argparse.Namespace, script_args: Sequence[str], base_env: M
         "verify": verify,
         "stepped": {"script": args.script, **stepped, "stopped": stepped.get("stopped") or "end"},
         "first_step_seconds": warmed.get("first_step_seconds"),
+        # Wall seconds of each run (no resumed run here): what the operator splits GPU-seconds by.
+        "runs": {name: round(seconds, 1) for name, seconds in runs.items()},
         "started_at": started,
         "finished_at": manifest["finished_at"],
     }
