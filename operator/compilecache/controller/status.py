@@ -722,7 +722,8 @@ def warm_runs(summary: Mapping[str, Any] | None) -> dict[str, float]:
         value = runs.get(run)
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        if isinstance(value, int) and value > sys.float_info.max:  # float() of 10**400 raises
+        # An int is compared as an int (float() of ±10**400 raises): past what a float holds, no seconds.
+        if isinstance(value, int) and not 0 <= value <= sys.float_info.max:
             continue
         if math.isfinite(value) and value >= 0:
             found[run] = float(value)
