@@ -20,7 +20,6 @@ from compilecache.controller import metrics, metricsfeed, status
 from compilecache.controller.pools import Pool
 from compilecache.jobtools.warm import termination_summary
 
-GPU = "nvidia.com/gpu"
 EPOCH = datetime.datetime(2026, 11, 21, 10, 0, tzinfo=datetime.UTC)
 RUN_PARTS = ("first", "resumed", "verify", "other")
 
@@ -41,7 +40,6 @@ def summary(runs: Any = None, **extra: Any) -> str:
 def pod(
     start: int,
     end: int,
-    gpus: int = 1,
     runs: Any = None,
     *,
     phase: str = "Succeeded",
@@ -60,13 +58,8 @@ def pod(
         }
         return {"name": name, "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
 
-    resources = {"limits": {GPU: gpus}} if gpus else {}
     return {
         "metadata": {"name": f"j-{uid}", "uid": uid, "labels": {"job-name": "j"}},
-        "spec": {
-            "initContainers": [{"name": f"warm-{i}", "resources": resources} for i in range(len(init))],
-            "containers": [{"name": "warm", "resources": resources}],
-        },
         "status": {
             "phase": phase,
             "initContainerStatuses": [container(f"warm-{i}", *item) for i, item in enumerate(init)],
@@ -86,25 +79,23 @@ def assert_adds_up(seconds: dict[str, float]) -> None:
 
 def test_one_pod_splits_its_gpu_seconds_into_its_runs():
     # DESIGN.md's H200 figures: 66.6 s first run, 8.0 s resumed, 94.9 s in all (verify and the rest 20.3)
-    found = status.pool_cost(
-        [pod(0, 95, gpus=2, runs={"first": 66.6, "resumed": 8.0, "verify": 14.1})], GPU, None, SUCCEEDED
-    )
+    found = status.pool_cost([pod(0, 95, runs={"first": 66.6, "resumed": 8.0, "verify": 14.1})], 2, None, SUCCEEDED)
     assert found["gpuPods"] == 1
     assert found["gpuSeconds"] == {"total": 190.0, "first": 133.2, "resumed": 16.0, "verify": 28.2, "other": 12.6}
 
 
 def test_without_runs_everything_is_other_and_a_running_job_costs_nothing_yet():
-    found = status.pool_cost([pod(0, 30, gpus=4)], GPU, None, SUCCEEDED)
+    found = status.pool_cost([pod(0, 30)], 4, None, SUCCEEDED)
     assert found["gpuSeconds"] == {"total": 120.0, "first": 0.0, "resumed": 0.0, "verify": 0.0, "other": 120.0}
-    assert status.pool_cost([pod(0, 30, phase="Running")], GPU, None, SUCCEEDED) == {}
-    assert status.pool_cost([pod(0, 30)], GPU, None, {"state": status.POOL_RUNNING}) == {}
+    assert status.pool_cost([pod(0, 30, phase="Running")], 1, None, SUCCEEDED) == {}
+    assert status.pool_cost([pod(0, 30)], 1, None, {"state": status.POOL_RUNNING}) == {}
 
 
 def test_a_retried_pod_and_every_process_of_a_group_count():
-    preempted = pod(0, 40, gpus=8, phase="Failed", uid="a", runs={"first": 39})
-    retry = pod(100, 160, gpus=8, uid="b", runs={"first": 50, "verify": 5})
-    other_host = pod(100, 150, gpus=8, uid="c", runs={"first": 45, "verify": 4})
-    found = status.pool_cost([preempted, retry, other_host], GPU, None, SUCCEEDED)
+    preempted = pod(0, 40, phase="Failed", uid="a", runs={"first": 39})
+    retry = pod(100, 160, uid="b", runs={"first": 50, "verify": 5})
+    other_host = pod(100, 150, uid="c", runs={"first": 45, "verify": 4})
+    found = status.pool_cost([preempted, retry, other_host], 8, None, SUCCEEDED)
     assert found["gpuPods"] == 3
     assert found["gpuSeconds"]["total"] == 8 * (40 + 60 + 50)
     assert found["gpuSeconds"]["first"] == 8 * (39 + 50 + 45)
@@ -115,8 +106,8 @@ def test_a_retried_pod_and_every_process_of_a_group_count():
 def test_init_containers_run_in_turn_and_the_pod_holds_its_gpus_throughout():
     # two scripts in init containers, then the main container: the pod ran from 0 to 50
     found = status.pool_cost(
-        [pod(40, 50, gpus=1, runs={"verify": 9}, init=((0, 20, {"first": 18}), (21, 39, {"first": 15, "resumed": 2})))],
-        GPU,
+        [pod(40, 50, runs={"verify": 9}, init=((0, 20, {"first": 18}), (21, 39, {"first": 15, "resumed": 2})))],
+        1,
         None,
         SUCCEEDED,
     )
@@ -126,16 +117,16 @@ def test_init_containers_run_in_turn_and_the_pod_holds_its_gpus_throughout():
 def test_a_container_that_never_started_and_a_pod_without_gpus():
     never = pod(0, 30)
     never["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"] = "1970-01-01T00:00:00Z"
-    assert status.pool_cost([never], GPU, None, FAILED) == {}
-    assert status.pool_cost([pod(0, 30, gpus=0)], GPU, None, SUCCEEDED)["gpuSeconds"]["total"] == 0
+    assert status.pool_cost([never], 1, None, FAILED) == {}
+    assert status.pool_cost([pod(0, 30)], 0, None, SUCCEEDED)["gpuSeconds"]["total"] == 0
 
 
 def test_a_record_of_the_same_job_never_shrinks():
-    before = status.pool_cost([pod(0, 100, uid="a"), pod(100, 200, uid="b")], GPU, None, FAILED)
+    before = status.pool_cost([pod(0, 100, uid="a"), pod(100, 200, uid="b")], 1, None, FAILED)
     # a failed Job's pods are read each pass; one was collected since
-    assert status.pool_cost([pod(100, 200, uid="b")], GPU, before, FAILED) == before
-    assert status.pool_cost([], GPU, before, SUCCEEDED) == before
-    more = status.pool_cost([pod(0, 100, uid="a"), pod(100, 200, uid="b"), pod(200, 250, uid="c")], GPU, before, FAILED)
+    assert status.pool_cost([pod(100, 200, uid="b")], 1, before, FAILED) == before
+    assert status.pool_cost([], 1, before, SUCCEEDED) == before
+    more = status.pool_cost([pod(0, 100, uid="a"), pod(100, 200, uid="b"), pod(200, 250, uid="c")], 1, before, FAILED)
     assert more["gpuSeconds"]["total"] == 250 and more["gpuPods"] == 3
 
 
@@ -156,40 +147,31 @@ RUNS = st.one_of(
 
 @settings(derandomize=True, max_examples=300, deadline=None)
 @given(
+    st.integers(0, 16),
     st.lists(
         st.tuples(
-            st.integers(0, 10**6),
-            st.integers(0, 10**5),
-            st.integers(0, 16),
-            RUNS,
-            st.sampled_from(["Succeeded", "Failed", "Running"]),
+            st.integers(0, 10**6), st.integers(0, 10**5), RUNS, st.sampled_from(["Succeeded", "Failed", "Running"])
         ),
         max_size=6,
-    )
+    ),
 )
-def test_any_pods_and_any_runs_field_give_parts_that_add_up_to_gpus_times_run_time(pods):
+def test_any_pods_and_any_runs_field_give_parts_that_add_up_to_gpus_times_run_time(gpus, pods):
     made = [
-        pod(start, start + length, gpus, runs, phase=phase, uid=str(i))
-        for i, (start, length, gpus, runs, phase) in enumerate(pods)
+        pod(start, start + length, runs, phase=phase, uid=str(i)) for i, (start, length, runs, phase) in enumerate(pods)
     ]
-    finished = [(length, gpus) for _, length, gpus, _, phase in pods if phase != "Running"]
-    found = status.pool_cost(made, GPU, None, SUCCEEDED)
+    finished = [length for _, length, _, phase in pods if phase != "Running"]
+    found = status.pool_cost(made, gpus, None, SUCCEEDED)
     if not finished:
         assert found == {}
         return
     seconds = found["gpuSeconds"]
     assert found["gpuPods"] == len(finished)
-    assert seconds["total"] == sum(length * gpus for length, gpus in finished)
+    assert seconds["total"] == gpus * sum(finished)
     assert_adds_up(seconds)
-    # a run is what the pod said where it is a number it could have run, never more than the pod ran
+    # a run is never more than the pods ran, and nothing where no finished pod said it
     for run in ("first", "resumed", "verify"):
-        said = [
-            (length, gpus, value)
-            for _, length, gpus, runs, phase in pods
-            if phase != "Running" and isinstance(runs, dict) and (value := runs.get(run)) is not None
-        ]
-        bound = sum(length * gpus for length, gpus in finished)
-        assert seconds[run] <= bound + 0.002
+        said = [runs for _, _, runs, phase in pods if phase != "Running" and isinstance(runs, dict) and run in runs]
+        assert seconds[run] <= gpus * sum(finished) + 0.002
         if not said:
             assert seconds[run] == 0
     status.within({"gpuSeconds": seconds, "gpuPods": found["gpuPods"]}, "pools[]")  # the CRD holds it
@@ -199,7 +181,7 @@ def test_any_pods_and_any_runs_field_give_parts_that_add_up_to_gpus_times_run_ti
 @given(st.integers(1, 10**5), st.integers(1, 8), st.lists(st.floats(0, 10**6), min_size=3, max_size=3))
 def test_runs_the_pod_could_have_run_are_taken_as_said_and_more_is_scaled_down(length, gpus, values):
     runs = dict(zip(("first", "resumed", "verify"), values, strict=True))
-    seconds = status.pool_cost([pod(0, length, gpus, runs)], GPU, None, SUCCEEDED)["gpuSeconds"]
+    seconds = status.pool_cost([pod(0, length, runs)], gpus, None, SUCCEEDED)["gpuSeconds"]
     assert_adds_up(seconds)
     if sum(values) <= length:
         for run, value in runs.items():
@@ -210,8 +192,8 @@ def test_runs_the_pod_could_have_run_are_taken_as_said_and_more_is_scaled_down(l
 
 
 def test_the_cache_sums_its_pools_and_an_expiry_summary_has_no_runs():
-    one = status.pool_cost([pod(0, 10, 2, {"first": 8})], GPU, None, SUCCEEDED)
-    two = status.pool_cost([pod(0, 20, 1, {"first": 5, "verify": 5}), pod(0, 5, 1, uid="b")], GPU, None, SUCCEEDED)
+    one = status.pool_cost([pod(0, 10, {"first": 8})], 2, None, SUCCEEDED)
+    two = status.pool_cost([pod(0, 20, {"first": 5, "verify": 5}), pod(0, 5, uid="b")], 1, None, SUCCEEDED)
     cost = status.cache_cost([{"name": "a"} | one, {"name": "b"} | two, {"name": "c", "state": "Pending"}])
     assert cost == {
         "gpuSeconds": {"total": 45.0, "first": 21.0, "resumed": 0.0, "verify": 5.0, "other": 19.0},
@@ -226,7 +208,7 @@ def _pool() -> Pool:
         name="h100",
         node_selector={},
         tolerations=(),
-        gpu_resource=GPU,
+        gpu_resource="nvidia.com/gpu",
         nodes=1,
         gpus_per_node=8,
         gpus_per_pod=2,
@@ -243,7 +225,7 @@ def _job(done: bool = True) -> dict[str, Any]:
 
 
 def test_pool_status_records_the_cost_with_the_report_and_keeps_it_after_the_pods_and_the_job_are_gone():
-    pods = [pod(0, 60, 2, {"first": 40, "verify": 10})]
+    pods = [pod(0, 60, {"first": 40, "verify": 10})]
     entry = status.pool_status(_pool(), "j", _job(), None, pods)
     assert entry["gpuSeconds"] == {"total": 120.0, "first": 80.0, "resumed": 0.0, "verify": 20.0, "other": 20.0}
     assert entry["gpuPods"] == 1 and entry["entries"] == 1
@@ -254,10 +236,10 @@ def test_pool_status_records_the_cost_with_the_report_and_keeps_it_after_the_pod
 
 
 def test_a_hostile_runs_field_refuses_nothing_of_the_report():
-    pods = [pod(0, 60, 1, {"first": float("nan"), "resumed": -5, "verify": "10", "other": 10**400})]
+    pods = [pod(0, 60, {"first": float("nan"), "resumed": -5, "verify": "10", "other": 10**400})]
     entry = status.pool_status(_pool(), "j", _job(), None, pods)
     assert entry["entries"] == 1 and entry.get("reason") != status.REPORT_REFUSED
-    assert entry["gpuSeconds"] == {"total": 60.0, "first": 0.0, "resumed": 0.0, "verify": 0.0, "other": 60.0}
+    assert entry["gpuSeconds"] == {"total": 120.0, "first": 0.0, "resumed": 0.0, "verify": 0.0, "other": 120.0}
 
 
 def _record(job: str, seconds: dict[str, float] | None, name: str = "h100", hosts: int = 1) -> dict[str, Any]:

@@ -231,7 +231,7 @@ def pool_status(
             except BadReport as exc:
                 message = f"the warm-up's report was refused, nothing of it is counted: {exc}"
                 reported = {"reason": REPORT_REFUSED, "message": message}
-        return entry | state | reported | pool_cost(pods, pool.gpu_resource, previous if same_job else None, state)
+        return entry | state | reported | pool_cost(pods, pool.gpus_per_pod, previous if same_job else None, state)
     if same_job and previous is not None and previous.get("state") in FINISHED:
         kept = ("state", "reason", "message", "startedAt", "finishedAt", "disruptions", "lastDisruption")
         cost = {key: previous[key] for key in COST_FIELDS if key in previous}
@@ -604,14 +604,18 @@ def cache_from_pools(pools: Sequence[Mapping[str, Any]], previous: Mapping[str, 
 
 def pool_cost(
     pods: Sequence[Mapping[str, Any]],
-    gpu_resource: str,
+    gpus: int,
     previous: Mapping[str, Any] | None,
     state: Mapping[str, Any],
 ) -> dict[str, Any]:
     """``gpuSeconds`` and ``gpuPods`` of a finished warm-up Job from its ``pods`` (``{}`` while it runs).
 
     Every finished pod of the Job counts, a retry after a preemption too (its GPUs were used), each its
-    GPUs × its run time (:func:`pod_cost`). ``previous``: the record of the same Job, which stands
+    ``gpus`` × its run time (:func:`pod_cost`). ``gpus``: what each pod requested, the pool's
+    ``gpusPerPod``, which the operator's Job gives each of its containers as the GPU resource's limit
+    (``jobs.container_resources``; the scheduler counts a pod's containers, or its largest init
+    container, so that is the pod's). The pods are read as passes hold them (``indexes.slim_pod``:
+    their status, not their containers' resources). ``previous``: the record of the same Job, which stands
     unless the pods read now say more: the pods go (PodGC, the Job's TTL) and a succeeded Job's pods
     are read once, while a failed one's are read in every pass; a record never shrinks, so the metric
     (``metrics.py``, which counts what a record adds) never counts a pod twice.
@@ -619,7 +623,7 @@ def pool_cost(
     kept = {key: previous[key] for key in COST_FIELDS if key in previous} if previous else {}
     if state.get("state") not in FINISHED:
         return kept
-    costs = [cost for pod in pods if (cost := pod_cost(pod, gpu_resource)) is not None]
+    costs = [cost for pod in pods if (cost := pod_cost(pod, gpus)) is not None]
     if not costs:
         return kept
     summed = {part: sum(cost[part] for cost in costs) for part in (TOTAL, *RUNS, OTHER_RUN)}
@@ -628,14 +632,14 @@ def pool_cost(
     return kept if _float(before.get(TOTAL)) > seconds[TOTAL] else {"gpuSeconds": seconds, "gpuPods": len(costs)}
 
 
-def pod_cost(pod: Mapping[str, Any], gpu_resource: str) -> dict[str, float] | None:
-    """A finished pod's GPU-seconds: ``total`` (its GPUs × its run time), split into the runs its warm-up
+def pod_cost(pod: Mapping[str, Any], gpus: int) -> dict[str, float] | None:
+    """A finished pod's GPU-seconds: ``total`` (its ``gpus`` × its run time), split into the runs its warm-up
     summaries timed and ``other``, so that the parts add up to the total; ``None`` for a pod not finished
     or with no container that ran.
 
     The times are the kubelet's (each container's ``state.terminated.startedAt``/``finishedAt``, which
     the kubelet sets from the container runtime's status: pkg/kubelet/kuberuntime's
-    ``toKubeContainerStatus``), the GPUs the pod's own request: neither is the pod's to write. The
+    ``toKubeContainerStatus``), the GPUs the pod's request: neither is the pod's to write. The
     ``runs`` the pod reports are bounded by them (:func:`bounded_runs`).
     """
     if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
@@ -643,7 +647,6 @@ def pod_cost(pod: Mapping[str, Any], gpu_resource: str) -> dict[str, float] | No
     seconds = pod_seconds(pod)
     if seconds is None:
         return None
-    gpus = pod_gpus(pod.get("spec") or {}, gpu_resource)
     reported: dict[str, float] = dict.fromkeys(RUNS, 0.0)
     for _, _, terminated in terminated_containers([pod]):
         for run, value in warm_runs(parse_warm_summary(terminated.get("message"))).items():
@@ -679,32 +682,6 @@ def _instant(value: Any) -> datetime.datetime | None:
     except ValueError:
         return None
     return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
-
-
-def pod_gpus(pod_spec: Mapping[str, Any], gpu_resource: str) -> int:
-    """The GPUs (``gpu_resource``) a pod requested, as the scheduler counts them: its containers' sum, or
-    its largest init container's when that is more. An extended resource's request is its limit (the two
-    must be equal, and a request defaults to the limit), so the limit counts where it is set.
-
-    ``policy.pod_accelerators`` counts the same way over every accelerator the policy names, for its cap;
-    this one counts the pool's GPUs only, and cannot import it (policy imports jobs, which imports this).
-    """
-
-    def of(container: Any) -> int:
-        resources = container.get("resources") if isinstance(container, Mapping) else None
-        if not isinstance(resources, Mapping):
-            return 0
-        for kind in ("limits", "requests"):
-            amount = (resources.get(kind) or {}).get(gpu_resource)
-            if amount is not None:
-                try:
-                    return max(0, int(units.parse_quantity(amount)))
-                except (ValueError, ArithmeticError):
-                    return 0
-        return 0
-
-    running = sum(of(container) for container in pod_spec.get("containers") or ())
-    return max([running, *(of(container) for container in pod_spec.get("initContainers") or ())])
 
 
 def warm_runs(summary: Mapping[str, Any] | None) -> dict[str, float]:
