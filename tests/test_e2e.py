@@ -327,6 +327,61 @@ def test_metrics_scraped_from_the_operator_match_the_loop(local: Setup, pvc_exam
     assert samples[("compilecache_reconcile_duration_seconds_count", (("result", "success"),))] > 0
 
 
+def _ran(pod: dict[str, Any]) -> tuple[float, dict[str, float]]:
+    """A finished pod's containers' run time (the kubelet's startedAt to finishedAt, as the runner wrote
+    them) and the seconds per run its warm-up summaries said (``runs``: absent from older warmers)."""
+    import datetime
+
+    def at(text: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    states = [
+        state["state"]["terminated"]
+        for state in (*pod["status"].get("initContainerStatuses", ()), *pod["status"]["containerStatuses"])
+    ]
+    seconds = (max(at(s["finishedAt"]) for s in states) - min(at(s["startedAt"]) for s in states)).total_seconds()
+    runs = dict.fromkeys(("first", "resumed", "verify"), 0.0)
+    for state in states:
+        for run, value in (json.loads(state.get("message") or "{}").get("runs") or {}).items():
+            runs[run] += value
+    return seconds, runs
+
+
+def test_gpu_seconds_per_pool_and_run_in_the_status_and_the_scrape(local: Setup, pvc_example: dict[str, Any]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    name = pvc_example["cache"]["metadata"]["name"]
+    status = status_of(local, name)
+    parts = ("first", "resumed", "verify", "other")
+    for pool in status["pools"]:
+        # What the real warm-up pods of the pool's Job ran, from the times the Job runner wrote as a kubelet does.
+        pods = [p for p in pods_of(local, pool["job"]) if p["status"].get("phase") in ("Succeeded", "Failed")]
+        assert pods and pool["gpuPods"] == len(pods), (pool, pods)
+        ran = [_ran(p) for p in pods]
+        gpus = pool["gpusPerPod"]
+        seconds = pool["gpuSeconds"]
+        assert gpus >= 1 and seconds["total"] == gpus * sum(length for length, _ in ran) > 0, (pool, ran)
+        for run in ("first", "resumed", "verify"):
+            assert seconds[run] == pytest.approx(gpus * sum(runs[run] for _, runs in ran), abs=0.01), (run, pool)
+        assert sum(seconds[part] for part in parts) == pytest.approx(seconds["total"], abs=0.002), seconds
+    cost = status["cost"]
+    assert (cost["pools"], cost["pods"]) == (len(status["pools"]), sum(pool["gpuPods"] for pool in status["pools"]))
+    for part in ("total", *parts):
+        assert cost["gpuSeconds"][part] == pytest.approx(sum(p["gpuSeconds"][part] for p in status["pools"]), abs=0.01)
+    with urllib.request.urlopen(local.metrics_url, timeout=5) as answer:
+        text = answer.read().decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    for pool in status["pools"]:
+        for run in parts:
+            labels = {"namespace": NS, "name": name, "pool": pool["name"], "hosts": str(pool["hosts"]), "run": run}
+            counted = samples[("compilecache_warmup_gpu_seconds_total", tuple(sorted(labels.items())))]
+            assert counted == pytest.approx(pool["gpuSeconds"][run], abs=0.001), (labels, counted, pool)
+
+
 def test_gcs_example_reaches_ready_and_a_training_pod_hits_it(local: Setup) -> None:
     """``examples/cache-gcs.yaml`` as shipped: explicit GKE pools, a script workload on h100 only, a GCS prefix."""
     if local.gcs is None:

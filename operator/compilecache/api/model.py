@@ -346,6 +346,45 @@ class PoolTarget(Model):
     )
 
 
+class GPUSeconds(Model):
+    """GPUs × seconds of warm-up pods, split into the runs they made (the parts add up to total)."""
+
+    total: float | None = Field(
+        default=None,
+        description="Each warm-up pod's requested GPUs times its run time (its containers' start to end), summed.",
+        ge=0,
+    )
+    first: float | None = Field(default=None, description="Of it, the first run of the training script.", ge=0)
+    resumed: float | None = Field(
+        default=None, description="Of it, the resumed run (what a restarted training compiles).", ge=0
+    )
+    verify: float | None = Field(default=None, description="Of it, the verify runs in a fresh process.", ge=0)
+    other: float | None = Field(
+        default=None,
+        description="The rest: start-up, publishing, listing, and runs the pod did not time (older images).",
+        ge=0,
+    )
+
+
+class CostStatus(Model):
+    """What the pools' recorded warm-ups cost in GPU time."""
+
+    gpuSeconds: GPUSeconds | None = Field(
+        default=None,
+        description=(
+            "The pools' gpuSeconds summed, per run. Expiry Jobs request no GPU: nothing of theirs is counted."
+        ),
+    )
+    pools: int | None = Field(
+        default=None, description="Pools whose warm-up cost is counted.", json_schema_extra={"format": "int32"}
+    )
+    pods: int | None = Field(
+        default=None,
+        description="Warm-up pods counted (a retry after a preemption counts too).",
+        json_schema_extra={"format": "int64"},
+    )
+
+
 class PoolStatus(Model):
     """The state of one pool's warm-up for one topology."""
 
@@ -439,6 +478,16 @@ class PoolStatus(Model):
         ),
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    gpuSeconds: GPUSeconds | None = Field(
+        default=None,
+        description=(
+            "GPU time of the current Job's finished pods (retries included): each pod's GPUs times its "
+            "containers' run time, split into the runs its warm-up timed (first, resumed, verify) and other."
+        ),
+    )
+    gpuPods: int | None = Field(
+        default=None, description="The pods gpuSeconds counts.", ge=0, json_schema_extra={"format": "int64"}
     )
     reason: str | None = Field(default=None, description="A CamelCase reason for the state.", max_length=REASON_MAX)
     message: str | None = Field(
@@ -607,7 +656,9 @@ class Status(Model):
                     "single-pod warm-up), `nodes`, `gpusPerNode`, `gpusPerPod`, `job`, `state` "
                     "(`Pending`, `Running`, `Succeeded`, `Failed`, `NoNodes`, `TooFewNodes`), "
                     "`reason`, `message`, `startedAt`, `finishedAt`, `disruptions` and "
-                    "`lastDisruption` (warm-up pods a disruption ended, each retried); from the warm-up pods' own "
+                    "`lastDisruption` (warm-up pods a disruption ended, each retried), `gpuSeconds` (`total`, "
+                    "`first`, `resumed`, `verify`, `other`: GPUs × seconds of the Job's finished pods, see "
+                    "[cost](cost.md)) and `gpuPods`; from the warm-up pods' own "
                     "report (their termination message, written by `compilecache warm "
                     "--termination-log`): `entries`, `bytes`, `compileSeconds`, `verifyHits`, "
                     "`verifyRequests`, `targets[]` (`name`, `seconds`, `entries`, `bytes`; at most "
@@ -652,6 +703,20 @@ class Status(Model):
                 "warm-up finished; the expiry's count from then on), `versions[]` (`jax`, "
                 "`jaxlib`, `backend`, `deviceKind`, `entries`), `lastWarmed`, `lastExpired`, "
                 "`lastDeleted` (entries the last expiry deleted, by rule)"
+            ),
+        },
+    )
+    cost: CostStatus | None = Field(
+        default=None,
+        description=(
+            "GPU time of the pools' recorded warm-ups, summed: gpuSeconds (total, first, resumed, verify, "
+            "other), pools, pods. Expiry Jobs request no GPU and are not counted."
+        ),
+        json_schema_extra={
+            **status_doc(
+                "GPU time of the pools' recorded warm-ups (their current Jobs), summed: `gpuSeconds` "
+                "(`total`, and per run: `first`, `resumed`, `verify`, `other`), `pools` and `pods` counted; "
+                "expiry Jobs request no GPU and are not counted (see [cost](cost.md))"
             ),
         },
     )

@@ -4,18 +4,22 @@
 what runs. Per cache (labels ``namespace`` and ``name`` only, plus a small fixed set: phase, rule, reason):
 the phase as one 0/1 gauge per phase (kube-state-metrics style), entries and bytes,
 the last warm-up's duration and end, expiry deletions by rule, stuck warm-up and expiry pods
-by reason, gated pods, gate timeouts and the compiles training pods requested and hit.
+by reason, gated pods, gate timeouts and the compiles training pods requested and hit; per cache,
+pool (and its ``hosts``) and ``run`` (first, resumed, verify, other), the warm-up pods' GPU-seconds.
 Operator-wide: the duration of passes, API requests by verb and resource, API errors by verb and
 status code, webhook admissions by outcome. No label names a pod or a Job: the series of a cache
-are bounded, and removed (:meth:`Metrics.forget`) when the cache is gone.
+are bounded (a pool label takes the names of its ``status.pools[]``, at most 512), and removed
+(:meth:`Metrics.forget`) when the cache is gone.
 
 This module is a leaf of the controller package (``prometheus_client`` and the standard library
 only), so that every module can import :data:`METRICS` without an import circle. It knows figures,
 not resources: ``metricsfeed.py`` reads a pass's recorded status and pods into a
 :class:`CacheFigures` (so the pure ``plan.plan`` stays free of it). Counters that must not count
 twice (a pod seen by many passes, one expiry run seen by many passes) remember what they counted,
-per cache and bounded. The metrics live in their own ``CollectorRegistry``, not the process-global
-one, so operators run in one test process do not collide.
+per cache and bounded. The GPU-seconds are counted from what a pass adds to the cache's recorded
+status (``metricsfeed.gpu_seconds_added``): the record is shared by the replicas and outlives a
+restart, so neither a failover nor a restart counts a pod again. The metrics live in their own
+``CollectorRegistry``, not the process-global one, so operators run in one test process do not collide.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ REMEMBERED_PODS = 4096  # pod uids remembered per cache, so a pod seen in many p
 CACHE = ("namespace", "name")
 DISTRIBUTION = "compilecache-operator"  # pyproject.toml's project name (the import name is compilecache)
 UNKNOWN = "unknown"
+GPU_RUNS = ("first", "resumed", "verify", "other")  # status.RUNS and status.OTHER_RUN (this module is a leaf)
 
 
 def _version(distribution: str) -> str:
@@ -88,6 +93,10 @@ class CacheFigures:
     expired_at: str | None = None  # the last expiry run, counted once
     deleted: Mapping[str, int] = field(default_factory=dict)  # its deletions by rule label
     pods: Sequence[PodFigures] = ()
+    # (pool, hosts) of the status's pools: each gets its GPU-seconds series at 0 (rate() needs them early)
+    gpu_pools: Sequence[tuple[str, int]] = ()
+    # GPU-seconds the pass's record added, by (pool, hosts, run): counted as they are
+    gpu_seconds: Mapping[tuple[str, int, str], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,6 +110,7 @@ class _Seen:
     phases: set[str] = field(default_factory=set)
     reasons: set[str] = field(default_factory=set)
     rules: set[str] = field(default_factory=set)
+    gpu_pools: set[tuple[str, int]] = field(default_factory=set)
 
 
 def _first_time(seen: OrderedDict[str, None], uid: str) -> bool:
@@ -194,6 +204,15 @@ class Metrics:
         self.training_hits = Counter(
             "compilecache_training_cache_hits", "Compiles finished training pods found in the cache.", CACHE, registry=r
         )
+        self.gpu_seconds = Counter(
+            "compilecache_warmup_gpu_seconds",
+            "GPUs x seconds of the cache's finished warm-up pods (retries included), by pool, hosts and run "
+            "(first, resumed, verify; other: start-up, publishing, and runs an older warm-up did not time). "
+            "Counted when the status records them, so each pod once across replicas and restarts; expiry "
+            "pods use no GPU.",
+            [*CACHE, "pool", "hosts", "run"],
+            registry=r,
+        )
         self.reconcile = Histogram(
             "compilecache_reconcile_duration_seconds",
             "Duration of one pass over a cache.",
@@ -251,6 +270,14 @@ class Metrics:
             seen = self._seen.setdefault(key, _Seen())
             seen.phases.update(figures.phases)
             seen.reasons.update(figures.stuck)
+            for pool, hosts in figures.gpu_pools:
+                seen.gpu_pools.add((pool, hosts))
+                for run in GPU_RUNS:
+                    self.gpu_seconds.labels(namespace, name, pool, str(hosts), run)
+            for (pool, hosts, run), seconds in figures.gpu_seconds.items():
+                if run in GPU_RUNS and seconds > 0:
+                    seen.gpu_pools.add((pool, hosts))
+                    self.gpu_seconds.labels(namespace, name, pool, str(hosts), run).inc(seconds)
             if figures.expired_at and figures.expired_at != seen.expired_at:
                 seen.expired_at = figures.expired_at
                 for rule, count in figures.deleted.items():
@@ -299,6 +326,9 @@ class Metrics:
             _remove(self.stuck, namespace, name, reason)
         for rule in seen.rules:
             _remove(self.expiry_deleted, namespace, name, rule)
+        for pool, hosts in seen.gpu_pools:
+            for run in GPU_RUNS:
+                _remove(self.gpu_seconds, namespace, name, pool, str(hosts), run)
 
     # --- operator-wide
 

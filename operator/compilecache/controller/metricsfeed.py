@@ -10,6 +10,8 @@ the pure ``plan.plan`` stays free of metrics.
 from __future__ import annotations
 
 import calendar
+import dataclasses
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -61,8 +63,41 @@ def pod_figures(pod: Mapping[str, Any]) -> PodFigures:
     )
 
 
+def gpu_seconds_added(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[tuple[str, int, str], float]:
+    """The GPU-seconds a pass's record added to the cache's, by (pool, hosts, run): what the metric counts.
+
+    A pool's ``gpuSeconds`` belong to its Job (``status.pool_cost``): a new Job's are new, and a record of
+    the same Job only grows (more of its pods seen), so only the growth is new. Counting the difference
+    of two records, not the pods a process saw, is what keeps a pod counted once when another replica
+    takes over or the operator restarts: the record is theirs too.
+    """
+    old = {status.key(pool): pool for pool in before.get("pools") or []}
+    added: dict[tuple[str, int, str], float] = {}
+    for pool in after.get("pools") or []:
+        new = status.mapping_or_empty(pool.get("gpuSeconds"))
+        if not new:
+            continue
+        previous = old.get(status.key(pool)) or {}
+        same = previous.get("job") == pool.get("job")
+        counted = status.mapping_or_empty(previous.get("gpuSeconds")) if same else {}
+        name, hosts = status.key(pool)
+        for run in (*status.RUNS, status.OTHER_RUN):
+            grown = _seconds(new.get(run)) - _seconds(counted.get(run))
+            if grown > 0:
+                added[(name, hosts, run)] = grown
+    return added
+
+
+def _seconds(value: Any) -> float:
+    """A recorded number of GPU-seconds (the CRD's: a finite number, at least 0), else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0
+    return max(0.0, float(value))
+
+
 def figures(recorded: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()) -> CacheFigures:
-    """The cache's figures from the status a pass recorded and the pods it read."""
+    """The cache's figures from the status a pass recorded and the pods it read (no GPU-seconds counted:
+    those are what a record adds, :func:`observe_cache`)."""
     phase = recorded.get("phase")
     cache = recorded.get("cache") or {}
     pools = recorded.get("pools") or []
@@ -87,11 +122,26 @@ def figures(recorded: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ())
         expired_at=cache.get("lastExpired") or None,
         deleted=deleted,
         pods=[pod_figures(pod) for pod in pods],
+        gpu_pools=[status.key(pool) for pool in pools],
     )
 
 
 def observe_cache(
-    metrics: Metrics, namespace: str, name: str, recorded: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()
+    metrics: Metrics,
+    namespace: str,
+    name: str,
+    recorded: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]] = (),
+    *,
+    before: Mapping[str, Any] | None = None,
+    after: Mapping[str, Any] | None = None,
 ) -> None:
-    """Set the cache's series in ``metrics`` from the status a pass recorded and the pods it read."""
-    metrics.observe_cache(namespace, name, figures(recorded, pods))
+    """Set the cache's series in ``metrics`` from the status a pass made and the pods it read.
+
+    ``before`` and ``after``: the record as the pass found it and as it left it (``before`` again when its
+    write failed), whose difference the GPU-seconds counter counts; without them it counts nothing.
+    """
+    found = figures(recorded, pods)
+    if before is not None:
+        found = dataclasses.replace(found, gpu_seconds=gpu_seconds_added(before, after or before))
+    metrics.observe_cache(namespace, name, found)

@@ -383,6 +383,7 @@ def _decide(
             "specHash": spec_hash,
             "poolsReady": status.pools_ready(entries),
             "pools": entries,
+            "cost": status.cache_cost(entries),  # GPU-seconds of the pools' recorded warm-ups (docs/cost.md)
             "conditions": [
                 cond(status.READY_CONDITION, ready, phase, message),
                 storage_condition,

@@ -125,14 +125,16 @@ def _reconcile(
     new, refused = bounds.keep_valid(bounds.fit(new), cache.status)
     for problem in refused:
         logger.error("Not recording status field of %s/%s that the CRD refuses: %s", namespace, name, problem)
+    recorded = cache.status  # what the record said before this pass: the metrics count what it adds
     try:
         act.record(client, cache, new, decided.events)
+        recorded = new
         act.post_refusals(client, cache, refused_reports)
         act.post_unwarmed(client, cache, unwarmed, images.recorded(new))
     except ApiError as exc:
         logger.warning("Recording the status of %s/%s failed: %s", namespace, name, exc)
         error = error or exc
-    metricsfeed.observe_cache(metrics.METRICS, namespace, name, new, pods)
+    metricsfeed.observe_cache(metrics.METRICS, namespace, name, new, pods, before=cache.status, after=recorded)
     return Outcome(new, error, cache.uid, expected)
 
 

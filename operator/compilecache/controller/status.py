@@ -7,7 +7,9 @@ Job name (and so its spec hash) is the current one.
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +69,12 @@ REGROUP_MAX = 5
 REGROUP = "regroup"  # in a pool entry of this pass only (plan deletes the Job, and drops the key)
 # The reason of a pool, or of the Expired condition, whose pod's report was refused (``BadReport``).
 REPORT_REFUSED = "ReportRefused"
+# What a finished warm-up's pods cost, from their own start and end (``pool_cost``): ``status.pools[]``
+# keeps it as long as its Job name, like the report.
+COST_FIELDS = ("gpuSeconds", "gpuPods")
+RUNS = ("first", "resumed", "verify")  # the runs a warm-up summary's ``runs`` may time (jobtools/warm.py)
+OTHER_RUN = "other"  # what a pod ran besides them: start-up, publish, listing, and any run it did not time
+TOTAL = "total"
 
 # Condition types.
 READY_CONDITION = "Ready"
@@ -223,10 +231,11 @@ def pool_status(
             except BadReport as exc:
                 message = f"the warm-up's report was refused, nothing of it is counted: {exc}"
                 reported = {"reason": REPORT_REFUSED, "message": message}
-        return entry | state | reported
+        return entry | state | reported | pool_cost(pods, pool.gpus_per_pod, previous if same_job else None, state)
     if same_job and previous is not None and previous.get("state") in FINISHED:
         kept = ("state", "reason", "message", "startedAt", "finishedAt", "disruptions", "lastDisruption")
-        return entry | {key: previous[key] for key in kept if key in previous} | reported
+        cost = {key: previous[key] for key in COST_FIELDS if key in previous}
+        return entry | {key: previous[key] for key in kept if key in previous} | reported | cost
     # A Job made again (a disrupted multi-host group) keeps the count of its name's disruptions.
     carried = (
         {key: previous[key] for key in ("disruptions", "lastDisruption") if key in previous}
@@ -588,6 +597,150 @@ def cache_from_pools(pools: Sequence[Mapping[str, Any]], previous: Mapping[str, 
             "size": units.format_bytes(size),
         }
     return result
+
+
+# --- Cost: the GPU-seconds of a pool's warm-up pods (``status.pools[].gpuSeconds``, ``status.cost``).
+
+
+def pool_cost(
+    pods: Sequence[Mapping[str, Any]],
+    gpus: int,
+    previous: Mapping[str, Any] | None,
+    state: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``gpuSeconds`` and ``gpuPods`` of a finished warm-up Job from its ``pods`` (``{}`` while it runs).
+
+    Every finished pod of the Job counts, a retry after a preemption too (its GPUs were used), each its
+    ``gpus`` × its run time (:func:`pod_cost`). ``gpus``: what each pod requested, the pool's
+    ``gpusPerPod``, which the operator's Job gives each of its containers as the GPU resource's limit
+    (``jobs.container_resources``; the scheduler counts a pod's containers, or its largest init
+    container, so that is the pod's). The pods are read as passes hold them (``indexes.slim_pod``:
+    their status, not their containers' resources). ``previous``: the record of the same Job, which stands
+    unless the pods read now say more: the pods go (PodGC, the Job's TTL) and a succeeded Job's pods
+    are read once, while a failed one's are read in every pass; a record never shrinks, so the metric
+    (``metrics.py``, which counts what a record adds) never counts a pod twice.
+    """
+    kept = {key: previous[key] for key in COST_FIELDS if key in previous} if previous else {}
+    if state.get("state") not in FINISHED:
+        return kept
+    costs = [cost for pod in pods if (cost := pod_cost(pod, gpus)) is not None]
+    if not costs:
+        return kept
+    summed = {part: sum(cost[part] for cost in costs) for part in (TOTAL, *RUNS, OTHER_RUN)}
+    seconds = rounded(summed)
+    before = mapping_or_empty(kept.get("gpuSeconds"))
+    return kept if _float(before.get(TOTAL)) > seconds[TOTAL] else {"gpuSeconds": seconds, "gpuPods": len(costs)}
+
+
+def pod_cost(pod: Mapping[str, Any], gpus: int) -> dict[str, float] | None:
+    """A finished pod's GPU-seconds: ``total`` (its ``gpus`` × its run time), split into the runs its warm-up
+    summaries timed and ``other``, so that the parts add up to the total; ``None`` for a pod not finished
+    or with no container that ran.
+
+    The times are the kubelet's (each container's ``state.terminated.startedAt``/``finishedAt``, which
+    the kubelet sets from the container runtime's status: pkg/kubelet/kuberuntime's
+    ``toKubeContainerStatus``), the GPUs the pod's request: neither is the pod's to write. The
+    ``runs`` the pod reports are bounded by them (:func:`bounded_runs`).
+    """
+    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        return None
+    seconds = pod_seconds(pod)
+    if seconds is None:
+        return None
+    reported: dict[str, float] = dict.fromkeys(RUNS, 0.0)
+    for _, _, terminated in terminated_containers([pod]):
+        for run, value in warm_runs(parse_warm_summary(terminated.get("message"))).items():
+            reported[run] += value
+    runs = bounded_runs(reported, seconds)
+    cost = {run: gpus * value for run, value in runs.items()}
+    total = gpus * seconds
+    return {TOTAL: total, **cost, OTHER_RUN: max(0.0, total - sum(cost.values()))}
+
+
+def pod_seconds(pod: Mapping[str, Any]) -> float | None:
+    """How long a pod's containers ran: from the first one's start to the last one's end (init containers
+    run first, one at a time, so the pod held its GPUs all along), or ``None`` when none ran."""
+    starts: list[datetime.datetime] = []
+    ends: list[datetime.datetime] = []
+    for _, _, terminated in terminated_containers([pod]):
+        start, end = _instant(terminated.get("startedAt")), _instant(terminated.get("finishedAt"))
+        # A container that never started has the zero time as its start (the kubelet's StartError): not a run.
+        if start is not None and end is not None and start.timestamp() > 0 and end >= start:
+            starts.append(start)
+            ends.append(end)
+    if not starts:
+        return None
+    return (max(ends) - min(starts)).total_seconds()
+
+
+def _instant(value: Any) -> datetime.datetime | None:
+    """An RFC 3339 time as the API server writes it, or ``None``."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+
+
+def warm_runs(summary: Mapping[str, Any] | None) -> dict[str, float]:
+    """The wall seconds of each run a warm-up summary's ``runs`` times (``first``, ``resumed``, ``verify``).
+
+    The pod writes it, so anything else is left out, not refused: an absent field (an older image, an
+    expiry summary), a run this operator does not know, and a value that is not a finite non-negative
+    number. The cost's total comes from the kubelet's times and stands whatever the pod says.
+    """
+    runs = (summary or {}).get("runs")
+    if not isinstance(runs, Mapping):
+        return {}
+    found: dict[str, float] = {}
+    for run in RUNS:
+        value = runs.get(run)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        # An int is compared as an int (float() of ±10**400 raises): past what a float holds, no seconds.
+        if isinstance(value, int) and not 0 <= value <= sys.float_info.max:
+            continue
+        if math.isfinite(value) and value >= 0:
+            found[run] = float(value)
+    return found
+
+
+def bounded_runs(runs: Mapping[str, float], seconds: float) -> dict[str, float]:
+    """The runs' seconds bounded by the pod's run time: each at most ``seconds``, and together too (scaled
+    down alike when they say more: the kubelet's times have whole seconds, and the pod may lie)."""
+    clipped = {run: min(max(0.0, runs.get(run, 0.0)), seconds) for run in RUNS}
+    said = sum(clipped.values())
+    if said <= seconds or said <= 0:
+        return clipped
+    return {run: value * seconds / said for run, value in clipped.items()}
+
+
+def rounded(parts: Mapping[str, float]) -> dict[str, float]:
+    """GPU-seconds for the status, to the millisecond; ``other`` is what the rounded runs leave of the total,
+    so that the parts still add up to it."""
+    total = round(parts[TOTAL], 3)
+    runs = {run: round(parts[run], 3) for run in RUNS}
+    runs = {run: min(value, total) for run, value in runs.items()}
+    return {TOTAL: total, **runs, OTHER_RUN: round(max(0.0, total - sum(runs.values())), 3)}
+
+
+def mapping_or_empty(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is an object, else empty (a record of another version, or edited by hand)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def cache_cost(pools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``status.cost``: the GPU-seconds of the pools' recorded warm-ups (their current Jobs), summed per run,
+    and how many pools and pods they count. Expiry Jobs request no GPU, so nothing of theirs is in it."""
+    costs = [mapping_or_empty(pool.get("gpuSeconds")) for pool in pools if "gpuSeconds" in pool]
+    summed = {part: sum(_float(cost.get(part)) for cost in costs) for part in (TOTAL, *RUNS, OTHER_RUN)}
+    return {
+        "gpuSeconds": rounded(summed),
+        "pools": len(costs),
+        "pods": sum(_int(pool.get("gpuPods")) for pool in pools if "gpuSeconds" in pool),
+    }
 
 
 def _int(value: Any) -> int:
