@@ -51,6 +51,11 @@ NOT_REASONS = frozenset(
         "Master",
         "Worker",
         "Exists",
+        # Node selector operators and taint effects a training template's placement names (api.py, pools.py).
+        "Gt",
+        "Lt",
+        "NoSchedule",
+        "NoExecute",
         "Ignore",  # a podFailurePolicy rule's action
         "FailureTarget",
         "FallbackToLogsOnError",

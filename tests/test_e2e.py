@@ -597,6 +597,62 @@ def test_template_example_warms_with_the_training_jobs_data_and_the_training_pod
     assert result["requests"] > 0 and result["hits"] == result["requests"], result
 
 
+def test_discover_warms_only_the_gpu_type_the_training_jobs_node_selector_names(local: Setup) -> None:
+    """Issue 34 item 3: the cluster has H100 and A100 nodes; training's Job (the templateRef) selects H100.
+
+    Only the H100 pool gets a warm-up Job; the A100 pool is left out, and status.leftOutPools says so and
+    why. The training Job asks for GPUs and names no toleration: the GPU nodes' nvidia.com/gpu NoSchedule
+    taint counts as tolerated (ExtendedResourceToleration), so the H100 pool is not left out for it."""
+    client = local.cluster.client
+    name = "only-h100"
+    cache = example("cache-pvc.yaml")
+    cache["metadata"]["name"] = name
+    cache["spec"]["storage"]["pvc"]["claimName"] = f"{name}-cache"
+    cache["spec"]["consumers"] = {"podSelector": {"matchLabels": {"app": name}}, "gate": False}
+    cache["spec"]["warmup"]["podTemplate"] = {"templateRef": {"kind": "Job", "name": f"{name}-train"}}
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    training = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{name}-train"},
+        "spec": {
+            "suspend": True,  # queued training: its pods are not the point here
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"nvidia.com/gpu.product": h100},
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": cache["spec"]["warmup"]["image"],
+                            "command": ["python", "examples/train.py"],
+                            "resources": {"limits": {"nvidia.com/gpu": 8}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    client.create(JOBS, training, NS)
+    client.create(CC, cache, NS)
+    try:
+        status = client.wait_for(
+            lambda: (found := status_of(local, name)).get("pools") and found.get("leftOutPools") and found,
+            timeout=60,
+        )
+        warm_ups = client.list(JOBS, NS, label_selector=f"compilecache.dev/cache={name}")
+        assert [job["metadata"]["labels"]["compilecache.dev/pool"] for job in warm_ups] == ["nvidia-h100-80gb"], [
+            job["metadata"]["name"] for job in warm_ups
+        ]
+        assert [pool["name"] for pool in status["pools"]] == ["nvidia-h100-80gb"], status["pools"]
+        [left_out] = status["leftOutPools"]
+        assert left_out["name"] == "nvidia-tesla-a100" and left_out["reason"] == "TrainingSelectsOtherNodes", left_out
+        assert f"training's nodeSelector nvidia.com/gpu.product={h100} does not match" in left_out["message"], left_out
+    finally:
+        client.delete(CC, name, NS)
+        client.delete(JOBS, f"{name}-train", NS)
+
+
 def test_a_failing_expiry_keeps_the_cache_not_ready_with_the_reason(local: Setup) -> None:
     """An old entry that cannot be deleted (immutable) makes `compilecache expire` fail for real."""
     if shutil.which("chattr") is None:

@@ -33,7 +33,8 @@ def training_pod_spec(**changes: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "serviceAccountName": "default",
         "restartPolicy": "Never",  # not taken: the warm-up's own
-        "nodeSelector": {"pool": "training"},  # not taken: the pool places the warm-up
+        # Not copied (the pool places the warm-up); read only to leave out the pools training cannot use.
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "imagePullSecrets": [{"name": "pull"}],
         "containers": [
             {

@@ -507,6 +507,22 @@ class PoolStatus(Model):
     )
 
 
+class LeftOutPool(Model):
+    """A discovered pool not warmed because training's pod template rules it out."""
+
+    name: str = Field(description="Name of the discovered pool.", max_length=63)
+    reason: Literal["TrainingSelectsOtherNodes", "TrainingTaintNotTolerated"] = Field(
+        description=(
+            "TrainingSelectsOtherNodes (training's nodeSelector or required node affinity selects none "
+            "of its nodes) or TrainingTaintNotTolerated (its nodes carry a NoSchedule or NoExecute "
+            "taint training does not tolerate)."
+        )
+    )
+    message: str | None = Field(
+        default=None, description="Which node and which requirement or taint, on one line.", max_length=1024
+    )
+
+
 class Condition(Model):
     """One aspect of the cache's state (the metav1.Condition shape)."""
 
@@ -689,6 +705,29 @@ class Status(Model):
                     "the images warmed or warming, the current one first (at most 16): `image`, `state` "
                     "(`Warming`: its pods wait; `Ready`: its pods start at once; `Failed`), `since`, "
                     "`warmedAt`; see [images](images.md)"
+                ),
+                items=True,
+            ),
+        },
+    )
+    leftOutPools: list[LeftOutPool] | None = Field(
+        default=None,
+        description=(
+            "Discovered pools not warmed because training's pod template (warmup.podTemplate) rules "
+            "them out, and why; absent when none is."
+        ),
+        max_length=64,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            **status_doc(
+                (
+                    "discovered pools not warmed because training's pod template rules them out: "
+                    "`name`, `reason` (`TrainingSelectsOtherNodes`: its nodeSelector or required node "
+                    "affinity selects none of the pool's nodes; `TrainingTaintNotTolerated`: they carry "
+                    "a `NoSchedule` or `NoExecute` taint it does not tolerate) and `message` (which node, "
+                    "which requirement or taint); at most 64, absent when none is (see "
+                    "[how it works](how-it-works.md#pools-training-cannot-use))"
                 ),
                 items=True,
             ),
@@ -1066,6 +1105,8 @@ class GpuType(Model):
 class Discover(Model):
     """Discover pools from Nodes instead of (or besides) listing them: nodes matching nodeSelector are
     grouped by GPU type, one pool per type. New GPU types are then warmed without editing the resource.
+    With warmup.podTemplate, a discovered pool training cannot run on (its nodeSelector, required node
+    affinity or tolerations rule out every node of it) is not warmed: status.leftOutPools says why.
     """
 
     model_config = ConfigDict(

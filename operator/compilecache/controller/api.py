@@ -210,6 +210,66 @@ class TemplateRef:
         return f"{self.kind} {self.name}"
 
 
+# What a template's placement may hold (nodeSelector entries, affinity requirements, tolerations):
+# pools.py checks every node of every discovered pool against all of it, so the work of a pass is
+# nodes × this. A real training pod has a handful; the API server sets no bound of its own.
+PLACEMENT_REQUIREMENTS_MAX = 128
+PLACEMENT_TOLERATIONS_MAX = 64
+# The operators of a NodeSelectorRequirement (core/v1 NodeSelectorOperator) and those a matchFields
+# item may use (nodeaffinity.go: nodeSelectorRequirementsAsFieldSelector supports In and NotIn only).
+NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+FIELD_OPERATORS = ("In", "NotIn")
+NODE_NAME_FIELD = "metadata.name"  # the one node field a matchFields item may name (the API's validation)
+_INT64 = linear.regex(r"[+-]?[0-9]{1,19}")  # what Go's strconv.ParseInt(value, 10, 64) reads (range checked apart)
+
+
+def parse_int64(value: str) -> int | None:
+    """``value`` as Go's ``strconv.ParseInt(value, 10, 64)`` reads it (an optional sign, ASCII digits, in
+    int64's range), or ``None`` where that fails: how a ``Gt``/``Lt`` requirement reads its value and a label."""
+    if not _INT64(value):
+        return None
+    number = int(value)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+@dataclass(frozen=True)
+class NodeRequirement:
+    """One ``matchExpressions`` item of a required node affinity term (or, ``node_name``, a ``matchFields``
+    one). ``bound`` is ``Gt``'s and ``Lt``'s one value, as the integer it must be."""
+
+    key: str
+    operator: str  # one of NODE_OPERATORS
+    values: frozenset[str] = frozenset()
+    bound: int | None = None
+    node_name: bool = False  # a matchFields item: its key is metadata.name, matched against the node's name
+
+    def describe(self) -> str:
+        """``nvidia.com/gpu.product In [A100, H100]``: for messages (at most 5 values named)."""
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        if self.bound is not None:
+            return f"{self.key} {self.operator} {self.bound}"
+        shown = sorted(self.values)
+        more = f", and {len(shown) - 5} more" if len(shown) > 5 else ""
+        return f"{self.key} {self.operator} [{', '.join(shown[:5])}{more}]"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where training's pods may run, as its pod template says: read to leave out the discovered pools
+    training cannot land on (``pools.py``), never copied to a warm-up pod (the pool places it).
+
+    ``node_terms`` is the required node affinity's ``nodeSelectorTerms`` (``None``: no required
+    affinity); ``extended_resources`` are the extended resources its containers request, whose
+    NoSchedule taints Kubernetes' ExtendedResourceToleration admission lets such pods tolerate.
+    """
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_terms: tuple[tuple[NodeRequirement, ...], ...] | None = None
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    extended_resources: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class PodTemplate:
     """What a warm-up takes from training's pod template (``spec.warmup.podTemplate``; docs/resource.md).
@@ -217,7 +277,8 @@ class PodTemplate:
     Taken: the chosen container's image, env, envFrom, volumeMounts and workingDir, the arguments
     after a workload's script in its command + args (:meth:`script_args`), and the pod's volumes,
     serviceAccountName and imagePullSecrets. Everything else (the command itself, resources,
-    securityContext, placement, ...) is the operator's: see ``jobs.warmup_job``. ``origin`` is the
+    securityContext, placement, ...) is the operator's: see ``jobs.warmup_job``; the placement is read
+    (``placement``) only to leave out the discovered pools training cannot run on. ``origin`` is the
     field path that messages name: the inline spec's, or the reference's.
     """
 
@@ -233,6 +294,7 @@ class PodTemplate:
     service_account_name: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     argv: tuple[str, ...] = ()  # the container's command + args: a script workload's default args
+    placement: Placement = field(default_factory=Placement)  # where training runs (which pools to warm)
 
     def script_args(self, workload: Workload) -> tuple[str, ...]:
         """A script workload's arguments: its own ``args``, else those after its script in training's argv.
@@ -819,6 +881,7 @@ def parse_pod_template(pod_spec: Mapping[str, Any], origin: str, container: str 
         service_account_name=_optional_subdomain(pod_spec.get("serviceAccountName"), f"{origin}.serviceAccountName"),
         image_pull_secrets=pull_secrets,
         argv=tuple(argv),
+        placement=_placement(pod_spec, containers, origin),
     )
 
 
@@ -889,6 +952,106 @@ def _template_volume(raw: Any, path: str) -> Mapping[str, Any]:
     if len(sources) != 1:
         raise SpecError(path, f"must have exactly one volume source, got {sorted(sources)}")
     return volume
+
+
+def _placement(pod_spec: Mapping[str, Any], containers: Sequence[Any], origin: str) -> Placement:
+    """Training's placement (:class:`Placement`): its nodeSelector, required node affinity, tolerations and
+    the extended resources its containers request, checked as the API server and the scheduler read them.
+
+    A pod's nodeSelector and required node affinity both must hold; the affinity's terms are ORed and a
+    term's requirements ANDed; a term without requirements matches no node; a ``Gt``/``Lt`` value is a
+    base-10 int64 (component-helpers scheduling/corev1/nodeaffinity/nodeaffinity.go, apimachinery
+    labels.NewRequirement). Bounded (:data:`PLACEMENT_REQUIREMENTS_MAX`): pools.py checks every node
+    against all of it.
+    """
+    where = f"{origin}.nodeSelector"
+    selector = _labels(pod_spec.get("nodeSelector"), where)
+    for key, value in selector.items():
+        if not isinstance(value, str) or not is_label_value(value):
+            raise SpecError(f"{where}.{key}", f"must be a label value, got {value!r}")
+    count = len(selector)
+    affinity = _mapping(pod_spec.get("affinity"), f"{origin}.affinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), f"{origin}.affinity.nodeAffinity")
+    where = f"{origin}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms: tuple[tuple[NodeRequirement, ...], ...] | None = None
+    if node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
+        required = _mapping(node_affinity["requiredDuringSchedulingIgnoredDuringExecution"], where)
+        raw_terms = _list(required.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")
+        if not raw_terms:  # the API server's validation: a required node selector lists at least one term
+            raise SpecError(f"{where}.nodeSelectorTerms", "must list at least one term")
+        parsed: list[tuple[NodeRequirement, ...]] = []
+        for tindex, raw_term in enumerate(raw_terms):
+            tpath = f"{where}.nodeSelectorTerms[{tindex}]"
+            term = _mapping(raw_term, tpath, required=True)
+            items: list[NodeRequirement] = []
+            for kind, is_field in (("matchExpressions", False), ("matchFields", True)):
+                for index, item in enumerate(_list(term.get(kind), f"{tpath}.{kind}")):
+                    count += 1
+                    if count > PLACEMENT_REQUIREMENTS_MAX:
+                        raise SpecError(
+                            f"{tpath}.{kind}[{index}]",
+                            f"the placement holds more than {PLACEMENT_REQUIREMENTS_MAX} node requirements "
+                            "(nodeSelector entries and affinity expressions)",
+                        )
+                    items.append(_node_requirement(item, f"{tpath}.{kind}[{index}]", field=is_field))
+            parsed.append(tuple(items))
+        terms = tuple(parsed)
+    raw_tolerations = _list(pod_spec.get("tolerations"), f"{origin}.tolerations")
+    if len(raw_tolerations) > PLACEMENT_TOLERATIONS_MAX:
+        raise SpecError(f"{origin}.tolerations", f"lists more than {PLACEMENT_TOLERATIONS_MAX} tolerations")
+    for index, item in enumerate(raw_tolerations):
+        toleration = _mapping(item, f"{origin}.tolerations[{index}]", required=True)
+        for key in ("key", "operator", "value", "effect"):
+            _optional_str(toleration.get(key), f"{origin}.tolerations[{index}].{key}")
+    tolerations = _tolerations(raw_tolerations, f"{origin}.tolerations")
+    extended: set[str] = set()
+    for kind in ("containers", "initContainers"):
+        listed = containers if kind == "containers" else _list(pod_spec.get(kind), f"{origin}.{kind}")
+        for index, item in enumerate(listed):
+            resources = _mapping(
+                _mapping(item, f"{origin}.{kind}[{index}]").get("resources"),
+                f"{origin}.{kind}[{index}].resources",
+            )
+            for amounts in ("requests", "limits"):  # limits alone default the requests (the API's defaulting)
+                names = _mapping(resources.get(amounts), f"{origin}.{kind}[{index}].resources.{amounts}")
+                extended.update(name for name in names if is_extended_resource_name(str(name)))
+    return Placement(
+        node_selector=selector,
+        node_terms=terms,
+        tolerations=tolerations,
+        extended_resources=frozenset(extended),
+    )
+
+
+def _node_requirement(raw: Any, path: str, *, field: bool) -> NodeRequirement:
+    """A NodeSelectorRequirement as the API server validates it: a label key (``metadata.name`` for a
+    field), a known operator, and the values it takes (``In``/``NotIn`` some label values, one for a
+    field; ``Exists``/``DoesNotExist`` none; ``Gt``/``Lt`` one integer)."""
+    item = _mapping(raw, path, required=True)
+    key, operator = item.get("key"), item.get("operator")
+    if field and key != NODE_NAME_FIELD:
+        raise SpecError(f"{path}.key", f"must be {NODE_NAME_FIELD} (the one node field a term may match), got {key!r}")
+    if not field and (not isinstance(key, str) or not is_qualified_name(key)):
+        raise SpecError(f"{path}.key", f"must be a label key (a qualified name), got {key!r}")
+    allowed = FIELD_OPERATORS if field else NODE_OPERATORS
+    if operator not in allowed:
+        raise SpecError(f"{path}.operator", f"must be one of {', '.join(allowed)}, got {operator!r}")
+    values = _strings(item.get("values"), f"{path}.values")
+    if operator in ("Exists", "DoesNotExist"):
+        if values:
+            raise SpecError(f"{path}.values", f"must be empty with operator {operator}")
+        return NodeRequirement(str(key), str(operator), node_name=field)
+    if operator in ("Gt", "Lt"):
+        number = parse_int64(values[0]) if len(values) == 1 else None
+        if number is None:
+            raise SpecError(f"{path}.values", f"must be one integer (a base-10 int64) with operator {operator}")
+        return NodeRequirement(str(key), str(operator), frozenset(values), bound=number)
+    if not values or (field and len(values) != 1):
+        raise SpecError(f"{path}.values", f"must list {'one value' if field else 'values'} with operator {operator}")
+    for index, value in enumerate(values):
+        if not field and not is_label_value(value):  # labels.NewRequirement refuses the term otherwise
+            raise SpecError(f"{path}.values[{index}]", f"must be a label value, got {value!r}")
+    return NodeRequirement(str(key), str(operator), frozenset(values), node_name=field)
 
 
 def volume_type(volume: Mapping[str, Any]) -> str:

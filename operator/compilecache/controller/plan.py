@@ -37,7 +37,7 @@ from compilecache.controller import (
 )
 from compilecache.controller.api import CacheSpec, SpecError, Topology
 from compilecache.controller.kube import JOBS, PROVISIONING_REQUESTS, PVCS, SERVICES, ApiError, Resource
-from compilecache.controller.pools import Pool, resolve_pools
+from compilecache.controller.pools import Pool, left_out_status, resolve
 from compilecache.controller.snapshot import Cache, Obj, Snapshot
 from compilecache.controller.status import Event
 from compilecache.controller.template import PODTEMPLATES
@@ -63,7 +63,7 @@ TEMPLATE_NOT_FOUND = "TemplateNotFound"  # podTemplate.templateRef names nothing
 # The status fields every pass decides afresh; all others (pools it cannot see on bad
 # input, the cache's contents, what other handlers record) are carried over as they are.
 # (`consumers` is counted by act from the pods after the releases.)
-_DECIDED = ("phase", "message", "reason", "specHash", "conditions", "observedGeneration")
+_DECIDED = ("phase", "message", "reason", "specHash", "conditions", "observedGeneration", "leftOutPools")
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,8 @@ def _decide(
             [],
         )
 
-    pools = resolve_pools(spec, snapshot.nodes)
+    resolved = resolve(spec, snapshot.nodes)
+    pools = resolved.pools
     refused = policy.pool_violations(spec, pools, snapshot.policy)
     if refused:  # not even the claim: nothing is created for a refused cache
         return _refused_by_policy(cache, spec, refused, now), [], deletes, []
@@ -328,6 +329,10 @@ def _decide(
     creates += job_creates
     deletes += job_deletes
     phase, message = status.phase_of(entries)
+    if not entries and resolved.left_out:  # not "waiting for nodes": they are there, training cannot use them
+        names = ", ".join(pool.name for pool in resolved.left_out[: status.NAMED])
+        more = f" and {len(resolved.left_out) - status.NAMED} more" if len(resolved.left_out) > status.NAMED else ""
+        message = f"training's pod template rules out every discovered pool ({names}{more}): see status.leftOutPools"
     warmed = phase in (status.READY, status.DEGRADED)
     pools_condition = cond(status.POOLS_WARMED, warmed, phase, message)
     # Until this generation's expiry runs, the last one's condition and cache counts stand.
@@ -374,6 +379,8 @@ def _decide(
         extra[LAST_SCHEDULE] = slot_time(slot)
     if skipped is not None:
         extra[LAST_SKIPPED] = slot_time(skipped)
+    if resolved.left_out:
+        extra["leftOutPools"] = left_out_status(resolved.left_out)
     new = (
         _base(old, cache.generation)
         | extra
