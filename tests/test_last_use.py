@@ -93,6 +93,41 @@ def test_a_use_counts_like_a_warm_up_hit_in_max_size_order() -> None:
     assert [d.name for d in plan.deletions] == [new]
 
 
+def torch_manifest(run_id: str, finished: str) -> dict[str, Any]:
+    return {
+        "schema": "compilecache.dev/torch-manifest/v1",
+        "state": "complete",
+        "run_id": run_id,
+        "workload": "script:train.py",
+        "finished_at": finished,
+        "facts": {"torch": "2.13.0+cpu", "gpu": "cpu", "threads": 1},
+        "entries": [{"file": "fxgraph/a", "size": 10, "sha256": "x"}],
+    }
+
+
+def test_a_pytorch_trainer_that_hit_reports_its_generations_and_their_use_outlives_max_age() -> None:
+    from compilecache.frameworks.pytorch import hook
+    from compilecache.frameworks.pytorch.cache import graph_counts
+    from compilecache.frameworks.pytorch.expiry import plan_torch_expiry
+
+    used_run, other_run = "20260501T000000Z-used", "20260501T000000Z-othr"
+    manifests = {run: torch_manifest(run, "2026-05-01T00:00:00Z") | {"workload": run} for run in (used_run, other_run)}
+    hit = graph_counts({"inductor": {"fxgraph_cache_hit": 2}})
+    result = hook.verdict(hit, {}, [manifests[used_run]], {})
+    assert lastuse.decode(result["used"]) == [lastuse.use_key(used_run)]
+    assert "used" not in hook.verdict(
+        graph_counts({"inductor": {"fxgraph_cache_miss": 1}}), {}, [manifests[used_run]], {}
+    )
+
+    report = reports.parse(json.dumps(result))
+    assert report is not None
+    record = lastuse.fold(None, [(YESTERDAY, report.used)], TODAY, DAY)
+    generations = {run: [StoredFile(f"torch/{run}/fxgraph/a", 10, NOW.timestamp() - 9 * DAY)] for run in manifests}
+    policy = Policy(max_age_seconds=DAY, used=lastuse.last_used(map(lastuse.parse_item, record)))
+    plan = plan_torch_expiry(Listing(()), generations, manifests, policy, NOW.timestamp())
+    assert [(d.name, d.rule) for d in plan.deletions] == [(f"torch/{other_run}", "maxAge")]
+
+
 # --- the record: bounded, idempotent ----------------------------------------------------------
 
 keys = st.text("0123456789abcdef", min_size=8, max_size=8)
