@@ -626,6 +626,7 @@ class Status(Model):
             Annotated[
                 str,
                 Field(
+                    description="DAY=KEYS: a day (YYYY-MM-DD, UTC) and the 8-hex-digit keys last used that day.",
                     max_length=LAST_USED_ITEM_MAX,
                     pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}=([0-9a-f]{8})*$",
                 ),
