@@ -137,6 +137,7 @@ TIME_MAX = 64  # an RFC 3339 time
 SHORT_MAX = 64  # a hash, a size, a count for kubectl get
 VERSION_MAX = 256  # a library version, a backend, a device kind
 MISS_REASON_MAX = 300  # a training pod's first miss (controller/reports.py REASON_CHARS)
+LAST_USED_ITEM_MAX = 11 + 2048 * 8  # status.lastUsed: DAY= and the record's keys (cache/lastuse.py MAX_RECORD)
 
 # A quantity written as a string (an int-or-string field's string branch).
 QuantityText = Annotated[str, Field(max_length=QUANTITY_MAX, pattern=NONNEGATIVE_QUANTITY)]
@@ -780,6 +781,35 @@ class Status(Model):
             ),
         },
     )
+    lastUsed: (
+        list[
+            Annotated[
+                str,
+                Field(
+                    description="DAY=KEYS: a day (YYYY-MM-DD, UTC) and the 8-hex-digit keys last used that day.",
+                    max_length=LAST_USED_ITEM_MAX,
+                    pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}=([0-9a-f]{8})*$",
+                ),
+            ]
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description=(
+            "Entries training read from the cache and hit, by the day (UTC) a pod that used them last "
+            "finished: DAY=KEYS, each key the first 8 hex digits of the sha256 of an entry's name. "
+            "The expiry counts lifecycle.maxAge from an entry's last use by training or warm-up."
+        ),
+        max_length=64,
+        json_schema_extra={
+            "x-kubernetes-list-type": "atomic",
+            **status_doc(
+                "`DAY=KEYS` items: the entries finished training pods reported they read and hit, by the "
+                "day of their last use; the expiry counts `lifecycle.maxAge` from it (see "
+                "[warmer](warmer.md#expiry-and-integrity))"
+            ),
+        },
+    )
     kopf: dict[str, Any] | None = Field(
         default=None,
         description=(
@@ -944,13 +974,17 @@ class Lifecycle(Model):
     maxAge: str | None = Field(
         default=None,
         description=(
-            "Drop entries not re-produced by a warm-up within this age, a duration such as 7d, "
-            "12h or 1h30m (units ms, s, m, h, d, w)."
+            "Drop entries neither re-produced by a warm-up nor used by training (status.lastUsed, to the day) "
+            "within this age, a duration such as 7d, 12h or 1h30m (units ms, s, m, h, d, w)."
         ),
         max_length=64,
         pattern=DURATION,
         json_schema_extra={
-            **doc("duration (`7d`, `12h`, `1h30m`)", "", "drop entries not re-produced within this age"),
+            **doc(
+                "duration (`7d`, `12h`, `1h30m`)",
+                "",
+                "drop entries neither re-produced by a warm-up nor used by training within this age",
+            ),
         },
     )
     maxSize: str | None = Field(
@@ -2496,8 +2530,9 @@ class Spec(Model):
         default=None,
         description=(
             "Optional periodic re-warm, a 5-field cron expression (minute hour day-of-month "
-            'month day-of-week, e.g. "0 3 * * *" for 03:00 daily). Re-warming refreshes '
-            "entries so that lifecycle.maxAge only drops programs no longer compiled."
+            'month day-of-week, e.g. "0 3 * * 0" for 03:00 on Sundays). Each re-warm is followed '
+            "by the lifecycle expiry; entries training uses are kept by that use (status.lastUsed), "
+            "not by re-warming."
         ),
         max_length=256,
         pattern=CRON,

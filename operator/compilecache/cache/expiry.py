@@ -17,8 +17,10 @@ reason (an entry is deleted once, for the first rule that takes it):
    a Job) are ranked by their (jax, jaxlib) build instead. Per platform, because an H100 pool
    and an A100 pool are different builds that are both current: ranking them together
    would drop one pool's entries whenever the other pool warmed last;
-3. ``maxAge``: entries not written or re-produced (a hit in a run manifest) within the age;
-4. ``maxSize``: least recently produced first, until the rest fits.
+3. ``maxAge``: entries not written, re-produced (a hit in a run manifest) or used by training
+   (``Policy.used``: the operator's record of the trainers' reports, :mod:`compilecache.cache.lastuse`)
+   within the age;
+4. ``maxSize``: least recently produced or used first, until the rest fits.
 
 Entries in no manifest (written by someone else) have no known build and no
 digest: only ``maxAge``, ``maxSize`` and the byte checks can remove them. A warm run
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from compilecache.cache import lastuse
 from compilecache.cache.entries import ATIME_SUFFIX, ENTRY_SUFFIX
 from compilecache.cache.store import Listing, StoredFile
 
@@ -74,6 +77,8 @@ class Policy:
     verify: bool = False
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     staging_grace_seconds: float = DEFAULT_STAGING_GRACE_SECONDS
+    # Training's last use: use key (lastuse.use_key of an entry's name) → POSIX seconds.
+    used: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,10 @@ def plan_expiry(
         name: max(item.mtime, records[name].produced_at) if name in records else item.mtime
         for name, item in entries.items()
     }
+    # Training's use counts as a production: only for entries that exist (a key is a lookup, never a path).
+    used = dict(lastuse.used_at(entries, policy.used))
+    for name, at in used.items():
+        produced_at[name] = max(produced_at[name], min(at, now))
 
     deletions: list[Deletion] = []
     taken: set[str] = set()
@@ -262,7 +271,10 @@ def plan_expiry(
         for item in candidates:
             since = now - produced_at[item.name]
             if item.name not in taken and since > policy.max_age_seconds:
-                take(item, MAX_AGE, f"last produced {_age(since)} ago, maxAge {_age(policy.max_age_seconds)}")
+                what = (
+                    "used by training" if min(used.get(item.name, -1.0), now) >= produced_at[item.name] else "produced"
+                )
+                take(item, MAX_AGE, f"last {what} {_age(since)} ago, maxAge {_age(policy.max_age_seconds)}")
 
     notes: list[str] = []
     if policy.max_size_bytes is not None:

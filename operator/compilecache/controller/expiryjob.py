@@ -5,7 +5,9 @@ once as a Job: mounting the claim read-write (PVC), or as the cache's service
 account (GCS). The command writes a compact JSON summary to its container's
 termination message; the operator reads it from the Job's pod status, so the Job
 needs no API credentials. The Job's name hashes the warm-up Jobs it follows and
-``spec.lifecycle``: a re-warm or a lifecycle change runs expiry again, nothing else does.
+``spec.lifecycle``: a re-warm or a lifecycle change runs expiry again, nothing else does. It
+gets ``status.lastUsed`` (the entries training used, by day: :mod:`compilecache.cache.lastuse`)
+as arguments, as the record stood when the Job was made; a later use counts at the next expiry.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compilecache import frameworks
-from compilecache.cache import units
+from compilecache.cache import lastuse, units
 from compilecache.cache.errors import cut
 from compilecache.controller import images, jobs, podstate, queueing, status
 from compilecache.controller import runtime as runtime_
@@ -58,13 +60,14 @@ def expiry_hash(spec: CacheSpec, warmup_jobs: Sequence[str]) -> str:
     return jobs.digest(material)
 
 
-def expire_command(spec: CacheSpec) -> list[str]:
+def expire_command(spec: CacheSpec, last_used: Sequence[object] | None = None) -> list[str]:
     """``compilecache expire`` with the cache's lifecycle, in the syntax its own parser reads.
 
     Durations go through ``units.format_duration`` (``14d`` became ``1.2096e+06s`` with
     ``:g``, which ``expire`` refused); sizes are whole bytes; ``--verify``/``--no-verify`` is
     always explicit, so the Job does what the spec says whatever the CLI's default. A PyTorch
     cache's entries are Inductor's (``--framework pytorch``), with the same lifecycle flags.
+    ``last_used``: ``status.lastUsed``, the entries training used by day, as ``--used DAY=KEYS``.
     """
     lifecycle = spec.lifecycle
     command = ["compilecache", "expire"]
@@ -78,6 +81,10 @@ def expire_command(spec: CacheSpec) -> list[str]:
     if lifecycle.keep_versions is not None:
         command += ["--keep-versions", str(lifecycle.keep_versions)]
     command += ["--verify" if lifecycle.verify else "--no-verify", "--termination-log", TERMINATION_LOG]
+    # Training's last use (status.lastUsed, cache/lastuse.py): maxAge and maxSize count from it. Only where
+    # the lifecycle reads it: a cache without either runs the command older warmer images take.
+    if lifecycle.max_age_seconds is not None or lifecycle.max_size_bytes is not None:
+        command += lastuse.arguments(last_used)
     return command
 
 
@@ -102,7 +109,7 @@ def expiry_job(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.warmup.image,
-        "command": runtime_.command(runtime, expire_command(spec)),
+        "command": runtime_.command(runtime, expire_command(spec, (cache.get("status") or {}).get("lastUsed"))),
         "env": [{"name": "TMPDIR", "value": jobs.TMP_DIR}, {"name": "HOME", "value": jobs.TMP_DIR}],
         "volumeMounts": mounts,
         "securityContext": jobs.container_security_context(),

@@ -116,6 +116,11 @@ def _reconcile(
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
         new["consumers"] = consumers | reports.totals(counted) | {"unwarmedImage": len(unwarmed)}
+    # Which entries they used, by day: kept across passes (pods go, the record stays), read by the expiry Job.
+    max_age = cache.spec.lifecycle.max_age_seconds if cache.spec is not None else None
+    new.pop("lastUsed", None)
+    if used := reports.last_used(cache.status.get("lastUsed"), counted, when, max_age):
+        new["lastUsed"] = used
     waiting = release_workloads(client, reader, namespace, name, {**obj, "status": new}, policy=policy, audit=audit)
     if waiting is not None:  # the Workloads that wait on our Kueue admission check for this cache
         new["consumers"] = {**(new.get("consumers") or {}), "workloads": waiting}

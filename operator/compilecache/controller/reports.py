@@ -19,6 +19,12 @@ Where the trainer counted calls of the warm-up's step function, each missed item
 ``step`` it was first missed at and the report the ``warmed_steps`` (N or ``auto``):
 ``lastMissReason`` then says what to change (:func:`not_warmed_fix`: ``set steps >= 18``, or raise
 the budget) instead of the general advice.
+
+A report also names the entries the trainer read and hit (``used``: short keys, at most 192, hex
+only, :mod:`compilecache.cache.lastuse`); :func:`last_used` folds them, by the day each pod finished,
+into ``status.lastUsed``, which the expiry Job gets as arguments, so that ``maxAge`` counts from
+training's last use. A key is a lookup the expiry makes against the entries it lists: a report can
+only keep existing entries longer, never name a path, create or delete anything.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compilecache.api import bounds
+from compilecache.cache import lastuse
 from compilecache.controller import status
 from compilecache.training.report import NOT_WARMED, SCHEMA
 
@@ -53,6 +60,8 @@ class Report:
     first_step: int | None = None  # calls of the step function returned at the first miss, when counted
     step_fn: str = ""  # the step function whose calls were counted
     warmed_steps: int | str | None = None  # what the warm-up ran: N steps, or "auto" (a budget)
+    used: tuple[str, ...] = ()  # the use keys of the entries it read and hit (cache.lastuse), at most 192
+    used_more: int = 0  # how many more it used than it named
 
     @property
     def miss_reason(self) -> str:
@@ -135,6 +144,10 @@ def _report(document: Mapping[str, Any]) -> Report:
         for i, item in enumerate(items[:10])
     )
     warmed = document.get("warmed_steps")  # the warm-up's manifests say it: advice, dropped when odd
+    try:  # a fixed-width hex string, length-capped before it is matched: bounded work whatever it holds
+        used = tuple(lastuse.decode(document[lastuse.USED])) if lastuse.USED in document else ()
+    except ValueError as exc:
+        raise status.BadReport(lastuse.USED, str(exc)) from None
     return Report(
         requests,
         min(hits, requests),
@@ -143,6 +156,8 @@ def _report(document: Mapping[str, Any]) -> Report:
         first_step=_count(items[0].get("step")) if items else None,  # advice in a message: dropped when odd
         step_fn=status.text(document.get("step_fn"), "step_fn")[:100],
         warmed_steps=warmed if warmed == AUTO or _count(warmed) is not None else None,
+        used=used,
+        used_more=_count(document.get(lastuse.USED_MORE)) or 0,
     )
 
 
@@ -213,3 +228,13 @@ def totals(reports: Sequence[Report]) -> dict[str, Any]:
     if missing:
         counts["lastMissReason"] = max(missing, key=lambda report: report.finished_at).miss_reason[:REASON_CHARS]
     return counts
+
+
+def last_used(
+    record: Sequence[object] | None, reports: Sequence[Report], now: str, max_age_seconds: float | None
+) -> list[str]:
+    """``status.lastUsed``: the last record with the entries each counted report used, on the day its pod
+    finished (:func:`compilecache.cache.lastuse.fold`: bounded, idempotent, so a pass may fold a pod again)."""
+    today = lastuse.day_of(now) or now[:10]
+    uses = [(report.finished_at, report.used) for report in reports if report.used]
+    return lastuse.fold(record, uses, today, max_age_seconds)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from compilecache import frameworks
-from compilecache.cache import units
+from compilecache.cache import lastuse, units
 from compilecache.cache.errors import STORAGE_FULL, WarmError, storage_error
 from compilecache.cache.expiry import (
     DEFAULT_GRACE_SECONDS,
@@ -81,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="staging dirs of warm runs untouched this long are leftovers",
     )
+    parser.add_argument(
+        "--used",
+        action="append",
+        default=[],
+        metavar="DAY=KEYS",
+        help="training used these entries on DAY (YYYY-MM-DD): keys of compilecache.cache.lastuse, "
+        "from status.lastUsed; maxAge and maxSize count from the end of that day",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would be deleted; delete nothing")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     parser.add_argument(
@@ -125,6 +133,11 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         except ValueError as error:
             raise WarmError(f"{flag}: {error}") from error
 
+    if len(args.used) > lastuse.MAX_DAYS:
+        raise WarmError(f"--used: at most {lastuse.MAX_DAYS} days, got {len(args.used)}")
+    days = [parse("--used", lastuse.parse_item, text) for text in args.used]
+    if sum(len(keys) for _, keys in days) > lastuse.MAX_RECORD:
+        raise WarmError(f"--used: at most {lastuse.MAX_RECORD} keys in all")
     if args.keep_versions is not None and args.keep_versions < 1:
         raise WarmError(f"--keep-versions must be at least 1, got {args.keep_versions}")
     return Policy(
@@ -134,6 +147,7 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         verify=args.verify,
         grace_seconds=parse("--grace", units.parse_duration, args.grace),
         staging_grace_seconds=parse("--staging-grace", units.parse_duration, args.staging_grace),
+        used=lastuse.last_used(days),
     )
 
 

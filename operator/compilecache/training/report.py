@@ -3,7 +3,8 @@
 Shared by each framework's training-side hook (JAX's :mod:`compilecache.frameworks.jax.verdict`,
 loaded as a ``jax_plugins`` entry point; PyTorch's :mod:`compilecache.frameworks.pytorch.hook`,
 loaded at ``import torch``): the document's schema, the summary line, its fit in a termination
-message, and the write. The operator reads the document back from the pod's status
+message, and the write; which entries it used (``used``, ``usedMore``: :mod:`compilecache.cache.lastuse`).
+The operator reads the document back from the pod's status
 (:mod:`compilecache.controller.reports`), whatever framework wrote it.
 """
 
@@ -14,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compilecache.cache import lastuse
 from compilecache.cache.errors import cut
 
 SCHEMA = "compilecache.dev/trainer/v1"
@@ -66,9 +68,14 @@ def functions_named(names: Sequence[str], limit: int = MAX_NAMED) -> str:
 
 
 def fit(result: dict[str, Any]) -> dict[str, Any]:
-    """Drop missed items until the JSON is under :data:`MAX_BYTES`."""
+    """Drop missed items, then used keys (counted in ``usedMore``), until the JSON is under :data:`MAX_BYTES`."""
     while len(json.dumps(result).encode()) >= MAX_BYTES and result["missed"]:
         result["missed"].pop()
+    while len(json.dumps(result).encode()) >= MAX_BYTES and result.get(lastuse.USED):
+        result[lastuse.USED] = result[lastuse.USED][: -lastuse.KEY_CHARS]
+        result[lastuse.USED_MORE] = int(result.get(lastuse.USED_MORE) or 0) + 1
+    if result.get(lastuse.USED) == "":
+        del result[lastuse.USED]
     if len(json.dumps(result).encode()) >= MAX_BYTES:
         result["summary"] = cut(result["summary"], 500)
     return result

@@ -17,6 +17,8 @@ recorded under the same name (:func:`compilecache.frameworks.jax.keydiff.closest
 side is read from the compile request that missed, :mod:`compilecache.frameworks.jax.compilehook`), a
 program warmed under another key, or a program not warmed at all; an entry that was in the cache
 but JAX could not read is "entry corrupt" (:func:`_entry_present`), whatever the manifests say.
+Each hit is named too, from the DEBUG record JAX logs for it: the report's ``used`` keys
+(:mod:`compilecache.cache.lastuse`) keep those entries alive past ``maxAge``.
 Each miss also records at which step it came: the calls of the exact warm-up's step function
 that had returned (:mod:`compilecache.frameworks.jax.stepcount`, installed here when the manifests name
 one; left out otherwise).
@@ -42,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compilecache.cache import lastuse
 from compilecache.cache.cacheenv import DEFAULT_TERMINATION_LOG, REPORT, TERMINATION_LOG
 from compilecache.cache.entries import entry_module, entry_name
 from compilecache.cache.errors import cut
@@ -67,6 +70,8 @@ MAX_MISSED = 10
 _COMPILER_LOGGER = "jax._src.compiler"
 # jax/_src/compiler.py log_persistent_cache_miss: "... MISS for '%s' with key %r".
 _MISS = re.compile(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)' with key '([^']*)'")
+# jax/_src/compiler.py log_persistent_cache_hit: "Persistent compilation cache hit for '%s' with key %r".
+_HIT = re.compile(r"Persistent compilation cache hit for '[^']*' with key '([^']*)'")
 _TRUE = ("1", "true", "yes", "on")
 SETTLE = "COMPILECACHE_REPORT_SETTLE_SECS"
 DEFAULT_SETTLE_SECS = 60.0
@@ -91,6 +96,8 @@ class Tally:
     # The step function(s) whose calls were counted, and the steps the warm-up ran (N or "auto").
     step_fn: str = ""
     warmed_steps: int | str | None = None
+    # The use key (cache.lastuse) of each entry read from the cache and hit, in order, each once.
+    used: dict[str, None] = field(default_factory=dict)
 
 
 class Recorder(logging.Filter):
@@ -126,7 +133,14 @@ class Recorder(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Capture a miss record; pass on only what the logger would pass without our DEBUG level."""
-        if isinstance(record.msg, str) and "CACHE MISS" in record.msg:
+        if isinstance(record.msg, str) and "cache hit for" in record.msg:
+            hit = _HIT.search(record.getMessage())
+            if hit:
+                key = lastuse.use_key(entry_name(hit[1]))
+                with self._lock:
+                    if len(self.tally.used) < lastuse.MAX_TRACKED:
+                        self.tally.used.setdefault(key)
+        elif isinstance(record.msg, str) and "CACHE MISS" in record.msg:
             match = _MISS.search(record.getMessage())
             if match:
                 signature = _missed_signature()  # on a miss only: the hot path of a hit pays nothing
@@ -172,6 +186,7 @@ class Recorder(logging.Filter):
                 steps=list(tally.steps) if counted else [],
                 step_fn=step_fn,
                 warmed_steps=self.warmed.get(counter.called[0]) if counter is not None and counted else None,
+                used=dict(tally.used),
             )
 
 
@@ -320,6 +335,7 @@ def verdict(
         ],
         "summary": summary_line(tally.requests, tally.hits, reasons, unnamed),
     }
+    result |= lastuse.report_fields(tally.used)  # what it read and hit: its use keeps them (maxAge)
     if tally.step_fn:  # what the steps count, and what the warm-up ran: the status says what to change
         result["step_fn"] = cut(tally.step_fn, 100)
         result["warmed_steps"] = tally.warmed_steps

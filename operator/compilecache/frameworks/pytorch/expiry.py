@@ -17,7 +17,8 @@ take or keep a generation whole. Rules, in order (a generation or file is taken 
    warmed builds (torch, CUDA, triton); and always a generation superseded by a newer one of the
    same workload and settings (trainers take the newest only) once the newer one is older than the
    grace period, so that a trainer copying the older one meanwhile finishes;
-3. ``maxAge``: generations whose warm-up finished longer ago than the age;
+3. ``maxAge``: generations whose warm-up finished, and that no trainer used since
+   (``Policy.used``, keyed by run id: :mod:`compilecache.cache.lastuse`), longer ago than the age;
 4. ``maxSize``: the oldest generations first, until the rest fits.
 
 Nothing younger than the grace period is deleted.
@@ -41,6 +42,7 @@ from compilecache.cache.expiry import (
     _age,  # one phrasing of ages for both frameworks
     leftovers,
 )
+from compilecache.cache.lastuse import used_at
 from compilecache.cache.store import Listing, StoredFile
 from compilecache.frameworks.pytorch.cache import GENERATIONS_DIR, MANIFEST_SCHEMA, manifest_entries, unpublishable
 
@@ -129,11 +131,14 @@ def plan_torch_expiry(
                 run, KEEP_VERSIONS, f"superseded by the newer warm-up {max(settled)} of the same workload and settings"
             )
 
-    # 3. maxAge
+    # 3. maxAge: from the warm-up's end, or a trainer's later use of the generation (lastuse: its run id)
     if policy.max_age_seconds is not None:
+        used = dict(used_at(finished, policy.used))
         for run in [r for r in alive if r not in gone]:
-            if now - finished[run] > policy.max_age_seconds:
-                take(run, MAX_AGE, f"warmed {_age(now - finished[run])} ago, older than maxAge")
+            last = max(finished[run], min(used.get(run, 0.0), now))
+            if now - last > policy.max_age_seconds:
+                what = "used by training" if last > finished[run] else "warmed"
+                take(run, MAX_AGE, f"{what} {_age(now - last)} ago, older than maxAge")
 
     # 4. maxSize: oldest first
     if policy.max_size_bytes is not None:

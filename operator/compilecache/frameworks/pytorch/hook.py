@@ -19,7 +19,9 @@ output) unless the process has ``COMPILECACHE_FRAMEWORK=pytorch`` (:mod:`compile
    summary line and writer it uses), so the operator reads both frameworks' reports alike. A miss
    names what differs from the warm-up's manifest (:func:`compilecache.frameworks.pytorch.cache.differences`):
    torch/triton/CUDA version, GPU, thread count, Inductor config. Torch's counters do not name the
-   graph that missed, so a miss is named by its cache (``FX graph``, ``AOTAutograd entry``).
+   graph that missed, so a miss is named by its cache (``FX graph``, ``AOTAutograd entry``). When a
+   graph hit, the generations copied are reported as used (``used``: :mod:`compilecache.cache.lastuse`),
+   which keeps them past ``maxAge``.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def verdict(
 
     ``copy_error``: why the hook could not copy the cache, if it could not: every miss's reason.
     """
+    from compilecache.cache.lastuse import report_fields, use_key
     from compilecache.training.report import SCHEMA, fit, summary_line
 
     reason = f"{COPY_FAILED}: {copy_error}" if copy_error else miss_reason(here, manifests, refused)
@@ -207,6 +210,11 @@ def verdict(
     }
     if copy is not None:
         result["copy"] = dict(copy)
+    if int(counts["hits"]) > 0:
+        # Torch's counters do not say which generation a hit came from: each one it copied was in use,
+        # and the use keeps it past maxAge (cache.lastuse: the generation by its run id).
+        runs = [str(m["run_id"]) for m in manifests if isinstance(m.get("run_id"), str)]
+        result |= report_fields(use_key(run) for run in runs)
     return fit(result)
 
 
