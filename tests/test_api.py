@@ -56,7 +56,7 @@ BAD = [
     ("bad entrypoint", _with("warmup.workloads.0.entrypoint", "no-colon"), "spec.warmup.workloads[0].entrypoint"),
     ("args without script", _with("warmup.workloads.0.args", ["x"]), "spec.warmup.workloads[0].args"),
     ("empty image", _with("warmup.image", "  "), "spec.warmup.image"),
-    ("no image", _with("warmup.image", None), "spec.warmup.image"),
+    ("no image", _with("warmup.image", None), "spec.warmup"),
     ("no pools at all", _with("warmup.discover", None), "spec.warmup"),
     ("bad size", _with("storage.pvc.create.size", "200GB"), "spec.storage.pvc.create.size"),
     ("bad maxAge", _with("lifecycle", {"maxAge": "7days"}), "spec.lifecycle.maxAge"),

@@ -597,6 +597,86 @@ def test_template_example_warms_with_the_training_jobs_data_and_the_training_pod
     assert result["requests"] > 0 and result["hits"] == result["requests"], result
 
 
+def test_a_new_training_image_is_warmed_while_pods_on_the_old_one_keep_hitting(local: Setup) -> None:
+    """Issue 33 item 2: the cache follows training's image (no warmup.image, a templateRef to a PodTemplate).
+
+    Training's template moves to a new image: the operator warms it while the cache keeps serving the old
+    one's entries. A training Job on the new image is held until its warm-up is done and then hits; one on
+    the old image starts at once and hits meanwhile; one on an image no one warmed starts cold, released
+    ``UnwarmedImage``, with a Warning Event on its pod and a count in status.consumers.unwarmedImage.
+    (The local kubelet runs every image in the same environment: the images differ in name only, as two
+    builds of one training image with the same jax do.)"""
+    client = local.cluster.client
+    name = "follow"
+    cache = small_cache(name)
+    old = cache["spec"]["warmup"].pop("image")
+    new, other = f"{old}-next", "registry.example.com/ml/unrelated:9"
+    template_name = f"{name}-train"
+    cache["spec"]["warmup"]["podTemplate"] = {
+        "templateRef": {"kind": "PodTemplate", "name": template_name},
+        "container": "train",
+    }
+    training = example("training-job.yaml")
+    pod_spec = training["spec"]["template"]["spec"]
+    client.create("v1/podtemplates", {"metadata": {"name": template_name}, "template": {"spec": pod_spec}}, NS)
+    client.create(CC, cache, NS)
+    status = wait_phase(local, name, ("Ready", "Failed", "Degraded"), timeout=240)
+    assert status["phase"] == "Ready", status
+    assert [(r["image"], r["state"]) for r in status["images"]] == [(old, "Ready")], status["images"]
+
+    def training_job(suffix: str, image: str) -> str:
+        job = copy.deepcopy(training)
+        job["metadata"]["name"] = f"{name}-{suffix}"
+        job["spec"]["template"]["metadata"]["labels"] = {"compilecache.dev/cache": name, "app": name}
+        job["spec"]["template"]["spec"]["containers"][0]["image"] = image
+        client.create(JOBS, job, NS)
+        return str(job["metadata"]["name"])
+
+    def finished(job: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        pod = wait_pod(local, job, lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"), 240)
+        log = local.cluster.logs(NS, pod["metadata"]["name"], "train")
+        assert pod["status"]["phase"] == "Succeeded", log[-3000:]
+        return pod, training_result(log)
+
+    pod_spec["containers"][0]["image"] = new  # training moves to the new image
+    client.patch("v1/podtemplates", template_name, {"template": {"spec": pod_spec}}, NS)
+    warming = client.wait_for(
+        lambda: (found := status_of(local, name)).get("images", [{}])[0].get("image") == new and found, timeout=30
+    )
+    assert [(r["image"], r["state"]) for r in warming["images"]] == [(new, "Warming"), (old, "Ready")], warming
+    on_new = training_job("new", new)
+    on_old = training_job("old", old)
+    first_new = wait_pod(local, on_new, lambda pod: True, timeout=30)
+    first_old = wait_pod(local, on_old, lambda pod: True, timeout=30)
+    assert {"name": GATE} in first_new["spec"].get("schedulingGates", []), first_new["spec"]
+    assert not first_old["spec"].get("schedulingGates"), first_old["spec"]  # its entries are served now
+    _, old_result = finished(on_old)
+    assert old_result["requests"] > 0 and old_result["hits"] == old_result["requests"], old_result
+    new_pod, new_result = finished(on_new)
+    assert new_pod["metadata"]["annotations"]["compilecache.dev/released"].startswith("CacheReady"), new_pod
+    assert new_result["requests"] > 0 and new_result["hits"] == new_result["requests"], new_result
+    status = wait_phase(local, name, ("Ready",), timeout=30)
+    assert [(r["image"], r["state"]) for r in status["images"]] == [(new, "Ready"), (old, "Ready")], status
+
+    unrelated = training_job("other", other)
+    other_pod, _ = finished(unrelated)
+    assert other_pod["metadata"]["annotations"]["compilecache.dev/released"].startswith("UnwarmedImage")
+    events = client.wait_for(
+        lambda: [
+            e
+            for e in client.list("v1/events", NS)
+            if e["involvedObject"].get("name") == other_pod["metadata"]["name"] and e["reason"] == "UnwarmedImage"
+        ],
+        timeout=30,
+    )
+    assert len(events) == 1 and other in events[0]["message"] and new in events[0]["message"], events
+    assert events[0]["involvedObject"]["uid"] == other_pod["metadata"]["uid"]
+    consumers = client.wait_for(
+        lambda: (found := status_of(local, name).get("consumers") or {}).get("unwarmedImage") and found, timeout=30
+    )
+    assert consumers["unwarmedImage"] == 1, consumers
+
+
 def test_discover_warms_only_the_gpu_type_the_training_jobs_node_selector_names(local: Setup) -> None:
     """Issue 34 item 3: the cluster has H100 and A100 nodes; training's Job (the templateRef) selects H100.
 

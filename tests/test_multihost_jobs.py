@@ -14,6 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from compilecache.cache import cacheenv
 from compilecache.controller import api, jobs, plan, status
 from compilecache.controller.api import SpecError, Topology, parse_spec
 from compilecache.controller.kube import JOBS, SERVICES
@@ -230,6 +231,12 @@ def test_single_host_jobs_are_byte_for_byte_what_they_were(topologies: Any):
                 assert manifest["spec"]["template"]["metadata"]["labels"].pop(jobs.LABEL_ROLE) == "warmup"
                 # Issue 31 added the podFailurePolicy (a disrupted pod is retried, not counted): names unchanged.
                 assert manifest["spec"].pop("podFailurePolicy") == jobs.POD_FAILURE_POLICY
+                # Issue 33 added the image to the warm-up's env (its run manifests record it): names unchanged.
+                pod_spec = manifest["spec"]["template"]["spec"]
+                for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+                    image = {"name": cacheenv.IMAGE, "value": spec.warmup.image}
+                    assert image in container["env"], container["env"]
+                    container["env"].remove(image)
                 digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
                 seen[(obj["metadata"]["name"], slot, pool.name)] = (manifest["metadata"]["name"], digest)
     assert seen == PINNED

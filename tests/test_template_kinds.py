@@ -232,12 +232,15 @@ def test_a_trainjob_gives_its_runtimes_trainer_step_with_the_trainjobs_image_com
     )
 
 
-def test_a_trainjob_without_a_trainer_image_runs_the_runtimes_which_must_be_warmup_image() -> None:
+def test_a_trainjob_without_a_trainer_image_runs_the_runtimes_which_the_warm_up_follows() -> None:
     obj = template.join(trainjob({"numNodes": 1}), runtime(runtime_pod()))
-    with pytest.raises(SpecError) as caught:
-        chosen("TrainJob", obj)
-    assert caught.value.field.endswith("replicatedJobs[0].template.spec.template.spec).containers[0].image")
-    assert "torch-runtime:2.7" in caught.value.message
+    pinned = template.resolve(parse_spec(ref_cache("TrainJob")["spec"]), obj)
+    assert pinned.warmup.image == IMAGE  # warmup.image set: it pins the warm-up's image
+    following = ref_cache("TrainJob")
+    del following["spec"]["warmup"]["image"]
+    spec = template.resolve(parse_spec(following["spec"]), obj)
+    assert "torch-runtime:2.7" in spec.warmup.image  # unset: training's, here the runtime's
+    assert spec.warmup.image_path.endswith("replicatedJobs[0].template.spec.template.spec).containers[0].image")
 
 
 @pytest.mark.parametrize(

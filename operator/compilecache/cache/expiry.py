@@ -111,7 +111,8 @@ class Plan:
     bytes_after: int
     versions: tuple[Version, ...]
     notes: tuple[str, ...] = ()
-    # Image → entries left that it wrote or hit, the most recently warmed first (status.images).
+    # Image → entries left that it wrote or hit, the most recently warmed first, less the images keepVersions
+    # dropped (an entry they share with a kept one stays, but they are no longer served: status.images).
     images: tuple[tuple[str, int], ...] = ()
 
     def deleted_by_rule(self) -> dict[str, int]:
@@ -227,6 +228,7 @@ def plan_expiry(
 
     deletions: list[Deletion] = []
     taken: set[str] = set()
+    dropped_images: set[str] = set()  # older than keepVersions' newest: gone from status.images too
 
     def take(item: StoredFile, rule: str, reason: str) -> None:
         taken.add(item.name)
@@ -251,6 +253,7 @@ def plan_expiry(
             if build not in kept_builds
         }
         kept_images = newest_images(index.images_seen, policy.keep_versions)
+        dropped_images = {image for image, _ in index.images_seen} - {image for image, _ in kept_images}
         for item in candidates:
             record = records.get(item.name)
             if item.name in taken or not record:
@@ -302,7 +305,7 @@ def plan_expiry(
         bytes_after=sum(size_of[item.name] for item in left),
         versions=_versions(left, index, size_of),
         notes=tuple(notes),
-        images=_images(left, index),
+        images=tuple(pair for pair in _images(left, index) if pair[0] not in dropped_images),
     )
 
 

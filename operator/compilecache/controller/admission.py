@@ -499,7 +499,7 @@ def mutate(
             if not any(gate.get("name") == GATE for gate in gates):
                 gates.append({"name": GATE})
             notes.append(
-                f"the pod waits (scheduling gate {GATE}) until the cache is Ready for its image, "
+                f"the pod waits (scheduling gate {GATE}) until the cache is Ready, "
                 f"at most {spec.consumers.gate_timeout_seconds:g}s"
             )
 

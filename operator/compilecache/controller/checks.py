@@ -235,7 +235,8 @@ def decide(
             reasons[name] = gates.reason_to_release(held[0], None, phase=None, now=now)
             continue
         st = cache.get("status") or {}
-        consumers = bounded(Cache.read(cache).consumers, policy)
+        read = Cache.read(cache)
+        consumers = bounded(read.consumers, policy)
         timeouts[name] = consumers.gate_timeout_seconds
         each = [
             gates.reason_to_release(
@@ -245,6 +246,7 @@ def decide(
                 now=now,
                 settled=status.settled(st),
                 warmed=images.recorded(st),
+                current=images.known(read),
             )
             for pod in held
         ]

@@ -79,14 +79,18 @@ def reason_to_release(
     now: datetime.datetime,
     settled: bool = False,
     warmed: Sequence[Mapping[str, Any]] = (),
+    current: str | None = None,
 ) -> str | None:
     """Why the gated ``pod`` should be released now, or ``None`` to keep it waiting.
 
     ``consumers`` is ``None`` when the cache no longer exists, or the pod names none (its label was
     removed: the watchdog and ``handlers.pod_held`` pass none); ``phase`` is the cache's phase;
     ``settled``: a Failed phase is the warm-up's end on every pool (``status.settled``), not a pass's error;
-    ``warmed``: ``status.images`` as this pass records it (``images.py``): a pod waits only for its own
-    image, and only while that image is the one being warmed.
+    ``warmed``: ``status.images`` (``images.py``): a pod waits only for its own image, while it is the
+    one being warmed. ``current``: the image the cache warms now, where the caller knows it (the pass,
+    which read training's template; the spec's ``warmup.image`` elsewhere); ``None`` where only the
+    next pass can tell (a templateRef read by no one yet): a pod on an image not recorded then waits
+    for that pass, since training's template may have just moved to its image.
     """
     if not is_gated(pod):
         return None
@@ -94,20 +98,24 @@ def reason_to_release(
         return (
             CACHE_DELETED if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_CACHE) else CACHE_LABEL_REMOVED
         )
-    record = images.match(images.pod_images(pod), warmed)
+    running = images.pod_images(pod)
+    record = images.match(running, warmed)
     if record is not None and record["state"] == images.READY:
         return CACHE_READY if phase == status.READY else CACHE_DEGRADED if phase == status.DEGRADED else IMAGE_WARMED
-    unwarmed = bool(warmed) and record is None and bool(images.pod_images(pod))
-    if phase == status.READY:
-        return UNWARMED_IMAGE if unwarmed else CACHE_READY
-    if phase == status.DEGRADED:
-        return UNWARMED_IMAGE if unwarmed else CACHE_DEGRADED
+    # An image status.images does not hold: the cache's image now (its pass will record it: wait), or none.
+    unrecorded = bool(warmed) and record is None and bool(running)
+    if unrecorded and current and not any(images.same_image(image, current) for image in running):
+        return UNWARMED_IMAGE  # no warm-up of its image runs or is to come: waiting would only delay it
+    # The phase speaks for a pod whose image is not known to be elsewhere: the record says more.
+    by_phase = not unrecorded and (record is None or record["state"] != images.WARMING)
+    if by_phase and phase == status.READY:
+        return CACHE_READY
+    if by_phase and phase == status.DEGRADED:
+        return CACHE_DEGRADED
     if phase == status.FAILED and settled:
         return CACHE_FAILED
     if not consumers.gate:
         return GATE_DISABLED
-    if unwarmed:  # no warm-up of its image runs: waiting would only delay a cold start
-        return UNWARMED_IMAGE
     created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
     if created is None or (now - created).total_seconds() >= consumers.gate_timeout_seconds:
         return GATE_TIMEOUT  # a pod without a creation time cannot be timed: never hold it
@@ -139,11 +147,15 @@ def plan(
     now: datetime.datetime,
     settled: bool = False,
     warmed: Sequence[Mapping[str, Any]] = (),
+    current: str | None = None,
 ) -> list[Release]:
-    """The releases due now among ``pods`` (the pods of one cache); ``warmed``: ``status.images``."""
+    """The releases due now among ``pods`` (the pods of one cache); ``warmed``, ``current``: as
+    :func:`reason_to_release` reads them."""
     releases = []
     for pod in pods:
-        reason = reason_to_release(pod, consumers, phase=phase, now=now, settled=settled, warmed=warmed)
+        reason = reason_to_release(
+            pod, consumers, phase=phase, now=now, settled=settled, warmed=warmed, current=current
+        )
         if reason is not None:
             releases.append(Release(pod["metadata"]["name"], reason, release_patch(pod, reason, now)))
     return releases
@@ -159,6 +171,7 @@ def sync(
     phase: str | None,
     now: datetime.datetime,
     pods: Sequence[Mapping[str, Any]] | None = None,
+    current: str | None = None,
 ) -> dict[str, int]:
     """Release the cache's pods that are due, post Events, and return ``status.consumers``.
 
@@ -170,7 +183,7 @@ def sync(
         pods = client.list(PODS, namespace, labels={LABEL_CACHE: name})
     settled = cache is not None and status.settled(cache.get("status") or {})
     warmed = images.recorded(cache.get("status")) if cache is not None else ()
-    releases = plan(pods, consumers, phase=phase, now=now, settled=settled, warmed=warmed)
+    releases = plan(pods, consumers, phase=phase, now=now, settled=settled, warmed=warmed, current=current)
     return apply(client, namespace, name, cache, consumers, releases, pods)
 
 

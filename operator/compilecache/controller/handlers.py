@@ -522,7 +522,7 @@ def _held(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.on.event("v1", "pods", when=_held, registry=registry)
-def pod_held(
+async def pod_held(
     type: str | None, body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
     """A pod held by our gate was created or changed: release it at once if its cache is Ready or gone.
@@ -533,11 +533,18 @@ def pod_held(
     lists it any more: ``gates.CACHE_LABEL_REMOVED``). Timeouts of waiting pods are found by the
     cache's periodic passes and by the gate watchdog. No per-cache lock: a release tests the gates
     it read, so a concurrent pass makes it fail, not repeat.
+
+    A new held pod also asks its cache for a pass: a pod on an image the cache has not recorded
+    waits for the pass that reads training's template now (``images.py``), which warms that image
+    or lets the pod go; passes asked for together run once.
     """
     assert namespace is not None  # Pods are namespaced
     if type == "DELETED":
         return
-    _submit(memo, _release_one, memo, namespace, str(labels.get(jobs.LABEL_CACHE) or ""), copy.deepcopy(dict(body)))
+    cache = str(labels.get(jobs.LABEL_CACHE) or "")
+    if type == "ADDED" and (namespace, cache) in memo.triggers:  # a cache with a daemon: no key for any label
+        _wake(memo, namespace, cache)
+    _submit(memo, _release_one, memo, namespace, cache, copy.deepcopy(dict(body)))
 
 
 def _release_one(memo: kopf.Memo, namespace: str, name: str, pod: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from compilecache.controller.snapshot import Cache
 from compilecache.controller.status import FAILED, SERVING
 
 WARMING = "Warming"
@@ -116,6 +117,14 @@ def advance(
     others = [dict(record) for record in old if record["image"] != image and record.get("state") == READY]
     others.sort(key=lambda record: str(record.get("warmedAt") or ""), reverse=True)
     return [current, *others][:MAX_IMAGES]
+
+
+def known(cache: Cache | None) -> str | None:
+    """The image the cache warms now as its spec says it, or None where only a pass can tell: a templateRef
+    (training's image is read by the pass) or a spec that does not parse."""
+    if cache is None or cache.spec is None:
+        return None
+    return cache.spec.warmup.image or None
 
 
 def keep_only(records: Sequence[Mapping[str, Any]], left: Collection[str]) -> list[dict[str, Any]]:

@@ -124,7 +124,9 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
             raise cache.error
         assert cache.spec is not None  # parsed when there is no error
         new, creates, deletes, patches = _decide(snapshot, cache.spec, now)
+        current = _current_image(snapshot, cache.spec)
     except SpecError as exc:
+        current = None
         new = _base(old, cache.generation) | {
             "phase": status.FAILED,
             "message": f"invalid spec: {exc}",
@@ -140,6 +142,7 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         now=now_time,
         settled=status.settled(new),
         warmed=images.recorded(new),
+        current=current,
     )
     new = status.with_reason(new)
     events = status.transitions(old, new)
@@ -264,6 +267,16 @@ def _runs(snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str)
     }
     warming = [job for job in snapshot.jobs if job["metadata"]["name"] in names]
     return any(status.job_state(job)["state"] not in status.FINISHED for job in (*warming, *snapshot.expiry_jobs))
+
+
+def _current_image(snapshot: Snapshot, spec: CacheSpec) -> str | None:
+    """The image the cache warms now: training's, as the pass read its template, or the spec's; None when
+    the template is not there (the pass could not tell which image a pod should wait for)."""
+    if spec.warmup.template is not None and spec.warmup.template.ref is not None:
+        if snapshot.template is None:
+            return None
+        return template.resolve(spec, snapshot.template).warmup.image or None
+    return spec.warmup.image or None
 
 
 def _decide(

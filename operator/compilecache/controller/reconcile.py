@@ -219,10 +219,13 @@ def release_gates(
     not hold pods longer. A spec that cannot be parsed still gets the default ``gateTimeout``: bad input must not hold
     training pods forever. A failed pod API call is logged and gives ``None``; the resync retries.
     """
-    consumers = bounded(Cache.read(cache).consumers, policy) if cache is not None else None
+    read = Cache.read(cache) if cache is not None else None
+    consumers = bounded(read.consumers, policy) if read is not None else None
     when = datetime.datetime.now(datetime.UTC)
     try:
-        return gates.sync(client, namespace, name, cache, consumers, phase=phase, now=when, pods=pods)
+        return gates.sync(
+            client, namespace, name, cache, consumers, phase=phase, now=when, pods=pods, current=images.known(read)
+        )
     except ApiError as exc:
         logger.warning("Releasing the pods of cache %s/%s failed, will retry: %s", namespace, name, exc)
         return None
