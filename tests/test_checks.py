@@ -539,3 +539,48 @@ def test_a_pass_counts_the_workloads_that_wait_for_its_cache_and_an_audit_forget
         "consumers", {}
     )
     client.close()
+
+
+def test_a_pass_lets_a_workload_on_an_image_training_s_template_does_not_run_go_at_once(
+    kube_env: Any,
+    looping: Any,  # noqa: F811  (the fixture imported above)
+) -> None:
+    """A cache following a referenced Job's image: a Workload whose pods run another image waits for nothing
+    (the gate releases such a pod at once, UnwarmedImage); the pass, which read the Job, knows it. One on
+    training's image waits for its warm-up. (On the old code the first stayed Pending until gateTimeout.)"""
+    from compilecache.controller.reconcile import reconcile
+    from test_training_images import NEW, OTHER, following, training_job
+
+    loop, _ = looping
+    job = training_job(NEW)
+    job["metadata"] = {"name": "train"}
+    kube_env.create("batch/v1/jobs", job, NS)
+    kube_env.create("compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, **following()}, NS)
+    on_other = workload(name="other-1")
+    on_other["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"] = OTHER
+    on_new = workload(name="new-1")
+    on_new["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"] = NEW
+    stored = [indexes.slim_workload(create_workload(kube_env, wl)) for wl in (on_other, on_new)]
+    client = Client.from_environment()
+    ours = {"metadata": {"name": "compilecache-warm"}, "spec": {"controllerName": checks.CONTROLLER_NAME}}
+    found = indexes.Indexes(
+        {},
+        {},
+        {},
+        {},
+        {},
+        {},
+        held(stored, indexes.workload_entries),
+        held([ours], indexes.admission_check_entries),
+    )
+    outcome = reconcile(client, NS, "llama", reader=indexes.IndexedReader(found, loop, client), policy=OPEN_POLICY)
+    assert outcome.status is not None and [r["image"] for r in outcome.status["images"]] == [NEW], outcome.status
+    states = {
+        name: kube_env.get("kueue.x-k8s.io/v1beta2/workloads", name, NS)["status"]["admissionChecks"][0]
+        for name in ("other-1", "new-1")
+    }
+    assert states["other-1"]["state"] == "Ready", states["other-1"]
+    assert states["other-1"]["message"].startswith(gates.UNWARMED_IMAGE), states["other-1"]
+    assert states["new-1"]["state"] == "Pending", states["new-1"]
+    assert outcome.status["consumers"]["workloads"] == 1, outcome.status
+    client.close()

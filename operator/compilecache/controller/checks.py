@@ -205,13 +205,16 @@ def decide(
     *,
     now: datetime.datetime,
     policy: Policy = DEFAULT,
+    current: Mapping[str, str] | None = None,
 ) -> Decision:
     """The state our ``Pending`` check ``check`` (at ``index``) should have now, given the namespace's caches.
 
     The gate's rule decides, for a pod of each pod set that uses a cache (``gates.reason_to_release``),
     with the time the Workload began to wait for us (:func:`waiting_since`) standing for the pod's creation:
     the check is ``Ready`` when every such pod would be released. ``gateTimeout`` is cut to ``policy``'s cap,
-    as for gated pods.
+    as for gated pods. ``current``: cache name → the image it warms now, as a pass that read training's
+    template knows it (``plan.Plan.image``); a cache not in it has its spec's image (``images.known``: none
+    for a templateRef, whose pod sets on an image not recorded then wait for a pass).
     """
     by_name = {str(c["metadata"]["name"]): c for c in caches}
     chosen = caches_of(workload, caches)
@@ -246,7 +249,7 @@ def decide(
                 now=now,
                 settled=status.settled(st),
                 warmed=images.recorded(st),
-                current=images.known(read),
+                current=(current or {}).get(name) or images.known(read),
             )
             for pod in held
         ]
@@ -333,15 +336,16 @@ def sync(
     *,
     now: datetime.datetime,
     policy: Policy = DEFAULT,
+    current: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Decide and write our checks on ``workloads`` (of ``namespace``); return, per cache, the Workloads
     still waiting on it. A write that fails (404: gone; 409/422: changed since it was read) is left to
-    the next pass or event; any other API error is raised."""
+    the next pass or event; any other API error is raised. ``current``: as :func:`decide` reads it."""
     names = frozenset(ours)
     waiting: dict[str, int] = {}
     for workload in workloads:
         for index, check in pending(workload, names):
-            decision = decide(workload, index, check, caches, now=now, policy=policy)
+            decision = decide(workload, index, check, caches, now=now, policy=policy, current=current)
             if decision.reason is None:
                 for cache in decision.caches:
                     waiting[cache] = waiting.get(cache, 0) + 1

@@ -113,6 +113,9 @@ class Plan:
     releases: tuple[gates.Release, ...] = ()
     events: tuple[Event, ...] = ()
     patches: tuple[Patch, ...] = ()
+    # The image the cache warms now, as this pass read training's template (None: it could not tell);
+    # Kueue's checks of this pass decide with it as the gate's releases do (reconcile.release_workloads).
+    image: str | None = None
 
 
 def plan(snapshot: Snapshot, now: str) -> Plan:
@@ -159,6 +162,7 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         releases=tuple(releases),
         events=tuple(events),
         patches=tuple(patches),
+        image=current,
     )
 
 

@@ -121,7 +121,9 @@ def _reconcile(
     new.pop("lastUsed", None)
     if used := reports.last_used(cache.status.get("lastUsed"), counted, when, max_age):
         new["lastUsed"] = used
-    waiting = release_workloads(client, reader, namespace, name, {**obj, "status": new}, policy=policy, audit=audit)
+    waiting = release_workloads(
+        client, reader, namespace, name, {**obj, "status": new}, policy=policy, audit=audit, current=decided.image
+    )
     if waiting is not None:  # the Workloads that wait on our Kueue admission check for this cache
         new["consumers"] = {**(new.get("consumers") or {}), "workloads": waiting}
     # Each report was checked as it was read, and a message too long for its field is cut to it; a status
@@ -240,6 +242,7 @@ def release_workloads(
     *,
     policy: Policy = DEFAULT,
     audit: bool = False,
+    current: str | None = None,
 ) -> int | None:
     """Set our Kueue admission checks Ready on the namespace's Workloads that are due (``checks.py``); return
     how many wait for this cache, or ``None`` where the operator does not serve checks or the API failed.
@@ -248,6 +251,8 @@ def release_workloads(
     caches are listed only when some Workload waits on one of our checks there (a podSelector chooses
     among them all, as the webhook does). ``audit``: first read each such Workload by name, and forget those
     that are gone (deleted while a watch was down: ``indexes.py``), or they would be counted as waiting for ever.
+    ``current``: the image this pass read training's template to name (``plan.Plan.image``), for this cache's
+    checks: a pod set on an image the cache neither holds nor warms then goes at once, as a gated pod does.
     """
     if not isinstance(reader, IndexedReader) or not reader.serves_checks:
         return None
@@ -267,7 +272,14 @@ def release_workloads(
         others = [c for c in client.list(COMPILECACHES, namespace) if c["metadata"]["name"] != name]
         caches = others + ([dict(cache)] if cache is not None else [])
         waiting = checks.sync(
-            client, namespace, workloads, caches, ours, now=datetime.datetime.now(datetime.UTC), policy=policy
+            client,
+            namespace,
+            workloads,
+            caches,
+            ours,
+            now=datetime.datetime.now(datetime.UTC),
+            policy=policy,
+            current={name: current} if current and cache is not None else None,
         )
     except ApiError as exc:
         logger.warning("Setting the admission checks of cache %s/%s failed, will retry: %s", namespace, name, exc)
