@@ -89,7 +89,8 @@ def test_the_record_is_bounded_newest_first_and_expiry_drops_images_whose_entrie
     now = images.advance(old, NEW, status.READY, settled=False, now=NOW)
     assert len(now) == images.MAX_IMAGES and now[0]["image"] == NEW
     assert [r["image"] for r in now[1:4]] == ["t:19", "t:18", "t:17"]
-    assert [r["image"] for r in images.keep_only(now, {"t:18"})] == [NEW, "t:18"]  # the current one stays
+    gone = {r["image"] for r in now} - {"t:18"}
+    assert [r["image"] for r in images.keep_only(now, gone)] == [NEW, "t:18"]  # the current one stays
 
 
 def test_recorded_reads_only_well_formed_entries() -> None:
@@ -295,3 +296,35 @@ def test_keep_versions_keeps_the_entries_of_the_newest_images_and_those_they_sha
     # The legacy entry has no image: ranked by its build, which t:3's run warmed last, so it stays.
     assert dict(result.images) == {"t:2": 2, "t:3": 1}  # what status.images keeps (t:1 was dropped)
     assert [image for image, _ in result.images] == ["t:3", "t:2"]  # the most recently warmed first
+
+
+def test_an_image_whose_runs_recorded_no_image_is_not_forgotten_while_its_entries_stay() -> None:
+    """After an upgrade, status.images records the image the cache served, but its entries were written by a
+    warmer that recorded no image in its run manifests: the expiry cannot say they are gone, so the image
+    stays (its pods go as ImageWarmed, not as never warmed). On the old code it left status.images as soon
+    as the next image's expiry ran, and its pods were counted and evented as on an image never warmed."""
+    import json
+
+    from compilecache.controller import expiryjob
+    from compilecache.jobtools import expirecmd
+
+    listing = Listing(files=tuple(StoredFile(n, 10, 0.0) for n in ("old-1-cache", "new-1-cache", "gone-1-cache")))
+    manifests = [
+        manifest(None, "2026-11-01T00:00:00Z", ["old-1-cache"]),  # OLD's warm-up, before the upgrade
+        manifest("registry.example/gone:1", "2026-11-02T00:00:00Z", ["gone-1-cache"]),
+        manifest(NEW, "2026-11-04T00:00:00Z", ["new-1-cache"]),
+    ]
+    now = datetime.datetime(2026, 11, 5, tzinfo=datetime.UTC).timestamp()
+    result = plan_expiry(listing, index_manifests(manifests), Policy(keep_versions=1, grace_seconds=86400.0), now)
+    assert {d.name for d in result.deletions} == {"gone-1-cache"}  # an older image than the one kept
+    document = expirecmd.result_document("gs://b/c", result, dry_run=False, now=now)
+    summary = json.loads(expirecmd.termination_message(document))
+    records = [
+        record(NEW, "Ready", "2026-11-04T00:00:00Z"),
+        record(OLD, "Ready", "2026-11-03T00:00:00Z"),
+        record("registry.example/gone:1", "Ready", "2026-11-02T00:00:00Z"),
+    ]
+    kept = expiryjob.images_kept(records, summary)
+    assert [r["image"] for r in kept] == [NEW, OLD]  # gone:1's entries were removed; OLD's are unknown, kept
+    # A summary without the list (an older expiry, or cut to fit) forgets nothing.
+    assert expiryjob.images_kept(records, {"entries": 3}) == records

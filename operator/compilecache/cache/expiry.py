@@ -32,7 +32,7 @@ modified within the grace period is deleted, so a run in flight is never cut.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -114,6 +114,9 @@ class Plan:
     # Image → entries left that it wrote or hit, the most recently warmed first, less the images keepVersions
     # dropped (an entry they share with a kept one stays, but they are no longer served: status.images).
     images: tuple[tuple[str, int], ...] = ()
+    # The images run manifests name of which no entry is left, or that keepVersions dropped, the most recently
+    # warmed first: only these are known to be gone (runs that recorded no image say nothing of theirs).
+    images_gone: tuple[str, ...] = ()
 
     def deleted_by_rule(self) -> dict[str, int]:
         """How many deletions each rule made (every rule listed, zero included)."""
@@ -297,6 +300,7 @@ def plan_expiry(
             )
 
     left = [item for name, item in entries.items() if name not in taken]
+    left_images = tuple(pair for pair in _images(left, index) if pair[0] not in dropped_images)
     return Plan(
         deletions=tuple(deletions),
         entries_before=len(entries),
@@ -305,7 +309,8 @@ def plan_expiry(
         bytes_after=sum(size_of[item.name] for item in left),
         versions=_versions(left, index, size_of),
         notes=tuple(notes),
-        images=tuple(pair for pair in _images(left, index) if pair[0] not in dropped_images),
+        images=left_images,
+        images_gone=_images_gone(index, {image for image, _ in left_images}),
     )
 
 
@@ -362,6 +367,13 @@ def _images(left: Sequence[StoredFile], index: ManifestIndex) -> tuple[tuple[str
     for (image, _), at in index.images_seen.items():
         last[image] = max(last[image], at)
     return tuple(sorted(counts.items(), key=lambda pair: (last[pair[0]], pair[0]), reverse=True))
+
+
+def _images_gone(index: ManifestIndex, left: Collection[str]) -> tuple[str, ...]:
+    last: dict[str, float] = defaultdict(float)
+    for (image, _), at in index.images_seen.items():
+        last[image] = max(last[image], at)
+    return tuple(sorted((image for image in last if image not in left), key=lambda i: (last[i], i), reverse=True))
 
 
 def _versions(left: Sequence[StoredFile], index: ManifestIndex, size_of: Mapping[str, int]) -> tuple[Version, ...]:

@@ -274,22 +274,21 @@ def cache_status(
     return result
 
 
-def images_left(summary: Mapping[str, Any] | None) -> frozenset[str] | None:
-    """The images whose entries the expiry left (``expirecmd``'s ``images``), or None when the summary has
-    no such list (an older warmer image, PyTorch's expiry, a list cut to fit): then no image is forgotten.
+def images_kept(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """``status.images`` after an expiry: without the earlier images the summary says are gone (``expirecmd``'s
+    ``imagesGone``: runs recorded them and none of their entries is left). An image the summary does not name
+    stays: its runs may have recorded no image (warmed before the upgrade that records it), so the expiry
+    cannot tell. A summary without the list (an older warmer image, PyTorch's expiry, cut to fit) forgets none.
 
     The summary is a pod's word: only strings an image reference can be count, at most ``images.MAX_IMAGES``.
     """
-    items = (summary or {}).get("images")
+    items = (summary or {}).get("imagesGone")
     if not isinstance(items, list):
-        return None
-    return frozenset(
-        item["image"]
-        for item in items[: images.MAX_IMAGES]
-        if isinstance(item, Mapping)
-        and isinstance(item.get("image"), str)
-        and 0 < len(item["image"]) <= images.IMAGE_MAX
+        return [dict(record) for record in records]
+    gone = frozenset(
+        item for item in items[: images.MAX_IMAGES] if isinstance(item, str) and 0 < len(item) <= images.IMAGE_MAX
     )
+    return images.keep_only(records, gone)
 
 
 def last_warmed(pools: Sequence[Mapping[str, Any]]) -> str | None:

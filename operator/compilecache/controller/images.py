@@ -5,7 +5,7 @@ the warm-up runs the image of training's pod template (``template.resolve``), an
 template changes the spec hash, so the pass starts warm-ups for the new image. Each pass records the image it
 warms now (:func:`advance`), first in the list: ``Warming`` until its phase serves (Ready or Degraded), then
 ``Ready``, or ``Failed`` once its warm-up failed on every pool. The images warmed before stay ``Ready`` while
-the cache keeps their entries (:func:`keep_only`: the expiry Job reports the images whose entries are left):
+the cache keeps their entries (:func:`keep_only`: the expiry Job reports the images whose entries are gone):
 
 * a training pod on a ``Ready`` image starts at once, whatever the cache warms now;
 * a pod on the ``Warming`` image waits for it (the scheduling gate, ``gates.py``; Kueue's check, ``checks.py``);
@@ -127,10 +127,10 @@ def known(cache: Cache | None) -> str | None:
     return cache.spec.warmup.image or None
 
 
-def keep_only(records: Sequence[Mapping[str, Any]], left: Collection[str]) -> list[dict[str, Any]]:
-    """``records`` without the earlier images whose entries the expiry removed (``left``: the images it
-    reported entries of); the current image (first) stays whatever expiry found of it."""
-    return [dict(record) for index, record in enumerate(records) if index == 0 or record["image"] in left]
+def keep_only(records: Sequence[Mapping[str, Any]], gone: Collection[str]) -> list[dict[str, Any]]:
+    """``records`` without the earlier images whose entries the expiry removed (``gone``: the images it
+    found no entry of: ``expiryjob.images_kept``); the current image (first) stays whatever expiry found of it."""
+    return [dict(record) for index, record in enumerate(records) if index == 0 or record["image"] not in gone]
 
 
 def unwarmed(pods: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

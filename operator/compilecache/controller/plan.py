@@ -359,7 +359,7 @@ def _decide(
     counted = status.cache_from_pools(entries, old.get("cache") or {})
     if counted != (old.get("cache") or {}):
         extra["cache"] = counted
-    warmed_left: frozenset[str] | None = None  # the images whose entries this generation's expiry left
+    expiry_summary: Mapping[str, Any] | None = None  # this generation's expiry: which images' entries it left
     if warmed:
         # Degraded too: a partly failed warm-up still prunes and checks what the cache holds
         # (a corrupt entry that failed a pool's verify is exactly what expiry removes).
@@ -368,7 +368,7 @@ def _decide(
         deletes += expiry_deletes
         expired = outcome.phase == status.READY
         if expired:
-            warmed_left = expiryjob.images_left(outcome.summary)
+            expiry_summary = outcome.summary
         expired_condition = cond(expiryjob.EXPIRED_CONDITION, expired, outcome.reason, outcome.message)
         if phase == status.READY:
             phase, message = outcome.phase, outcome.message
@@ -387,8 +387,8 @@ def _decide(
         phase, message = status.READY, f"ready; refreshing: {message}"
     settled = status.settled({"phase": phase, "pools": entries})
     images_now = images.advance(images.recorded(old), spec.warmup.image, phase, settled=settled, now=now)
-    if warmed_left is not None:
-        images_now = images.keep_only(images_now, warmed_left)
+    if expiry_summary is not None:
+        images_now = expiryjob.images_kept(images_now, expiry_summary)
     if images_now != list(images.recorded(old)):
         extra["images"] = images_now
     ready = phase == status.READY

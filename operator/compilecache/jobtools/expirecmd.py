@@ -187,6 +187,9 @@ def result_document(
         ],
         # The images whose entries are left, the most recently warmed first (status.images drops the others).
         "images": [{"image": image, "entries": count} for image, count in plan.images[:MAX_IMAGES]],
+        # The images known to be gone (their runs recorded them, and none of their entries is left): only these
+        # leave status.images; an image whose runs recorded none (an older warmer's) is not known to be gone.
+        "imagesGone": list(plan.images_gone[:MAX_IMAGES]),
         # Manifest files that are no manifest: left where they are, unused, named until removed.
         "malformedManifests": [{"name": item.name, "reason": item.reason} for item in malformed],
         "notes": [*plan.notes, *problems, *(item.line() for item in malformed)],
@@ -205,9 +208,10 @@ def termination_message(result: Mapping[str, Any]) -> str:
         compact["versions"].pop()
         compact["versionsTruncated"] = True
         text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
-    if len(text.encode()) > TERMINATION_LIMIT and "images" in compact:
-        # All of them or none: the operator forgets the warmed images a list leaves out.
-        del compact["images"]
+    if len(text.encode()) > TERMINATION_LIMIT and ("images" in compact or "imagesGone" in compact):
+        # All of them or none: without the lists the operator forgets no image.
+        compact.pop("images", None)
+        compact.pop("imagesGone", None)
         text = json.dumps(compact, separators=(",", ":"), sort_keys=True)
     return text
 
