@@ -31,7 +31,10 @@ def gated_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"compilecache.dev/cache": cache}, "creationTimestamp": created, **meta},
-        "spec": {"schedulingGates": [OTHER_GATE, {"name": GATE}], "containers": [{"name": "t", "image": "i"}]},
+        "spec": {
+            "schedulingGates": [OTHER_GATE, {"name": GATE}],
+            "containers": [{"name": "t", "image": "registry.example/trainer:1.2"}],
+        },  # the cache's image (specs.cache_spec)
     }
 
 

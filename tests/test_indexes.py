@@ -392,6 +392,62 @@ def held(objects: list[dict[str, Any]], entries: Any) -> dict[Any, list[Any]]:
     return found
 
 
+def test_a_podtemplate_older_than_a_gated_pods_image_is_read_from_the_api(kube_env, looping) -> None:
+    """Issue 33: training's PodTemplate moved to a new image and its pod came before the template's watch event.
+
+    The pass must not release that pod cold as on an image never warmed, nor keep warming the old image: a
+    gated pod on an image neither status.images nor the PodTemplate in memory names makes the pass read
+    the PodTemplate from the API. Without such a pod the memory serves (no GET per pass)."""
+    loop, _ = looping
+    body = cache()
+    del body["spec"]["warmup"]["image"]
+    body["spec"]["warmup"]["podTemplate"] = {"templateRef": {"kind": "PodTemplate", "name": "train"}}
+    kube_env.create(
+        "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": body["spec"]}, NS
+    )
+    old, new = "registry.example/trainer:1.2", "registry.example/trainer:1.3"
+
+    def pod_template(image: str) -> dict[str, Any]:
+        containers = [{"name": "train", "image": image}]
+        return {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "train", "namespace": NS},
+            "template": {"spec": {"containers": containers}},
+        }
+
+    kube_env.create("v1/podtemplates", pod_template(new), NS)  # the API has the new image
+    client = Client.from_environment()
+    gated = {
+        "metadata": {"name": "t", "namespace": NS, "labels": {jobs.LABEL_CACHE: "llama"}},
+        "spec": {"schedulingGates": [{"name": "compilecache.dev/warm"}], "containers": [{"name": "c", "image": new}]},
+    }
+
+    def reader(pods: list[dict[str, Any]]) -> indexes.IndexedReader:
+        found = indexes.Indexes(
+            {},
+            held(pods, indexes.pod_entries),
+            held(cluster(), indexes.node_entries),
+            {},
+            {},
+            held([pod_template(old)], indexes.pod_template_entries),  # memory: still the old image
+        )
+        return indexes.IndexedReader(found, loop, client)
+
+    read = Cache.read(kube_env.get("compilecache.dev/v1alpha1/compilecaches", "llama", NS))
+    ref = TemplateRef("PodTemplate", "train")
+    from compilecache.controller.snapshot import observe
+
+    calm = observe(reader([]), read, ())
+    assert calm.template is not None and calm.template["template"]["spec"]["containers"][0]["image"] == old
+    pods = reader([gated]).training_pods(NS, "llama")
+    assert pods and pods[0]["spec"]["containers"] == [{"image": new}]
+    fresh = observe(reader([gated]), read, pods)
+    assert fresh.template is not None and fresh.template["template"]["spec"]["containers"][0]["image"] == new
+    assert reader([]).template(NS, ref) is not None  # and from memory by default
+    client.close()
+
+
 def test_a_finished_jobs_pods_are_read_from_the_api_while_the_pod_index_still_shows_them_running(
     kube_env, looping
 ) -> None:

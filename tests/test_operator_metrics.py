@@ -113,7 +113,7 @@ def training_pod(kube: Any, name: str, requests: int, hits: int, reason: str) ->
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"compilecache.dev/cache": "llama"}},
-        "spec": {"containers": [{"name": "train", "image": "i"}]},
+        "spec": {"containers": [{"name": "train", "image": "registry.example/trainer:1.2"}]},
     }
     kube.create("v1/pods", pod, NS)
     verdict = {

@@ -213,7 +213,9 @@ def pod(cache: str | None = "llama", **spec: Any) -> dict[str, Any]:
         "spec": {
             "serviceAccountName": "default",
             "serviceAccount": "default",
-            "containers": [{"name": "train", "image": "trainer:1.2", "command": ["python", "train.py"]}],
+            "containers": [
+                {"name": "train", "image": "registry.example/trainer:1.2", "command": ["python", "train.py"]}
+            ],
             "restartPolicy": "Never",
         },
     }
@@ -290,8 +292,8 @@ def test_pvc_cache_not_ready_gets_volume_env_and_gate(hook: Webhook) -> None:
     assert env_of(container) == trainer_env(jax_cache_env("/var/cache/compilecache"), read_only=True)
     assert spec["schedulingGates"] == [GATE]
     assert any("scheduling gate" in warning for warning in response["warnings"])
-    # trainer:1.2 is not the cache's warmup.image: the user hears it at apply time.
-    assert any("no container runs the warm-up's image" in warning for warning in response["warnings"])
+    # The pod runs the cache's warmup.image: no warning about its image.
+    assert not any("warm-up's image" in warning for warning in response["warnings"])
 
 
 def test_ready_cache_gets_no_gate(hook: Webhook) -> None:

@@ -249,7 +249,7 @@ def decide(
                 now=now,
                 settled=status.settled(st),
                 warmed=images.recorded(st),
-                current=(current or {}).get(name) or images.known(read),
+                current=(current or {}).get(name) or images.known(read.spec),
             )
             for pod in held
         ]

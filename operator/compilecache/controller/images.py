@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from compilecache.controller.snapshot import Cache
+from compilecache.controller.api import CacheSpec
 from compilecache.controller.status import FAILED, SERVING
 
 WARMING = "Warming"
@@ -119,12 +119,10 @@ def advance(
     return [current, *others][:MAX_IMAGES]
 
 
-def known(cache: Cache | None) -> str | None:
+def known(spec: CacheSpec | None) -> str | None:
     """The image the cache warms now as its spec says it, or None where only a pass can tell: a templateRef
-    (training's image is read by the pass) or a spec that does not parse."""
-    if cache is None or cache.spec is None:
-        return None
-    return cache.spec.warmup.image or None
+    (training's image is read by the pass) or a spec that does not parse (None)."""
+    return spec.warmup.image or None if spec is not None else None
 
 
 def keep_only(records: Sequence[Mapping[str, Any]], gone: Collection[str]) -> list[dict[str, Any]]:

@@ -447,9 +447,11 @@ class IndexedReader:
         """The claim of that name, or ``None``."""
         return next(iter(self._entries(self._indexes.claims, (CLAIM, namespace, name))), None)
 
-    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """The object a ``templateRef`` names, or ``None``: a PodTemplate from memory, the workload kinds by a GET."""
-        if ref.kind == "PodTemplate":
+    def template(self, namespace: str | None, ref: TemplateRef, fresh: bool = False) -> Obj | None:
+        """The object a ``templateRef`` names, or ``None``: a PodTemplate from memory (from the API when
+        ``fresh``: ``snapshot.observe`` asks so when a pod runs an image the copy may be too old to name),
+        the workload kinds by a GET."""
+        if ref.kind == "PodTemplate" and not fresh:
             return next(iter(self._entries(self._indexes.pod_templates, (POD_TEMPLATE, namespace, ref.name))), None)
         return snapshot.read_template(self._client, namespace, ref)
 
@@ -511,10 +513,10 @@ class Audit:
         self._record("claim", (namespace, name), () if found is None else (found,))
         return found
 
-    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """As :meth:`IndexedReader.template`, recorded for a PodTemplate (the workload kinds are read from the API)."""
-        found = self.memory.template(namespace, ref)
-        if ref.kind == "PodTemplate":
+    def template(self, namespace: str | None, ref: TemplateRef, fresh: bool = False) -> Obj | None:
+        """As :meth:`IndexedReader.template`, recorded for a PodTemplate from memory (the rest is the API's)."""
+        found = self.memory.template(namespace, ref, fresh)
+        if ref.kind == "PodTemplate" and not fresh:
             self._record("template", (namespace, ref), () if found is None else (found,))
         return found
 

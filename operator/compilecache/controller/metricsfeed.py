@@ -118,7 +118,8 @@ def figures(recorded: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ())
         compile_seconds=sum(seconds) if warmup is not None and seconds else None,
         gated=int(consumers.get("gated") or 0) if "gated" in consumers else None,
         waiting_workloads=int(consumers.get("workloads") or 0) if "workloads" in consumers else None,
-        unwarmed_image=int(consumers.get("unwarmedImage") or 0) if "unwarmedImage" in consumers else None,
+        # Absent from counted consumers when there are none: the gauge then reads 0.
+        unwarmed_image=int(consumers.get("unwarmedImage") or 0) if "gated" in consumers else None,
         expired_at=cache.get("lastExpired") or None,
         deleted=deleted,
         pods=[pod_figures(pod) for pod in pods],

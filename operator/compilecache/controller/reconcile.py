@@ -115,7 +115,8 @@ def _reconcile(
     unwarmed = images.unwarmed(pods, images.recorded(new))
     if consumers is not None:  # else the last counts stand
         # What finished training pods reported (reports.py) joins the gate counts.
-        new["consumers"] = consumers | reports.totals(counted) | {"unwarmedImage": len(unwarmed)}
+        # Pods on an image the cache never warmed: said only where there are some, as lastMissReason is.
+        new["consumers"] = consumers | reports.totals(counted) | ({"unwarmedImage": len(unwarmed)} if unwarmed else {})
     # Which entries they used, by day: kept across passes (pods go, the record stays), read by the expiry Job.
     max_age = cache.spec.lifecycle.max_age_seconds if cache.spec is not None else None
     new.pop("lastUsed", None)
@@ -226,7 +227,15 @@ def release_gates(
     when = datetime.datetime.now(datetime.UTC)
     try:
         return gates.sync(
-            client, namespace, name, cache, consumers, phase=phase, now=when, pods=pods, current=images.known(read)
+            client,
+            namespace,
+            name,
+            cache,
+            consumers,
+            phase=phase,
+            now=when,
+            pods=pods,
+            current=images.known(read.spec if read is not None else None),
         )
     except ApiError as exc:
         logger.warning("Releasing the pods of cache %s/%s failed, will retry: %s", namespace, name, exc)

@@ -15,11 +15,12 @@ wanted).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from compilecache.controller import expiryjob, jobs, podstate, queueing, status, template
+from compilecache.controller import expiryjob, images, jobs, podstate, queueing, status, template
+from compilecache.controller.admission import GATE
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, TemplateRef, parse_cache
 from compilecache.controller.kube import (
     EVENTS,
@@ -137,7 +138,7 @@ class Reader(Protocol):
     def services(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
     def nodes(self) -> tuple[Obj, ...]: ...
     def claim(self, namespace: str | None, name: str) -> Obj | None: ...
-    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None: ...
+    def template(self, namespace: str | None, ref: TemplateRef, fresh: bool = False) -> Obj | None: ...
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]: ...
     def provisioning_requests(self, namespace: str | None, cache: str) -> tuple[Obj, ...]: ...
     def workloads(self, namespace: str | None, job: Obj) -> tuple[Obj, ...]: ...
@@ -181,8 +182,8 @@ class ApiReader:
         """The claim of that name, or ``None``."""
         return self.client.get(PVCS, name, namespace)
 
-    def template(self, namespace: str | None, ref: TemplateRef) -> Obj | None:
-        """The object a ``templateRef`` names, or ``None`` (:func:`read_template`)."""
+    def template(self, namespace: str | None, ref: TemplateRef, fresh: bool = False) -> Obj | None:
+        """The object a ``templateRef`` names, or ``None`` (:func:`read_template`; always fresh)."""
         return read_template(self.client, namespace, ref)
 
     def pod_events(self, namespace: str | None, pod: Obj) -> tuple[Obj, ...]:
@@ -284,6 +285,14 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
     workloads = tuple(workload for job in queued for workload in reader.workloads(namespace, job))
     ref = cache.spec.warmup.template.ref if cache.spec.warmup.template is not None else None
     template_obj = reader.template(namespace, ref) if ref is not None else None
+    # A PodTemplate comes from the operator's memory (the other kinds are read from the API each pass).
+    if (
+        ref is not None
+        and ref.kind == "PodTemplate"
+        and template_obj is not None
+        and _newer_than(template_obj, pods, cache.status)
+    ):
+        template_obj = reader.template(namespace, ref, fresh=True)
     services = reader.services(namespace, name) if uses_services(cache) else ()
     return Snapshot(
         cache,
@@ -301,6 +310,21 @@ def observe(reader: Reader, cache: Cache, pods: tuple[Obj, ...], policy: Policy 
         requests=requests,
         workloads=workloads,
     )
+
+
+def _newer_than(template_obj: Obj, pods: Sequence[Obj], recorded: Obj) -> bool:
+    """Whether a gated training pod runs an image that neither ``status.images`` records nor the PodTemplate
+    (as a watch delivered it) names: training's template may have moved to that image after the
+    copy in memory was made, and the pod's own event came first. Such a pass reads the template from the
+    API, so that it neither releases the pod cold (``images.UNWARMED_IMAGE``) nor warms the old image."""
+    named = set(images.pod_images({"spec": (template_obj.get("template") or {}).get("spec") or {}}))
+    warmed = images.recorded(recorded)
+    for pod in pods:
+        gated = any(gate.get("name") == GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or ())
+        running = images.pod_images(pod)
+        if gated and running and images.match(running, warmed) is None and not named & set(running):
+            return True
+    return False
 
 
 def _finished(job: Obj) -> bool:
