@@ -64,7 +64,9 @@ demo-pytorch: $(DEMO_STAMP)
 ## The whole suite, as CI runs it (installs helm and hadolint first; tests that need a missing tool skip).
 ## Two pytest-xdist workers, each module whole on one (--dist loadfile: a module's fixtures are made
 ## once): many tests wait on processes, servers and retries, so two workers keep both cores busy.
-## The longest modules start first (tests/conftest.py). 9-12 min on a 2-core machine (1747 tests);
+## The longest modules start first (tests/conftest.py). Still over the founders' 10 min on a 2-core machine
+## (2158 tests): 1047 s on CI before the last trim; 1843 s before and 1422 s after it on a 2-core machine
+## that other test runs shared (tests/conftest.py has the longest modules' seconds);
 ## TEST_WORKERS=0 runs it in one process (about a third longer), TEST_WORKERS=auto one worker per core.
 TEST_WORKERS ?= 2
 test: $(STAMP) tools

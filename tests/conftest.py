@@ -73,30 +73,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="also run the long property runs (marker `long`)")
 
 
-# The longest modules (seconds under `make test`'s two workers on a 2-core machine), started first:
-# xdist's --dist loadfile hands modules out in collection order, and a long module collected last
-# (test_w* sorts late) ran alone at the end while the other worker idled. A module not listed keeps
-# its place after these; the list only orders, it selects nothing.
+# The longest modules, longest first: xdist's --dist loadfile hands modules out in collection order,
+# and a long module collected last ran alone at the end while the other worker idled (the runtime's
+# two modules did, for about 3 minutes). Measured with `make test` (--junitxml, a module's seconds
+# summed) on a shared 2-core machine, 2026-11: test_resume 370 s, test_e2e 300, test_torch_warm 280,
+# test_warm_exact 230, test_versions 190, then 140 to 25. A module not listed keeps its place after
+# these; the list only orders, it selects nothing.
 LONGEST_FIRST = (
-    "test_faults_gcs",
-    "test_versions",
-    "test_e2e",
-    "test_e2e_pytorch",
-    "test_torch_warm",
-    "test_operator",
-    "test_multihost_warm",
     "test_resume",
-    "test_hostile_cache",
-    "test_ha",
+    "test_e2e",
+    "test_torch_warm",
     "test_warm_exact",
-    "test_warm",
-    "test_spec_property",
-    "test_gcs_timeouts",
-    "test_policy",
-    "test_corrupt",
-    "test_e2e_resume",
-    "test_chart",
+    "test_versions",
+    "test_faults_gcs",
     "test_warm_epochs",
+    "test_warm",
+    "test_e2e_autoscaling",
+    "test_e2e_runtime",
+    "test_policy",
+    "test_e2e_pytorch",
+    "test_operator",
+    "test_chart",
+    "test_spec_property",
+    "test_multihost_warm",
+    "test_trainer",
+    "test_runtime_image",
+    "test_ha",
+    "test_e2e_kueue",
+    "test_hostile_cache",
+    "test_gcs_timeouts",
+    "test_e2e_resume",
+    "test_report_bounds",
+    "test_torch_example",
+    "test_cli",
+    "test_corrupt",
+    "test_faults",
 )
 
 

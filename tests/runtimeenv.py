@@ -59,6 +59,24 @@ def runtime_tree(scratch: Path) -> Path:
     return tree
 
 
+def shared_runtime_tree(factory: pytest.TempPathFactory) -> Path:
+    """:func:`runtime_tree`, built once per pytest session: its modules (on any xdist worker) only read it.
+
+    The folder is the session's base temporary directory, which xdist's workers share as the
+    parent of their own (``pytest-N/popen-gwK``); the tree is built from this checkout's source
+    as it is when the session runs, so it is never reused by a later session.
+    """
+    base = factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    scratch, done = session / "runtime-image", session / "runtime-image.built"
+    with _locked(session / "runtime-image.lock"):
+        if not done.exists():
+            shutil.rmtree(scratch, ignore_errors=True)  # a build that failed part-way
+            runtime_tree(scratch)
+            done.touch()
+    return scratch / "runtime"
+
+
 def run_or_fail(command: list[str] | str, cwd: Path, shell: bool = False, timeout: int = 600) -> str:
     done = subprocess.run(
         command, shell=shell, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=bare_env()

@@ -28,7 +28,7 @@ from compilecache.controller import runtime
 from compilecache.frameworks.pytorch import demo as torchdemo
 from compilecache.local.cluster import LocalCluster, run_operator
 from compilecache.local.pods import Image, Images
-from runtimeenv import TREE_IN_IMAGE, has_module, image_python, runtime_tree, torch_python
+from runtimeenv import TREE_IN_IMAGE, has_module, image_python, shared_runtime_tree, torch_python
 from test_e2e import (
     CC,
     JOBS,
@@ -95,7 +95,7 @@ def test_a_name_given_exactly_wins_and_a_prefix_key_matches_only_what_it_starts(
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What the runtime image holds at /opt/runtime (the Dockerfile's own install lines)."""
-    return runtime_tree(tmp_path_factory.mktemp("runtime-image"))
+    return shared_runtime_tree(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -157,15 +157,28 @@ def test_a_refused_write_at_each_write_of_a_warm_up_leaves_a_prefix_that_verifie
     verified(url, env, termination)
 
 
+@pytest.fixture(scope="module")
+def warmed_prefix(proxy: faultproxy.FaultProxy, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One real warm-up's prefix, copied whole into each expiry case's own (a warm-up each cost ~10 s)."""
+    proxy.reset()
+    done = warm(f"gs://{BUCKET}/expire-source", env, tmp_path_factory.mktemp("source") / "term.json", "--no-verify")
+    assert done.returncode == 0, done.stderr
+    return "expire-source"
+
+
 @pytest.mark.usefixtures("gcs_emulator")
 @pytest.mark.parametrize("k", range(1, 5), ids=["sidecar-1", "entry-1", "sidecar-2", "entry-2"])
 def test_a_refused_delete_at_each_write_of_an_expiry_is_one_line_and_the_next_expiry_finishes(
-    k: int, proxy: faultproxy.FaultProxy, env: dict[str, str], tmp_path: Path
+    k: int, proxy: faultproxy.FaultProxy, env: dict[str, str], warmed_prefix: str, tmp_path: Path
 ) -> None:
+    import gcsfs
+
     prefix = f"expire-{k}"
     url, termination = f"gs://{BUCKET}/{prefix}", tmp_path / "termination.json"
-    proxy.reset()
-    assert warm(url, env, termination, "--no-verify").returncode == 0
+    fs = gcsfs.GCSFileSystem(skip_instance_cache=True)  # around the proxy (gcs_emulator)
+    fs.copy(f"{BUCKET}/{warmed_prefix}", f"{BUCKET}/{prefix}", recursive=True)
+    entries, manifests = assert_consistent(prefix)
+    assert len(entries) == 2 and manifests[-1]["state"] == COMPLETE, (sorted(entries), manifests)
     proxy.reset()
     dry = expire(url, env, termination, "--max-size", "0", "--dry-run")
     assert dry.returncode == 0 and proxy.writes == [], (dry.stderr, proxy.writes)
