@@ -285,22 +285,28 @@ def test_training_pod_created_before_ready_is_gated_then_hits_every_warmed_entry
     assert (consumers["hits"], consumers["requests"]) == (result["hits"], result["requests"]), consumers
 
 
-def test_metrics_scraped_from_the_operator_match_the_loop(local: Setup, pvc_example: dict[str, Any]) -> None:
+def scraped(local: Setup) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    """The operator's metrics endpoint, scraped: its text, and each sample by name and sorted labels."""
     from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(local.metrics_url, timeout=5) as answer:
+        text = answer.read().decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return text, samples
+
+
+def test_metrics_scraped_from_the_operator_match_the_loop(local: Setup, pvc_example: dict[str, Any]) -> None:
 
     name = pvc_example["cache"]["metadata"]["name"]
     wait_pod(local, pvc_example["job"], lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
     status = status_of(local, name)
 
     def scrape() -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
-        with urllib.request.urlopen(local.metrics_url, timeout=5) as answer:
-            text = answer.read().decode()
-        samples = {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
-        return text, samples
+        return scraped(local)
 
     cache = (("name", name), ("namespace", NS))
     # The released pod is counted by the pass after its release: wait for that pass.
@@ -348,7 +354,6 @@ def _ran(pod: dict[str, Any]) -> tuple[float, dict[str, float]]:
 
 
 def test_gpu_seconds_per_pool_and_run_in_the_status_and_the_scrape(local: Setup, pvc_example: dict[str, Any]) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
 
     name = pvc_example["cache"]["metadata"]["name"]
     status = status_of(local, name)
@@ -368,13 +373,7 @@ def test_gpu_seconds_per_pool_and_run_in_the_status_and_the_scrape(local: Setup,
     assert (cost["pools"], cost["pods"]) == (len(status["pools"]), sum(pool["gpuPods"] for pool in status["pools"]))
     for part in ("total", *parts):
         assert cost["gpuSeconds"][part] == pytest.approx(sum(p["gpuSeconds"][part] for p in status["pools"]), abs=0.01)
-    with urllib.request.urlopen(local.metrics_url, timeout=5) as answer:
-        text = answer.read().decode()
-    samples = {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+    _, samples = scraped(local)
     for pool in status["pools"]:
         for run in parts:
             labels = {"namespace": NS, "name": name, "pool": pool["name"], "hosts": str(pool["hosts"]), "run": run}

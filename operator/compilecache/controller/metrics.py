@@ -206,7 +206,8 @@ class Metrics:
         )
         self.gpu_seconds = Counter(
             "compilecache_warmup_gpu_seconds",
-            "GPUs x seconds of the cache's finished warm-up pods (retries included), by pool, hosts and run "
+            "GPUs x seconds of the cache's finished warm-up pods (retried pods included; not a multi-host group "
+            "started over in a new Job: docs/cost.md), by pool, hosts and run "
             "(first, resumed, verify; other: start-up, publishing, and runs an older warm-up did not time). "
             "Counted when the status records them, so each pod once across replicas and restarts; expiry "
             "pods use no GPU.",
