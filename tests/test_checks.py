@@ -335,8 +335,16 @@ def test_only_admission_checks_naming_our_controller_are_ours() -> None:
 # --- against the API emulator, with the operator's client ----------------------------------------------
 
 
-def create_workload(kube: Any, body: dict[str, Any]) -> dict[str, Any]:
+def create_workload(kube: Any, body: dict[str, Any], *, real_clock: bool = False) -> dict[str, Any]:
+    """Store the Workload. ``real_clock``: its times moved from :data:`NOW` to the wall clock's now, ages kept,
+    for a pass (``reconcile``), which decides at the real time: else past 10:30 on NOW's day, every
+    check would have waited longer than gateTimeout."""
     status = body.pop("status")
+    if real_clock:
+        offset = datetime.datetime.now(datetime.UTC) - NOW
+        for item in [*status.get("conditions", []), *status.get("admissionChecks", [])]:
+            when = datetime.datetime.fromisoformat(item["lastTransitionTime"].replace("Z", "+00:00"))
+            item["lastTransitionTime"] = (when + offset).strftime("%Y-%m-%dT%H:%M:%SZ")
     kube.create(WORKLOADS.api_version + "/workloads", body, NS)
     return kube.patch(
         WORKLOADS.api_version + "/workloads", body["metadata"]["name"], {"status": status}, NS, subresource="status"
@@ -504,7 +512,7 @@ def test_a_pass_counts_the_workloads_that_wait_for_its_cache_and_an_audit_forget
     kube_env.create(
         "compilecache.dev/v1alpha1/compilecaches", {"metadata": {"name": "llama"}, "spec": cache()["spec"]}, NS
     )
-    stored = create_workload(kube_env, workload())
+    stored = create_workload(kube_env, workload(), real_clock=True)
     client = Client.from_environment()
     ours = {"metadata": {"name": "compilecache-warm"}, "spec": {"controllerName": checks.CONTROLLER_NAME}}
 
@@ -560,7 +568,7 @@ def test_a_pass_lets_a_workload_on_an_image_training_s_template_does_not_run_go_
     on_other["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"] = OTHER
     on_new = workload(name="new-1")
     on_new["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"] = NEW
-    stored = [indexes.slim_workload(create_workload(kube_env, wl)) for wl in (on_other, on_new)]
+    stored = [indexes.slim_workload(create_workload(kube_env, wl, real_clock=True)) for wl in (on_other, on_new)]
     client = Client.from_environment()
     ours = {"metadata": {"name": "compilecache-warm"}, "spec": {"controllerName": checks.CONTROLLER_NAME}}
     found = indexes.Indexes(
