@@ -164,12 +164,8 @@ def pod_of(workload: Obj, pod_set: Obj) -> dict[str, Any]:
 
 def _containers(pod_set: Obj) -> list[dict[str, Any]]:
     """The images of a pod set's containers, as a gated pod of it would carry them."""
-    containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers") or []
-    return [
-        {"image": c["image"]}
-        for c in containers[: images.MAX_POD_IMAGES]
-        if isinstance(c, Mapping) and isinstance(c.get("image"), str)
-    ]
+    running = images.pod_images({"spec": (pod_set.get("template") or {}).get("spec") or {}})
+    return [{"image": image} for image in running]
 
 
 def caches_of(workload: Obj, caches: Sequence[Obj]) -> dict[str, str | None]:

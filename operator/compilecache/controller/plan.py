@@ -126,8 +126,11 @@ def plan(snapshot: Snapshot, now: str) -> Plan:
         if cache.error is not None:
             raise cache.error
         assert cache.spec is not None  # parsed when there is no error
-        new, creates, deletes, patches = _decide(snapshot, cache.spec, now)
-        current = _current_image(snapshot, cache.spec)
+        spec = cache.spec
+        if snapshot.template is not None:  # a template that cannot be used: Failed, naming where
+            spec = template.resolve(spec, snapshot.template)
+        new, creates, deletes, patches = _decide(snapshot, spec, now)
+        current = _current_image(snapshot, spec)
     except SpecError as exc:
         current = None
         new = _base(old, cache.generation) | {
@@ -274,18 +277,17 @@ def _runs(snapshot: Snapshot, spec: CacheSpec, pools: Sequence[Pool], slot: str)
 
 
 def _current_image(snapshot: Snapshot, spec: CacheSpec) -> str | None:
-    """The image the cache warms now: training's, as the pass read its template, or the spec's; None when
-    the template is not there (the pass could not tell which image a pod should wait for)."""
-    if spec.warmup.template is not None and spec.warmup.template.ref is not None:
-        if snapshot.template is None:
-            return None
-        return template.resolve(spec, snapshot.template).warmup.image or None
+    """The image the cache warms now (``spec`` resolved: training's, as the pass read its template, or the
+    spec's); None when the referenced template is not there (no one can tell which image a pod waits for)."""
+    if spec.warmup.template is not None and spec.warmup.template.ref is not None and snapshot.template is None:
+        return None
     return spec.warmup.image or None
 
 
 def _decide(
     snapshot: Snapshot, spec: CacheSpec, now: str
 ) -> tuple[dict[str, Any], list[Create], list[Delete], list[Patch]]:
+    """The pass's status and objects for ``spec``, with the referenced template resolved into it (``plan``)."""
     cache = snapshot.cache
     old = cache.status
     conditions = old.get("conditions") or []
@@ -311,7 +313,6 @@ def _decide(
             deletes,
             [],
         )
-    spec = template.resolve(spec, snapshot.template)  # a template that cannot be used: Failed, naming where
     # Checked again here, not only at admission: the validating webhook may be absent, or the
     # policy changed since the cache was applied. Nothing is created for a refused spec.
     refused = policy.violations(spec, snapshot.policy)

@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from compilecache.controller import expiryjob, images, jobs, podstate, queueing, status, template
-from compilecache.controller.admission import GATE
+from compilecache.controller import expiryjob, gates, images, jobs, podstate, queueing, status, template
 from compilecache.controller.api import CacheSpec, Consumers, SpecError, TemplateRef, parse_cache
 from compilecache.controller.kube import (
     EVENTS,
@@ -320,9 +319,8 @@ def _newer_than(template_obj: Obj, pods: Sequence[Obj], recorded: Obj) -> bool:
     named = set(images.pod_images({"spec": (template_obj.get("template") or {}).get("spec") or {}}))
     warmed = images.recorded(recorded)
     for pod in pods:
-        gated = any(gate.get("name") == GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or ())
         running = images.pod_images(pod)
-        if gated and running and images.match(running, warmed) is None and not named & set(running):
+        if gates.is_gated(pod) and running and images.match(running, warmed) is None and not named & set(running):
             return True
     return False
 
